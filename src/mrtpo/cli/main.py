@@ -1,0 +1,65 @@
+"""``mrtpo`` entry point: dispatches ``mrtpo <command> [<subcommand>] ...`` to ``mrtpo.cli.<module>``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+
+# (command words) -> (module under mrtpo.cli, one-line help)
+COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
+    ("demo",): ("demo", "train GRPO, GDPO and MRTPO on a tiny synthetic task and write a report (no downloads)"),
+    ("train",): ("train", "train a model from a YAML config with command-line overrides"),
+    ("explain",): ("explain", "per-token credit of one response: HTML + PNG"),
+    ("report",): ("report", "curves, steps-to-threshold and localization tables from training runs"),
+    ("eval", "sql"): ("eval_sql", "execution accuracy on Spider/BIRD-format data"),
+    ("eval", "ifeval"): ("eval_if", "IFEval prompt/instruction accuracy"),
+    ("eval", "ifbench"): ("eval_if", "IFBench prompt/instruction accuracy"),
+    ("eval", "bfcl"): ("eval_bfcl", "BFCL-v4 single-turn AST accuracy"),
+    ("bench", "replay"): ("bench_replay", "naive vs chunked replay: time, memory, FPE, max difference"),
+    ("bench", "train"): ("bench_train", "per-step time of MRTPO vs GDPO vs TRL's GDPO mode"),
+    ("bench", "sql"): ("bench_sql", "SQL verifier throughput through the sandbox pool"),
+}
+
+
+def _available() -> dict[tuple[str, ...], tuple[str, str]]:
+    out = {}
+    for words, (module, help_) in COMMANDS.items():
+        if importlib.util.find_spec(f"mrtpo.cli.{module}") is not None:
+            out[words] = (module, help_)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mrtpo", description="Multi-reward RL with token-level credit (MRTPO).")
+    top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for words, (module, help_) in _available().items():
+        if len(words) == 1:
+            sub = top.add_parser(words[0], help=help_, description=help_)
+        else:
+            if words[0] not in groups:
+                g = top.add_parser(words[0], help=f"{words[0]} commands")
+                groups[words[0]] = g.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
+            sub = groups[words[0]].add_parser(words[1], help=help_, description=help_)
+        mod = importlib.import_module(f"mrtpo.cli.{module}")
+        mod.add_arguments(sub)
+        sub.set_defaults(_module=module, _words=words)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    mod = importlib.import_module(f"mrtpo.cli.{args._module}")
+    try:
+        return int(mod.run(args) or 0)
+    except (ValueError, FileNotFoundError, KeyError) as e:  # user errors: one clear line, no traceback
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"mrtpo {' '.join(args._words)}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

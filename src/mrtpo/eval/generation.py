@@ -1,0 +1,127 @@
+"""The generation backend shared by every evaluation: chat messages in, response texts out.
+
+Backends: ``transformers`` (batched ``generate`` with left padding; CPU or GPU) and ``vllm`` (where
+installed). ``backend="auto"`` picks vLLM when it is importable and a GPU is present.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class SamplingConfig:
+    """Decoding settings. ``temperature=0`` is greedy decoding."""
+
+    max_new_tokens: int = 512
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    batch_size: int = 8
+    seed: int = 0
+
+
+def _progress(iterable, total: int, desc: str, enabled: bool):
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, unit="batch")
+
+
+class TransformersGenerator:
+    """Batched ``model.generate`` over chat prompts (left padding, chat template of the tokenizer)."""
+
+    def __init__(self, model, tokenizer, config: SamplingConfig | None = None) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.config = config or SamplingConfig()
+
+    def generate(self, prompts: Sequence[list[dict]], *, progress: bool = True) -> list[str]:
+        import torch
+
+        cfg, tok = self.config, self.tokenizer
+        tok.padding_side = "left"
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        texts = [tok.apply_chat_template(list(m), tokenize=False, add_generation_prompt=True) for m in prompts]
+        out: list[str] = []
+        batches = range(0, len(texts), cfg.batch_size)
+        gen_kwargs: dict[str, Any] = {"max_new_tokens": cfg.max_new_tokens, "pad_token_id": tok.pad_token_id}
+        if cfg.temperature > 0:
+            gen_kwargs.update(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k or 0)
+        else:
+            gen_kwargs.update(do_sample=False)
+        torch.manual_seed(cfg.seed)
+        device = next(self.model.parameters()).device
+        for start in _progress(batches, len(batches), "generate", progress):
+            enc = tok(texts[start : start + cfg.batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = {k: v.to(device) for k, v in enc.items()}
+            with torch.no_grad():
+                ids = self.model.generate(**enc, **gen_kwargs)
+            new = ids[:, enc["input_ids"].shape[1] :]  # [b, new]
+            out.extend(tok.batch_decode(new, skip_special_tokens=True))
+        return out
+
+
+class VLLMGenerator:
+    """vLLM offline generation (GPU); same interface as :class:`TransformersGenerator`."""
+
+    def __init__(self, model_path: str, config: SamplingConfig | None = None, **llm_kwargs) -> None:
+        from vllm import LLM
+
+        self.config = config or SamplingConfig()
+        self.llm = LLM(model=model_path, seed=self.config.seed, **llm_kwargs)
+
+    def generate(self, prompts: Sequence[list[dict]], *, progress: bool = True) -> list[str]:
+        from vllm import SamplingParams
+
+        cfg = self.config
+        params = SamplingParams(
+            max_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+            top_k=cfg.top_k or -1, seed=cfg.seed,
+        )
+        outs = self.llm.chat([list(m) for m in prompts], params, use_tqdm=progress)
+        return [o.outputs[0].text for o in outs]
+
+
+def make_generator(model: str, *, backend: str = "auto", config: SamplingConfig | None = None, dtype: str = "auto"):
+    """A generator for the model at ``model`` (local path or hub id).
+
+    Args:
+        backend: "auto", "transformers" or "vllm".
+    """
+    if backend not in ("auto", "transformers", "vllm"):
+        raise ValueError(f"backend must be 'auto', 'transformers' or 'vllm', got {backend!r}")
+    if backend == "auto":
+        import torch
+
+        backend = "vllm" if importlib.util.find_spec("vllm") and torch.cuda.is_available() else "transformers"
+    if backend == "vllm":
+        return VLLMGenerator(model, config)
+    from mrtpo.models.loading import load_model_and_tokenizer
+
+    m, tok = load_model_and_tokenizer(model, dtype=dtype)
+    return TransformersGenerator(m, tok, config)
+
+
+def add_generation_arguments(parser) -> None:
+    """The CLI options every ``mrtpo eval`` command shares."""
+    parser.add_argument("--model", required=True, help="local model folder or hub id")
+    parser.add_argument("--backend", default="auto", choices=["auto", "transformers", "vllm"])
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--limit", type=int, default=None, help="evaluate the first N rows only")
+    parser.add_argument("--output", default=None, help="JSON file for every prediction and verdict")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+
+
+def generator_from_args(args):
+    cfg = SamplingConfig(
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, batch_size=args.batch_size
+    )
+    return make_generator(args.model, backend=args.backend, config=cfg, dtype=args.dtype)

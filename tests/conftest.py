@@ -1,0 +1,28 @@
+"""Shared fixtures: a tiny word-level tokenizer and a tiny random Qwen2 model, built locally."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+WORDS = "the a of and to in is it that was for on are as with be at by this have from or one had".split()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    from mrtpo.models.tiny import build_tokenizer, numbered_words
+
+    return build_tokenizer(WORDS + numbered_words(40))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_tokenizer):
+    from mrtpo.models.tiny import build_model
+
+    return build_model(len(tiny_tokenizer), hidden_size=32, num_layers=2, seed=0, dtype=torch.float32)
