@@ -112,6 +112,12 @@ class Task(abc.ABC):
     def verifiers(self, example: Example) -> list[Verifier]:
         """The verifiers (rewards) scored on ``example``."""
 
+    def metrics(self, examples: Sequence[Example], responses: Sequence[str], rewards) -> dict[str, float]:
+        """Task-level metrics of a scored batch, logged beside the per-reward means (e.g. the mean share
+        of an example's own constraints that are met). ``rewards``: [N, K] tensor aligned with
+        ``reward_names``. Default: none."""
+        return {}
+
     @abc.abstractmethod
     def load(self, source: str | None = None, *, split: str = "train", limit: int | None = None) -> list[Example]:
         """Load examples from ``source`` (a path; None for the task's built-in data when it has some)."""
