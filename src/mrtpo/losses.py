@@ -1,0 +1,188 @@
+"""Loss terms TRL lacks: the OPSD self-distillation divergence and the CoRT relevance (DESIGN section 6).
+
+The clipped token-level surrogate itself is TRL's (``GRPOTrainer._compute_loss`` takes advantages
+``[B]`` or ``[B, T]``); this module only holds what the baselines add. Torch only.
+
+OPSD (on-policy self-distillation). Teacher: the policy on the full context ``C`` (privileged
+segments included), stop-gradient. Student: the policy on the rollout prompt. Per response token
+``t`` of the sampled response::
+
+    p_t = softmax(z_teacher[t] / tau),  q_t = softmax(z_student[t] / tau)
+    generalized JSD (Agarwal et al. 2024, GKD):  D_b(p, q) = b KL(p || m) + (1 - b) KL(q || m),  m = b p + (1 - b) q
+    forward KL:                                  D(p, q) = KL(p || q)
+
+in nats over the full vocabulary. ``b = 0.5`` is the ordinary Jensen–Shannon divergence. The loss is
+the token mean of ``D`` over valid response tokens; no reward enters it.
+
+CoRT (relevance from the sampled token). With the joint replay context ``C_-all`` (``C`` without
+every reward's segments)::
+
+    rel[j, t] = |log pi(y_t | C, y_<t) - log pi(y_t | C_-all, y_<t)|
+
+normalised like the MRTPO weights (``rel / mean_t rel``) and applied to the GRPO response advantage
+with a strength ``beta_s`` that ramps linearly from 0 to its final value (:func:`linear_ramp`).
+
+Notation: N responses, T response tokens (right padded, ``mask: [N, T]``), H hidden size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+DIVERGENCES = ("jsd", "forward_kl")
+
+
+def generalized_jsd(
+    logp_teacher: torch.Tensor, logp_student: torch.Tensor, beta: float = 0.5
+) -> torch.Tensor:
+    """Generalized Jensen–Shannon divergence per row, in nats.
+
+    ``D_b(p, q) = b KL(p || m) + (1 - b) KL(q || m)`` with ``m = b p + (1 - b) q`` (Agarwal et al.
+    2024, "On-Policy Distillation of Language Models", eq. for JSD(beta)).
+
+    Args:
+        logp_teacher: [M, V] float, log p (normalised log-probabilities).
+        logp_student: [M, V] float, log q.
+        beta: mixture weight b in (0, 1); 0.5 gives the symmetric JSD (at most ln 2).
+
+    Returns:
+        [M] float.
+    """
+    if not 0.0 < beta < 1.0:
+        raise ValueError(f"opsd beta must be in (0, 1), got {beta}")
+    log_m = torch.logaddexp(logp_teacher + math.log(beta), logp_student + math.log(1 - beta))  # [M, V]
+    kl_p = (logp_teacher.exp() * (logp_teacher - log_m)).sum(-1)  # [M]
+    kl_q = (logp_student.exp() * (logp_student - log_m)).sum(-1)  # [M]
+    return beta * kl_p + (1 - beta) * kl_q
+
+
+def forward_kl(logp_teacher: torch.Tensor, logp_student: torch.Tensor) -> torch.Tensor:
+    """``KL(p || q) = sum_v p_v (log p_v - log q_v)`` per row, in nats. Shapes: [M, V] -> [M]."""
+    return (logp_teacher.exp() * (logp_teacher - logp_student)).sum(-1)
+
+
+def _chunk_divergence(h_s, h_t, weight, bias, divergence: str, beta: float, temperature: float):
+    """Divergence of one chunk of rows: project both with the LM head in fp32, log-softmax, reduce."""
+    z_s = torch.nn.functional.linear(h_s.float(), weight.float(), None if bias is None else bias.float())
+    with torch.no_grad():
+        z_t = torch.nn.functional.linear(
+            h_t.float(), weight.detach().float(), None if bias is None else bias.float()
+        )
+    logq = torch.log_softmax(z_s / temperature, dim=-1)  # [c, V]
+    logp = torch.log_softmax(z_t / temperature, dim=-1)  # [c, V], no grad
+    if divergence == "jsd":
+        return generalized_jsd(logp, logq, beta)
+    return forward_kl(logp, logq)
+
+
+def distill_divergence_from_hidden(
+    h_student: torch.Tensor,
+    h_teacher: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    *,
+    divergence: str = "jsd",
+    beta: float = 0.5,
+    temperature: float = 1.0,
+    chunk_size: int = 256,
+) -> torch.Tensor:
+    """Per-token OPSD divergence between teacher and student next-token distributions.
+
+    Rows of valid tokens are processed in chunks of ``chunk_size``; each chunk is recomputed in the
+    backward pass (activation checkpointing), so peak memory is O(chunk_size * V), never O(T * V).
+    Gradients flow into ``h_student`` and ``weight`` through the student only; the teacher is
+    detached (stop-gradient).
+
+    Args:
+        h_student: [N, T, H] last hidden states of the policy on the rollout prompt at the positions
+            that predict response tokens 1..T.
+        h_teacher: [N, T, H] the same for the full context ``C`` (no gradient is taken).
+        weight: [V, H] LM-head weight; bias: [V] or None.
+        mask: [N, T] 0/1 valid response tokens (None: all valid).
+        divergence: "jsd" (generalized JSD with ``beta``) or "forward_kl" (KL(teacher || student)).
+        beta: JSD mixture weight, in (0, 1).
+        temperature: logits are divided by it before the softmax.
+        chunk_size: rows per chunk.
+
+    Returns:
+        [N, T] float32 divergence in nats; 0 at masked tokens.
+    """
+    if divergence not in DIVERGENCES:
+        raise ValueError(f"opsd divergence must be one of {DIVERGENCES}, got {divergence!r}")
+    if h_student.shape != h_teacher.shape or h_student.dim() != 3:
+        raise ValueError(
+            f"h_student {tuple(h_student.shape)} and h_teacher {tuple(h_teacher.shape)} must both be [N, T, H]"
+        )
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    N, T, _ = h_student.shape
+    if mask is None:
+        mask = torch.ones(N, T, dtype=torch.bool, device=h_student.device)
+    elif mask.shape != (N, T):
+        raise ValueError(f"mask has shape {tuple(mask.shape)}; expected [N, T] = [{N}, {T}]")
+    idx = mask.reshape(-1).nonzero(as_tuple=True)[0]  # [M]
+    hs = h_student.reshape(N * T, -1)[idx]  # [M, H]
+    ht = h_teacher.detach().reshape(N * T, -1)[idx]  # [M, H]
+    parts = []
+    for start in range(0, idx.numel(), chunk_size):
+        sl = slice(start, start + chunk_size)
+        if torch.is_grad_enabled() and (hs.requires_grad or weight.requires_grad):
+            parts.append(
+                checkpoint(
+                    _chunk_divergence,
+                    hs[sl],
+                    ht[sl],
+                    weight,
+                    bias,
+                    divergence,
+                    beta,
+                    temperature,
+                    use_reentrant=False,
+                )
+            )
+        else:
+            parts.append(_chunk_divergence(hs[sl], ht[sl], weight, bias, divergence, beta, temperature))
+    flat = torch.zeros(N * T, dtype=torch.float32, device=h_student.device)
+    if parts:
+        flat = flat.index_put((idx,), torch.cat(parts))
+    return flat.view(N, T)  # [N, T]
+
+
+def cort_relevance(logp_full: torch.Tensor, logp_joint: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """CoRT token relevance ``|log pi(y_t | C) - log pi(y_t | C_-all)|``, 0 on masked tokens.
+
+    Args:
+        logp_full: [N, T] log-probability of each sampled token under the full context C.
+        logp_joint: [N, T] the same under the joint leave-out context C_-all.
+        mask: [N, T] 0/1 valid tokens.
+
+    Returns:
+        [N, T] float, >= 0. Use it as the ``distances`` of a single shared column in
+        :func:`mrtpo.credit.allocate` to get ``w = rel / mean_t rel`` and the token advantage.
+    """
+    if logp_full.shape != logp_joint.shape or logp_full.shape != mask.shape:
+        raise ValueError(
+            f"logp_full {tuple(logp_full.shape)}, logp_joint {tuple(logp_joint.shape)} and mask "
+            f"{tuple(mask.shape)} must share the shape [N, T]"
+        )
+    return (logp_full.float() - logp_joint.float()).abs() * mask.float()
+
+
+def linear_ramp(step: int, final: float, ramp_steps: int) -> float:
+    """Strength at optimizer step ``step``: ``final * min(1, step / ramp_steps)`` (``final`` if ramp_steps <= 0).
+
+    Step 0 gives 0, step ``ramp_steps`` and later give ``final``.
+    """
+    if ramp_steps <= 0:
+        return float(final)
+    return float(final) * min(1.0, max(0, step) / ramp_steps)
+
+
+def masked_token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``sum(values * mask) / max(1, sum(mask))``: the token-mean aggregation. Shapes: [N, T] -> []."""
+    m = mask.to(values.dtype)
+    return (values * m).sum() / m.sum().clamp(min=1.0)
