@@ -1,0 +1,225 @@
+"""Vocabulary, prompts and imperfect demonstrations of the synthetic multi-constraint task.
+
+A prompt lists a few constraints on a short response made of content words, one constraint per
+segment, each segment tagged with its constraint type (the reward column that checks it):
+
+====================  ==================  ==================================================
+constraint type       prompt text         met when (content = response words minus tags)
+====================  ==================  ==================================================
+``start``             ``start apple``     the first content word is ``apple``
+``end``               ``end river``       the last content word is ``river``
+``include``           ``include stone``   ``stone`` is one of the content words
+``length``            ``length 5``        there are exactly 5 content words
+``wrap``              ``wrap <b>``        the response begins with ``<b>`` and ends with ``</b>``
+====================  ==================  ==================================================
+
+A response looks like ``<b> apple cloud stone river </b>``. Words are whitespace separated, so a
+word-level tokenizer maps each word to one token (see :func:`build_toy_tokenizer`).
+
+Example constraint values are kept in ``Example.meta["constraints"]``: ``{"start": "apple",
+"length": 5, ...}`` (only the types the prompt lists). The start, end and include words of one prompt
+are distinct, so a response of at least 3 words can meet every constraint.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from mrtpo.prompt import Segment
+from mrtpo.tasks.base import Example
+
+CONSTRAINT_TYPES: tuple[str, ...] = ("start", "end", "include", "length", "wrap")
+"""The reward columns of the task, in order (K = 5)."""
+
+CONTENT_WORDS: tuple[str, ...] = tuple(
+    [
+        "apple",
+        "river",
+        "stone",
+        "cloud",
+        "tiger",
+        "lemon",
+        "piano",
+        "rocket",
+        "garden",
+        "candle",
+        "forest",
+        "mirror",
+        "pepper",
+        "silver",
+        "window",
+        "dragon",
+        "button",
+        "jacket",
+        "honey",
+        "island",
+        "kettle",
+        "ladder",
+        "marble",
+        "needle",
+        "orange",
+        "pillow",
+        "rabbit",
+        "saddle",
+        "tomato",
+        "violin",
+        "wagon",
+        "yellow",
+        "zebra",
+        "anchor",
+        "basket",
+        "cactus",
+        "dolphin",
+        "engine",
+        "feather",
+        "guitar",
+        "hammer",
+        "igloo",
+        "jungle",
+        "kitten",
+        "lantern",
+        "meadow",
+    ]
+)
+"""46 content words a response is made of."""
+
+LENGTHS: tuple[int, ...] = (3, 4, 5, 6, 7)
+"""Response lengths (content words) a ``length`` constraint asks for; demonstrations use them too."""
+
+TAGS: tuple[tuple[str, str], ...] = (("<b>", "</b>"), ("<i>", "</i>"), ("<q>", "</q>"))
+"""(open, close) tag pairs a ``wrap`` constraint names by its open tag."""
+
+OPEN_TAGS = frozenset(o for o, _ in TAGS)
+CLOSE_OF = dict(TAGS)
+TAG_TOKENS = frozenset(t for pair in TAGS for t in pair)
+
+
+def toy_words() -> list[str]:
+    """Every word of the task (constraint keywords, numbers, tags, content words): 62 words, so the
+    tokenizer has 70 tokens with the 8 special tokens of :mod:`mrtpo.models.tiny`."""
+    return [
+        *CONSTRAINT_TYPES,
+        *(str(n) for n in LENGTHS),
+        *(t for pair in TAGS for t in pair),
+        *CONTENT_WORDS,
+    ]
+
+
+def build_toy_tokenizer():
+    """The word-level tokenizer of the task (70 tokens; see :func:`mrtpo.models.tiny.build_tokenizer`)."""
+    from mrtpo.models.tiny import build_tokenizer
+
+    return build_tokenizer(toy_words())
+
+
+def constraint_text(kind: str, value: Any) -> str:
+    """The prompt text of one constraint, e.g. ``constraint_text("length", 5) == "length 5"``."""
+    if kind not in CONSTRAINT_TYPES:
+        raise ValueError(f"constraint type must be one of {CONSTRAINT_TYPES}, got {kind!r}")
+    return f"{kind} {value}"
+
+
+def make_example(constraints: dict[str, Any], id: str, order: list[str] | None = None) -> Example:
+    """An :class:`Example` listing ``constraints`` (type -> value) in ``order`` (default: dict order).
+
+    Raises:
+        ValueError: an unknown type, a value outside the task's vocabulary, or start/end/include words
+            that are not distinct.
+    """
+    order = list(constraints) if order is None else list(order)
+    if sorted(order) != sorted(constraints):
+        raise ValueError(f"order {order} must list the constraint types {sorted(constraints)} once each")
+    for kind, value in constraints.items():
+        if kind not in CONSTRAINT_TYPES:
+            raise ValueError(f"example {id}: constraint type must be one of {CONSTRAINT_TYPES}, got {kind!r}")
+        ok = {
+            "start": value in CONTENT_WORDS,
+            "end": value in CONTENT_WORDS,
+            "include": value in CONTENT_WORDS,
+            "length": value in LENGTHS,
+            "wrap": value in OPEN_TAGS,
+        }[kind]
+        if not ok:
+            raise ValueError(
+                f"example {id}: constraint {kind!r} has value {value!r} outside the task vocabulary"
+            )
+    words = [constraints[k] for k in ("start", "end", "include") if k in constraints]
+    if len(set(words)) != len(words):
+        raise ValueError(f"example {id}: start/end/include words must be distinct, got {words}")
+    segments = [Segment(constraint_text(k, constraints[k]), rewards=frozenset({k})) for k in order]
+    return Example(id=id, segments=segments, meta={"constraints": dict(constraints)})
+
+
+def sample_constraints(rng: random.Random, n: int) -> tuple[dict[str, Any], list[str]]:
+    """``n`` distinct constraint types drawn uniformly, their values, and a random prompt order."""
+    if not 1 <= n <= len(CONSTRAINT_TYPES):
+        raise ValueError(f"number of constraints must be in [1, {len(CONSTRAINT_TYPES)}], got {n}")
+    kinds = rng.sample(CONSTRAINT_TYPES, n)
+    words = rng.sample(CONTENT_WORDS, 3)  # distinct start / end / include words
+    value = {
+        "start": words[0],
+        "end": words[1],
+        "include": words[2],
+        "length": rng.choice(LENGTHS),
+        "wrap": rng.choice(TAGS)[0],
+    }
+    constraints = {k: value[k] for k in CONSTRAINT_TYPES if k in kinds}  # canonical key order
+    return constraints, kinds
+
+
+def generate_examples(
+    n: int, *, seed: int = 0, min_constraints: int = 3, max_constraints: int = 5, prefix: str = "toy"
+) -> list[Example]:
+    """``n`` examples whose number of constraints is uniform in ``[min_constraints, max_constraints]``.
+
+    The same arguments give the same examples (``random.Random(seed)``).
+    """
+    if not 1 <= min_constraints <= max_constraints <= len(CONSTRAINT_TYPES):
+        raise ValueError(
+            f"need 1 <= min_constraints <= max_constraints <= {len(CONSTRAINT_TYPES)}, "
+            f"got min_constraints={min_constraints}, max_constraints={max_constraints}"
+        )
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        constraints, order = sample_constraints(rng, rng.randint(min_constraints, max_constraints))
+        out.append(make_example(constraints, f"{prefix}-{seed}-{i}", order))
+    return out
+
+
+def demonstrate(example: Example, rng: random.Random, p_meet: float = 0.5) -> str:
+    """An imperfect demonstration: each listed constraint is met with probability ``p_meet``.
+
+    Unlisted constraints are left free: the length is drawn from :data:`LENGTHS` and the response is
+    not wrapped. A missed constraint is violated on purpose (another start/end word, the include word
+    left out, another length, no tags or other tags). Filler words avoid the prompt's start, end and
+    include words, so the verdict of each constraint is exactly the coin flip that decided it.
+    """
+    if not 0.0 <= p_meet <= 1.0:
+        raise ValueError(f"p_meet must be in [0, 1], got {p_meet}")
+    c = example.meta["constraints"]
+    meet = {k: rng.random() < p_meet for k in c}
+    if "length" in c:
+        n = c["length"] if meet["length"] else rng.choice([m for m in LENGTHS if m != c["length"]])
+    else:
+        n = rng.choice(LENGTHS)
+    reserved = {c[k] for k in ("start", "end", "include") if k in c}
+    pool = [w for w in CONTENT_WORDS if w not in reserved]
+    words = [rng.choice(pool) for _ in range(n)]
+    if "start" in c and meet["start"]:
+        words[0] = c["start"]
+    if "end" in c and meet["end"]:
+        words[-1] = c["end"]
+    if "include" in c and meet["include"]:
+        free = [
+            i for i in range(n) if not (i == 0 and meet.get("start")) and not (i == n - 1 and meet.get("end"))
+        ]
+        words[rng.choice(free)] = c["include"]
+    if "wrap" in c:
+        if meet["wrap"]:
+            words = [c["wrap"], *words, CLOSE_OF[c["wrap"]]]
+        elif rng.random() < 0.5:  # wrong tags; otherwise none
+            other = rng.choice([t for t in TAGS if t[0] != c["wrap"]])
+            words = [other[0], *words, other[1]]
+    return " ".join(words)
