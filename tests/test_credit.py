@@ -1,0 +1,461 @@
+"""Tests for mrtpo.credit: Jensen–Shannon distances and token credit allocation (DESIGN section 5)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+
+from mrtpo.credit import (
+    CREDIT_MODES,
+    DEFAULT_CHUNK_SIZE,
+    _f_jsd,
+    _jsd_nats_rows,
+    allocate,
+    js_distance,
+    js_distance_from_hidden,
+    token_weights,
+)
+
+INF = float("inf")
+NAN = float("nan")
+
+
+# --------------------------------------------------------------------------------------------------
+# references
+# --------------------------------------------------------------------------------------------------
+
+
+def textbook_jsd_bits(logits_p: torch.Tensor, logits_q: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
+    """½KL(p‖m) + ½KL(q‖m), m = ½(p + q), in bits, 0·log 0 = 0; the textbook formula in ``dtype``."""
+    p = torch.softmax(logits_p.to(dtype), dim=-1)
+    q = torch.softmax(logits_q.to(dtype), dim=-1)
+    m = 0.5 * (p + q)
+
+    def kl(a, b):
+        return torch.where(a > 0, a * (a.log() - b.log()), torch.zeros_like(a)).sum(-1)
+
+    return (0.5 * kl(p, m) + 0.5 * kl(q, m)) / math.log(2)
+
+
+def loop_allocate(adv, dist, mask, beta):
+    """Slow reference of allocate (modes reward / joint) written straight from DESIGN section 5."""
+    n, k = adv.shape
+    t_len = mask.shape[1]
+    out = torch.zeros(n, t_len, dtype=torch.float64)
+    for j in range(n):
+        valid = [t for t in range(t_len) if mask[j, t]]
+        for kk in range(k):
+            row = dist[j, kk if dist.shape[1] > 1 else 0]
+            mean = sum(float(row[t]) for t in valid) / max(len(valid), 1)
+            for t in valid:
+                w = 1.0 if mean == 0 else float(row[t]) / mean
+                out[j, t] += float(adv[j, kk]) * ((1 - beta) + beta * w)
+    return out
+
+
+def random_batch(seed, n=6, k=3, t=9, joint=False):
+    g = torch.Generator().manual_seed(seed)
+    adv = torch.randn(n, k, generator=g, dtype=torch.float64)
+    dist = torch.rand(n, 1 if joint else k, t, generator=g, dtype=torch.float64)
+    lengths = torch.randint(1, t + 1, (n,), generator=g)
+    mask = torch.arange(t)[None, :] < lengths[:, None]  # right padding
+    mask[0] = False
+    mask[0, ::2] = True  # one response with holes in its mask
+    dist = torch.where(mask[:, None, :], dist, torch.full_like(dist, NAN))  # padding holds garbage
+    return adv, dist, mask
+
+
+# --------------------------------------------------------------------------------------------------
+# Jensen–Shannon distance
+# --------------------------------------------------------------------------------------------------
+
+
+def test_cancellation_free_form_equals_textbook_in_float64():
+    # ¼ Σ s f(a) with s = p + q, a = tanh(Δ/2) is an identity, so in float64 it must agree with
+    # ½KL(p‖m) + ½KL(q‖m) to rounding, for near-equal, unrelated, peaked and zero-probability rows.
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(40, 200, generator=g, dtype=torch.float64)
+    lp = torch.cat([base[:10], base[10:20] * 8, base[20:30], base[30:]])
+    lq = torch.cat(
+        [
+            base[:10] + 1e-3 * torch.randn(10, 200, generator=g, dtype=torch.float64),
+            torch.randn(10, 200, generator=g, dtype=torch.float64) * 8,
+            base[20:30] + torch.randn(10, 200, generator=g, dtype=torch.float64),
+            base[30:],
+        ]
+    )
+    lp[25, :50] = -INF  # zero probabilities in p only
+    lq[26, 50:] = -INF  # in q only
+    lp[27, :10] = lq[27, :10] = -INF  # in both
+    ours = _jsd_nats_rows(lp, lq) / math.log(2)
+    ref = textbook_jsd_bits(lp, lq)
+    assert torch.allclose(ours, ref, rtol=0, atol=1e-12)
+    assert (ours[30:] == 0).all()  # identical rows: Δ = 0 exactly, so a = 0, f = 0
+
+
+def test_f_matches_definition_on_both_branches():
+    a = torch.linspace(-1, 1, 2001, dtype=torch.float64)
+    direct = torch.xlogy(1 + a, 1 + a) + torch.xlogy(1 - a, 1 - a)
+    assert torch.allclose(_f_jsd(a), direct, rtol=1e-12, atol=1e-15)
+    # f(±1) = 2 ln 2 = 1.3862943611; f(0) = 0; f(0.5) = 1.5 ln 1.5 + 0.5 ln 0.5 = 0.6081977 − 0.3465736
+    assert _f_jsd(torch.tensor([1.0, -1.0], dtype=torch.float64)).tolist() == pytest.approx(
+        [2 * math.log(2)] * 2
+    )
+    assert _f_jsd(torch.tensor([0.5], dtype=torch.float64)).item() == pytest.approx(0.2616241, abs=1e-7)
+    # small a: f(a) = a² + a⁴/6 + ..., so f(1e-4) = 1e-8 (relative error of the small branch ~1e-16)
+    assert _f_jsd(torch.tensor([1e-4], dtype=torch.float64)).item() == pytest.approx(
+        1e-8 + 1e-16 / 6, rel=1e-12
+    )
+
+
+def test_hand_computed_distance():
+    # p = [1, 0], q = [0.5, 0.5], m = [0.75, 0.25]
+    # KL(p‖m) = log2(1/0.75) = 0.4150375; KL(q‖m) = 0.5·log2(0.5/0.75) + 0.5·log2(0.5/0.25)
+    #         = 0.5·(−0.5849625) + 0.5·1 = 0.2075187
+    # JSD = ½(0.4150375 + 0.2075187) = 0.3112781 bits; d = sqrt(0.3112781) = 0.5579230
+    d = js_distance(torch.tensor([0.0, -INF]), torch.tensor([0.0, 0.0]))
+    assert d.shape == ()
+    assert d.item() == pytest.approx(0.5579230, abs=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1e-4, 1e-3, 1e-2, 1e-1, 1.0, 5.0])
+def test_float32_distance_matches_float64_textbook(scale):
+    # Near-identical distributions are the hard case: the textbook form in float32 has JSD error ~1e-7,
+    # i.e. distance error ~3e-4; ours must stay within 1e-6 of the float64 reference at every scale.
+    g = torch.Generator().manual_seed(1)
+    lp = torch.randn(32, 3000, generator=g) * 3
+    lq = lp + scale * torch.randn(32, 3000, generator=g)
+    ref = textbook_jsd_bits(lp, lq).clamp(0, 1).sqrt()
+    ours = js_distance(lp, lq)
+    assert ours.dtype == torch.float32
+    assert (ours.double() - ref).abs().max().item() < 1e-6
+    if scale == 1e-4:  # the tolerance above is one the naive float32 form cannot meet
+        naive = textbook_jsd_bits(lp, lq, dtype=torch.float32).clamp(0, 1).sqrt()
+        assert (naive.double() - ref).abs().max().item() > 1e-5
+
+
+def test_identical_symmetric_bounded():
+    g = torch.Generator().manual_seed(2)
+    a = torch.randn(4, 5, 300, generator=g) * 4
+    b = torch.randn(4, 5, 300, generator=g) * 4
+    assert (js_distance(a, a) == 0).all()
+    assert torch.equal(js_distance(a, b), js_distance(b, a))  # a → −a leaves f unchanged exactly
+    for scale in (0.1, 1.0, 30.0, 300.0):
+        d = js_distance(a * scale, b * scale)
+        assert d.shape == (4, 5)
+        assert ((d >= 0) & (d <= 1)).all()
+
+
+def test_disjoint_supports_give_one():
+    v = 50
+    lp = torch.full((3, v), -INF)
+    lq = torch.full((3, v), -INF)
+    lp[:, :10] = 0.0  # p uniform on tokens 0..9
+    lq[:, 10:] = 0.0  # q uniform on tokens 10..49
+    # m = p/2 + q/2 on disjoint sets: JSD = ½·log2(2) + ½·log2(2) = 1 bit (to float32 rounding)
+    assert js_distance(lp, lq).tolist() == pytest.approx([1.0, 1.0, 1.0], abs=1e-6)
+    # finite logits with a gap of 60 nats: the overlap e^-60 is invisible in float32
+    gap_p = torch.zeros(2, v)
+    gap_q = torch.zeros(2, v)
+    gap_p[:, 0] = 60.0
+    gap_q[:, 1] = 60.0
+    assert js_distance(gap_p, gap_q).tolist() == pytest.approx([1.0, 1.0], abs=1e-3)
+
+
+def test_half_precision_inputs_are_upcast():
+    g = torch.Generator().manual_seed(3)
+    lp = (torch.randn(7, 400, generator=g) * 3).bfloat16()
+    lq = (lp.float() + 0.3 * torch.randn(7, 400, generator=g)).bfloat16()
+    d = js_distance(lp, lq, chunk_size=3)
+    assert d.dtype == torch.float32
+    assert torch.equal(d, js_distance(lp.float(), lq.float()))
+    d16 = js_distance(lp.half(), lq.half())
+    assert d16.dtype == torch.float32
+    assert torch.allclose(d16, d, atol=1e-2)  # fp16 rounds the logits differently from bf16
+    assert js_distance(lp.double(), lq.double()).dtype == torch.float64
+
+
+def test_chunk_size_invariance_and_default():
+    assert DEFAULT_CHUNK_SIZE == 256
+    g = torch.Generator().manual_seed(4)
+    lp = torch.randn(3, 11, 257, generator=g)
+    lq = torch.randn(3, 11, 257, generator=g)
+    full = js_distance(lp, lq)
+    for c in (1, 2, 5, 32, 33, 1000):
+        assert torch.equal(js_distance(lp, lq, chunk_size=c), full)
+
+
+def test_mask_zeroes_rows_and_skips_them():
+    g = torch.Generator().manual_seed(5)
+    lp = torch.randn(2, 6, 100, generator=g)
+    lq = torch.randn(2, 6, 100, generator=g)
+    mask = torch.tensor([[1, 1, 0, 1, 0, 0], [0, 1, 1, 1, 1, 0]])
+    lp[mask == 0] = NAN  # masked rows are not computed: garbage there cannot leak
+    d = js_distance(lp, lq, mask, chunk_size=2)
+    ref = js_distance(torch.nan_to_num(lp), lq)
+    assert (d[mask == 0] == 0).all()
+    assert torch.equal(d[mask == 1], ref[mask == 1])
+    assert torch.equal(js_distance(lp, lq, mask.bool()), d)
+
+
+def test_no_gradient_is_tracked():
+    lp = torch.randn(3, 20, requires_grad=True)
+    lq = torch.randn(3, 20, requires_grad=True)
+    assert not js_distance(lp, lq).requires_grad
+
+
+def test_distance_input_errors():
+    a = torch.zeros(2, 3, 5)
+    with pytest.raises(
+        ValueError, match=r"logits_p has shape \(2, 3, 5\) but logits_q has shape \(2, 3, 4\)"
+    ):
+        js_distance(a, torch.zeros(2, 3, 4))
+    with pytest.raises(ValueError, match=r"mask has shape \(2, 2\); expected the leading shape \(2, 3\)"):
+        js_distance(a, a, torch.ones(2, 2))
+    with pytest.raises(ValueError, match="chunk_size=0"):
+        js_distance(a, a, chunk_size=0)
+    with pytest.raises(ValueError, match="floating point"):
+        js_distance(a.long(), a.long())
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_from_hidden_equals_projected_logits(with_bias):
+    g = torch.Generator().manual_seed(6)
+    v, h = 700, 24
+    weight = torch.randn(v, h, generator=g) / math.sqrt(h) * 3
+    bias = torch.randn(v, generator=g) if with_bias else None
+    hp = torch.randn(2, 37, h, generator=g)
+    hq = hp + torch.cat([torch.zeros(2, 5, h), 0.05 * torch.randn(2, 32, h, generator=g)], dim=1)
+    hq[1, -5:] = torch.randn(5, h, generator=g)  # some unrelated rows
+    logits_p = hp @ weight.T + (bias if with_bias else 0)
+    logits_q = hq @ weight.T + (bias if with_bias else 0)
+    ref = js_distance(logits_p, logits_q)
+    for c in (3, 16, DEFAULT_CHUNK_SIZE):
+        d = js_distance_from_hidden(hp, hq, weight, bias, chunk_size=c)
+        assert d.shape == (2, 37)
+        assert (d - ref).abs().max().item() < 1e-6
+    assert (js_distance_from_hidden(hp, hq, weight, bias)[:, :5] == 0).all()  # identical hidden rows
+    mask = torch.rand(2, 37, generator=g) < 0.5
+    dm = js_distance_from_hidden(hp, hq, weight, bias, mask, chunk_size=4)
+    assert (dm[~mask] == 0).all()
+    assert (dm[mask] - ref[mask]).abs().max().item() < 1e-6
+
+
+def test_from_hidden_half_precision_and_errors():
+    g = torch.Generator().manual_seed(7)
+    weight = torch.randn(300, 16, generator=g).bfloat16()
+    hp = torch.randn(9, 16, generator=g).bfloat16()
+    hq = torch.randn(9, 16, generator=g).bfloat16()
+    d = js_distance_from_hidden(hp, hq, weight)
+    assert d.dtype == torch.float32
+    ref = js_distance(hp.float() @ weight.float().T, hq.float() @ weight.float().T)
+    assert (d - ref).abs().max().item() < 1e-6
+    with pytest.raises(ValueError, match=r"weight has shape \(300, 15\); expected \(V, H\) with H = 16"):
+        js_distance_from_hidden(hp, hq, weight[:, :15])
+    with pytest.raises(ValueError, match=r"bias has shape \(299,\); expected \(V,\) = \(300,\)"):
+        js_distance_from_hidden(hp, hq, weight, torch.zeros(299))
+    with pytest.raises(ValueError, match=r"hidden_p has shape \(9, 16\) but hidden_q has shape \(8, 16\)"):
+        js_distance_from_hidden(hp, hq[:8], weight)
+
+
+# --------------------------------------------------------------------------------------------------
+# token weights and allocation
+# --------------------------------------------------------------------------------------------------
+
+
+def test_modes_registry():
+    assert CREDIT_MODES.names() == ["joint", "reward", "shuffled", "uniform"]
+
+
+def test_hand_computed_single_reward():
+    # d = [0.1, 0.3, 0, 0.4], mean = 0.8 / 4 = 0.2 → w = [0.5, 1.5, 0, 2]
+    # Â = 2, β = 0.5: S = 2·(0.5 + 0.5·w) = [2·0.75, 2·1.25, 2·0.5, 2·1.5] = [1.5, 2.5, 1, 3]
+    d = torch.tensor([[[0.1, 0.3, 0.0, 0.4]]])
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    assert token_weights(d, mask)[0, 0].tolist() == pytest.approx([0.5, 1.5, 0.0, 2.0])
+    s = allocate(torch.tensor([[2.0]]), d, mask, beta=0.5)
+    assert s[0].tolist() == pytest.approx([1.5, 2.5, 1.0, 3.0])
+
+
+def test_hand_computed_two_rewards_with_padding():
+    # mask [1, 1, 1, 0]; reward 0: d = [0.2, 0.4, 0.0 | pad NaN], mean 0.6/3 = 0.2 → w0 = [1, 2, 0]
+    # reward 1: d = [0.3, 0.3, 0.3 | pad], mean 0.3 → w1 = [1, 1, 1]
+    # Â = [1, −2], β = 0.5: S = 1·(0.5 + 0.5·w0) − 2·(0.5 + 0.5·w1)
+    #   = [1 − 2, 1.5 − 2, 0.5 − 2, 0] = [−1, −0.5, −1.5, 0]; mean over 3 valid = −1 = Σ Â
+    d = torch.tensor([[[0.2, 0.4, 0.0, NAN], [0.3, 0.3, 0.3, NAN]]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    s = allocate(torch.tensor([[1.0, -2.0]]), d, mask)
+    assert s[0].tolist() == pytest.approx([-1.0, -0.5, -1.5, 0.0])
+    assert s[0, 3].item() == 0.0
+
+
+def test_hand_computed_joint_and_zero_row():
+    # joint: one row d = [0, 0.5, 0.1] (mean 0.2 → w = [0, 2.5, 0.5]) shared by Â = [1, 3] (Σ = 4)
+    # β = 0.4: S = 4·(0.6 + 0.4·w) = [4·0.6, 4·1.6, 4·0.8] = [2.4, 6.4, 3.2]
+    d = torch.tensor([[[0.0, 0.5, 0.1]]])
+    mask = torch.ones(1, 3)
+    s = allocate(torch.tensor([[1.0, 3.0]]), d, mask, beta=0.4, mode="joint")
+    assert s[0].tolist() == pytest.approx([2.4, 6.4, 3.2])
+    # an all-zero row falls back to w = 1: S = Σ Â on every valid token
+    w = token_weights(torch.zeros(1, 2, 3), mask)
+    assert w.tolist() == [[[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]]
+    s0 = allocate(torch.tensor([[1.0, 3.0]]), torch.zeros(1, 2, 3), mask, beta=1.0)
+    assert s0[0].tolist() == [4.0, 4.0, 4.0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("joint", [False, True])
+def test_allocate_matches_loop_reference(seed, joint):
+    adv, dist, mask = random_batch(seed, joint=joint)
+    beta = [0.0, 0.3, 0.5, 1.0][seed]
+    s = allocate(adv, dist, mask, beta=beta, mode="joint" if joint else "reward")
+    assert s.dtype == torch.float64
+    assert torch.allclose(s, loop_allocate(adv, dist, mask, beta), atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["reward", "joint", "shuffled", "uniform"])
+def test_invariants_every_mode(mode):
+    for seed in range(3):
+        adv, dist, mask = random_batch(10 + seed, n=8, k=3, t=12, joint=mode == "joint")
+        gen = torch.Generator().manual_seed(seed)
+        total = adv.sum(1)  # [N]  Σ_k Â[j, k]
+        s = allocate(adv, dist, mask, beta=0.7, mode=mode, generator=gen)
+        assert s.shape == (8, 12)
+        assert (s[~mask] == 0).all()  # padding gets exactly 0
+        mean_valid = s.sum(1) / mask.sum(1)
+        assert torch.allclose(mean_valid, total, atol=1e-12)  # credit redistributed, never created
+        s0 = allocate(adv, dist, mask, beta=0.0, mode=mode, generator=gen)
+        expected0 = torch.where(mask, total[:, None].expand(8, 12), torch.zeros(()))
+        assert torch.equal(s0, expected0)  # β = 0: the response-level advantage on every valid token
+
+
+@pytest.mark.parametrize("mode", ["reward", "joint", "uniform"])
+def test_extra_padding_columns_change_nothing(mode):
+    adv, dist, mask = random_batch(20, joint=mode == "joint")
+    s = allocate(adv, dist, mask, beta=0.5, mode=mode)
+    dist_pad = torch.cat([dist, torch.full((*dist.shape[:2], 4), 7.0)], dim=2)
+    mask_pad = torch.cat([mask, torch.zeros(mask.shape[0], 4, dtype=torch.bool)], dim=1)
+    s_pad = allocate(adv, dist_pad, mask_pad, beta=0.5, mode=mode)
+    assert torch.equal(s_pad[:, : mask.shape[1]], s)
+    assert (s_pad[:, mask.shape[1] :] == 0).all()
+
+
+def test_uniform_equals_beta_zero_and_needs_no_distances():
+    adv, dist, mask = random_batch(21)
+    ref = allocate(adv, dist, mask, beta=0.0)
+    assert torch.allclose(allocate(adv, None, mask, beta=0.8, mode="uniform"), ref, atol=1e-12)
+    assert torch.allclose(allocate(adv, dist, mask, beta=0.8, mode="uniform"), ref, atol=1e-12)
+    w = token_weights(None, mask, mode="uniform")
+    assert w.shape == (mask.shape[0], 1, mask.shape[1])
+    assert torch.equal(w[:, 0], mask.float())
+
+
+def test_shuffled_permutes_within_valid_tokens():
+    _adv, dist, mask = random_batch(30, n=8, k=3, t=10)
+    w_reward = token_weights(dist, mask)
+    w1 = token_weights(dist, mask, mode="shuffled", generator=torch.Generator().manual_seed(5))
+    w2 = token_weights(dist, mask, mode="shuffled", generator=torch.Generator().manual_seed(5))
+    w3 = token_weights(dist, mask, mode="shuffled", generator=torch.Generator().manual_seed(6))
+    assert torch.equal(w1, w2)  # reproducible with a seeded generator
+    assert not torch.equal(w1, w3)
+    assert not torch.equal(w1, w_reward)
+    pad = ~mask[:, None, :].expand_as(w1)
+    assert (w1[pad] == 0).all()  # padding stays padding
+    for j in range(8):
+        for k in range(3):
+            valid = mask[j]
+            assert torch.equal(w1[j, k, valid].sort().values, w_reward[j, k, valid].sort().values)
+
+
+def test_shuffled_draws_every_permutation():
+    # three distinct weights on 3 valid tokens (+1 padding): all 3! = 6 orders appear in 300 draws
+    # (the chance that a given order is missing is (5/6)^300 ≈ 1e-24)
+    d = torch.tensor([[[0.1, 0.2, 0.6, 0.0]]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    gen = torch.Generator().manual_seed(0)
+    seen = Counter()
+    for _ in range(300):
+        w = token_weights(d, mask, mode="shuffled", generator=gen)[0, 0]
+        assert w[3].item() == 0
+        seen[tuple(round(x, 6) for x in w[:3].tolist())] += 1
+    assert len(seen) == 6  # w = [1/3, 2/3, 2] in every order
+
+
+def test_zero_advantage_pairs_are_ignored():
+    # replay skipped reward 1 of response 0 (Â = 0) and left NaN there; response 1 has all Â = 0
+    d = torch.tensor(
+        [
+            [[0.1, 0.3, 0.2], [NAN, NAN, NAN]],
+            [[NAN, 0.0, NAN], [0.0, 0.0, 0.0]],
+        ]
+    )
+    adv = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
+    mask = torch.ones(2, 3)
+    for mode in ("reward", "shuffled"):
+        s = allocate(adv, d, mask, mode=mode, generator=torch.Generator().manual_seed(0))
+        assert torch.isfinite(s).all()
+        assert s[1].tolist() == [0.0, 0.0, 0.0]
+    # mean 0.2 → w = [0.5, 1.5, 1]; S = 0.5 + 0.5·w = [0.75, 1.25, 1.0]
+    assert allocate(adv, d, mask)[0].tolist() == pytest.approx([0.75, 1.25, 1.0])
+    # joint: the shared row is ignored only when all of the response's advantages are 0
+    s = allocate(adv, d[:, :1], mask, mode="joint")
+    assert s[1].tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match=r"response 1, reward 0, token 0"):
+        allocate(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), d[:, :1], mask, mode="joint")
+
+
+def test_allocation_errors():
+    mask = torch.ones(4, 7, dtype=torch.bool)
+    adv = torch.zeros(4, 3)
+    with pytest.raises(
+        ValueError,
+        match=r"distances has shape \(4, 2, 7\); expected \(N, K, T\) = \(4, 3, 7\) or \(4, 1, 7\)",
+    ):
+        allocate(adv, torch.zeros(4, 2, 7), mask)
+    with pytest.raises(ValueError, match=r"beta=1.5"):
+        allocate(adv, torch.zeros(4, 3, 7), mask, beta=1.5)
+    with pytest.raises(ValueError, match=r"beta=-0.1"):
+        allocate(adv, torch.zeros(4, 3, 7), mask, beta=-0.1)
+    with pytest.raises(
+        ValueError, match=r"unknown credit mode 'rewards'; known: joint, reward, shuffled, uniform"
+    ):
+        allocate(adv, torch.zeros(4, 3, 7), mask, mode="rewards")
+    with pytest.raises(ValueError, match=r"mode 'joint' takes one shared distance row"):
+        allocate(adv, torch.zeros(4, 3, 7), mask, mode="joint")
+    with pytest.raises(ValueError, match=r"credit mode 'reward' needs distances"):
+        allocate(adv, None, mask)
+    with pytest.raises(ValueError, match=r"mask has shape \(3, 7\); expected \(N, T\) with N = 4"):
+        allocate(adv, torch.zeros(4, 3, 7), mask[:3])
+    with pytest.raises(ValueError, match=r"mask\[0, 2\] = 2"):
+        allocate(adv, torch.zeros(4, 3, 7), torch.tensor([[1, 1, 2, 0, 0, 0, 0]] * 4))
+    d = torch.rand(4, 3, 7)
+    d[2, 1, 5] = INF
+    with pytest.raises(
+        ValueError, match=r"distances\[2, 1, 5\] = inf on a valid token \(response 2, reward 1, token 5\)"
+    ):
+        allocate(torch.ones(4, 3), d, mask)
+    d[2, 1, 5] = -0.25
+    with pytest.raises(ValueError, match=r"response 2, reward 1, token 5"):
+        token_weights(d, mask)
+    bad_adv = torch.ones(4, 3)
+    bad_adv[3, 0] = NAN
+    with pytest.raises(ValueError, match=r"advantages\[3, 0\] = nan \(response 3, reward 0\)"):
+        allocate(bad_adv, torch.rand(4, 3, 7), mask)
+    with pytest.raises(
+        ValueError, match=r"distances has shape \(4, 3, 6\); expected \(N, K', T\) with N = 4, T = 7"
+    ):
+        token_weights(torch.zeros(4, 3, 6), mask)
+
+
+def test_empty_response_and_int_mask():
+    # a response without valid tokens gets all zeros; a 0/1 integer mask acts like the bool mask
+    adv, dist, mask = random_batch(40)
+    mask[2] = False
+    s_bool = allocate(adv, dist, mask)
+    s_int = allocate(adv, dist, mask.long())
+    assert torch.equal(s_bool, s_int)
+    assert (s_bool[2] == 0).all()
+    assert allocate(adv.float(), dist.float(), mask).dtype == torch.float32
