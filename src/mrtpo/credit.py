@@ -21,6 +21,7 @@ This module is part of the core: it imports torch and the standard library only.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 
 import torch
@@ -479,7 +480,8 @@ def allocate(
 
     Distances with K' = 1 row ([N, 1, T], e.g. ``joint``) are shared by all K rewards. Distance rows of
     pairs whose advantage is exactly 0 are ignored (replay skips those pairs and may leave 0 or NaN
-    there); with K' = 1 a row is ignored when all of the response's advantages are 0.
+    there); with K' = 1 a row is ignored when all of the response's advantages are 0. The result is a
+    constant of the policy loss: no gradient flows (``torch.no_grad``).
 
     Args:
         advantages: [N, K] float, per-reward response-level advantages Â (any method of
@@ -502,7 +504,7 @@ def allocate(
         w token weights (mean 1 per response and reward); β allocation strength; S token advantages.
     """
     _get_mode(mode)  # validate the name before any other work
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (0.0 <= float(beta) <= 1.0):
+    if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not (0.0 <= float(beta) <= 1.0):
         raise ValueError(f"beta={beta!r} must be a number in [0, 1]")
     beta = float(beta)
     if not isinstance(advantages, Tensor):
