@@ -1,0 +1,924 @@
+"""Response-level multi-reward advantages: rewards [N, K] -> per-reward advantages [N, K] (DESIGN section 3).
+
+Every method is registered under a name in :data:`ADVANTAGES` and shares one signature
+(:class:`AdvantageFn`)::
+
+    fn(rewards, group_ids, weights, reward_min, reward_max, **options) -> Tensor[N, K]
+
+so callers pick a method by name and never branch on it. :func:`compute` is the front door; it turns a
+lookup miss into a ``ValueError`` that lists the known names. The row sum ``Â[j, :].sum()`` is the
+method's response advantage; MRTPO (``mrtpo.credit``) spreads each column over the tokens relevant to
+that reward.
+
+Conventions shared by all methods:
+
+- ``eps`` (option, default 1e-6) is added to every std in a denominator. TRL's GDPO uses 1e-4.
+- "std" is the unbiased sample std unless a docstring says "population".
+- Group z-score (:func:`group_zscore`): a group of size 1 has mean 0 and std 1 (verl's convention), so
+  its z-score is ``r / (1 + eps)``; a reward constant within a group of two or more responses gets
+  exactly 0 there.
+- Batch whitening (:func:`whiten_columns`, "GDPO batch normalization") is over responses by default;
+  option ``whiten="token"`` weights every response by its token count (option ``lengths: [N]``), as
+  verl's ``masked_whiten`` does. GDPO, SAW, DARA, SA-MRPO and GD²PO accept it.
+- Degenerate denominators: when the quantity whose std is the denominator is constant (std at most 1e-9
+  times the largest term, i.e. only rounding), the affected advantages are exactly 0 instead of
+  ``(rounding noise) / eps``. This matters for the per-reward split: with rewards [[1, 0], [0, 1]] in
+  one group the summed reward is constant, GRPO's usual advantage is 0, and the split would otherwise
+  be ±0.5 / 1e-6 per column. Row sums are unaffected (they are 0 either way).
+- Input checks raise ``ValueError`` naming the field: non-finite rewards name row, column and group
+  (``rewards[7, 2] is nan (group 3)``); shapes of ``group_ids``, ``weights``, bounds and ``lengths``
+  are checked against N and K; unknown options list the method's options.
+- Computation is in float64; the result is float64 for float64 rewards, else float32, on the rewards'
+  device.
+
+Notation:
+    N responses in the batch, K rewards, P groups (prompts); g(j) is the group of response j.
+    r[j, k] reward k of response j; w[k] reward weight (``weights``, default 1).
+    mean_group / std_group: over the responses of one group; mean_batch / std_batch: over all N.
+    A[j, k] group z-score of reward k; Â[j, k] the returned advantage.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from mrtpo.registry import Registry
+
+EPS = 1e-6
+"""DESIGN's eps, added to every std in a denominator (option ``eps``)."""
+
+ACTIVE_TOL = 1e-8
+"""A per-reward advantage counts as nonzero (DARA's active groups) or signed (GD²PO's conflicts) beyond this."""
+
+SAW_DELTA = 1e-8
+"""SAW's delta: shift of the rewards above their minimum and guard of the CV denominator (DESIGN)."""
+
+DVAO_TOL = 1e-8
+"""DVAO's advantage is 0 in a group whose denominator Σ_l w_l σ_l is at most this (DESIGN)."""
+
+DEGENERATE_RTOL = 1e-9
+"""A std at most this times the largest term it summarises is rounding noise: the quantity is constant."""
+
+BOUND_SLACK = 1e-6
+"""Rewards may pass their declared bounds by this much (times max(1, |bound|)) before it is an error."""
+
+
+class AdvantageFn(Protocol):
+    """The signature every registered advantage method shares.
+
+    Args:
+        rewards: [N, K] float, finite.
+        group_ids: [N] int tensor or sequence of hashable ids; responses with equal ids form a group
+            (groups need not be contiguous).
+        weights: [K] float >= 0, or None (ones; DVAO: 1/K).
+        reward_min: [K] float or None; each reward's lowest value (needed by SAW and SA-MRPO).
+        reward_max: [K] float or None; each reward's highest value (needed by SA-MRPO).
+        **options: method options (``eps`` for all; see each method).
+
+    Returns:
+        [N, K] advantages Â; the row sum is the method's response advantage.
+    """
+
+    def __call__(
+        self,
+        rewards: Tensor | Sequence[Sequence[float]],
+        group_ids: Tensor | Sequence[Any],
+        weights: Tensor | Sequence[float] | None = None,
+        reward_min: Tensor | Sequence[float] | None = None,
+        reward_max: Tensor | Sequence[float] | None = None,
+        **options: Any,
+    ) -> Tensor: ...
+
+
+ADVANTAGES: Registry[AdvantageFn] = Registry("advantage method")
+
+
+def available() -> list[str]:
+    """Sorted names of the registered advantage methods."""
+    return ADVANTAGES.names()
+
+
+def compute(
+    method: str,
+    rewards: Tensor | Sequence[Sequence[float]],
+    group_ids: Tensor | Sequence[Any],
+    *,
+    weights: Tensor | Sequence[float] | None = None,
+    reward_min: Tensor | Sequence[float] | None = None,
+    reward_max: Tensor | Sequence[float] | None = None,
+    **options: Any,
+) -> Tensor:
+    """Per-reward advantages Â [N, K] of the registered method ``method``.
+
+    Args:
+        method: a name from :func:`available` ("grpo", "gdpo", "saw", "dara", "dvao", "sa_mrpo",
+            "gd2po", "corr_grpo").
+        rewards: [N, K] float, finite.
+        group_ids: [N] ids; equal ids form a group.
+        weights: [K] float >= 0 or None.
+        reward_min, reward_max: [K] float bounds or None (SAW needs ``reward_min``, SA-MRPO both).
+        **options: the method's options, e.g. ``eps=1e-4``, ``whiten="token", lengths=...``.
+
+    Returns:
+        [N, K] float32 (float64 for float64 rewards).
+
+    Raises:
+        ValueError: unknown method (listing the known ones), bad shapes, non-finite rewards, unknown
+            or invalid options, missing bounds.
+    """
+    try:
+        fn = ADVANTAGES.get(method)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
+    return fn(rewards, group_ids, weights, reward_min, reward_max, **options)
+
+
+# --------------------------------------------------------------------------------------------------
+# Input checks
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Batch:
+    """Validated inputs of one call.
+
+    Attributes:
+        r: [N, K] float64 rewards.
+        group: [N] long, group index in [0, P).
+        num_groups: P.
+        ids: [P] the original group id of each group index (for messages).
+        w: [K] float64 weights.
+        reward_min, reward_max: [K] float64 or None.
+        out_dtype: dtype of the result.
+    """
+
+    r: Tensor
+    group: Tensor
+    num_groups: int
+    ids: list[Any]
+    w: Tensor
+    reward_min: Tensor | None
+    reward_max: Tensor | None
+    out_dtype: torch.dtype
+
+    def finish(self, adv: Tensor) -> Tensor:
+        return adv.to(self.out_dtype)
+
+
+def _as_vector(name: str, value: Any, size: int, size_name: str, device: torch.device) -> Tensor:
+    """A [size] finite float64 tensor from a tensor or sequence, or ValueError naming ``name``."""
+    try:
+        t = torch.as_tensor(value, dtype=torch.float64, device=device)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(
+            f"{name} must be a 1-D sequence of numbers; got {type(value).__name__} ({e})"
+        ) from None
+    if t.dim() != 1 or t.shape[0] != size:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; expected [{size_name}={size}]")
+    bad = (~torch.isfinite(t)).nonzero()
+    if len(bad):
+        i = int(bad[0, 0])
+        raise ValueError(f"{name}[{i}] is {t[i].item()}; expected a finite number")
+    return t
+
+
+def _group_index(group_ids: Any, n: int, device: torch.device) -> tuple[Tensor, int, list[Any]]:
+    """Group index [N] in [0, P), P, and the original id of each index."""
+    if isinstance(group_ids, Tensor):
+        if group_ids.dim() != 1:
+            raise ValueError(f"group_ids has shape {tuple(group_ids.shape)}; expected [N={n}]")
+        if group_ids.dtype.is_floating_point or group_ids.dtype.is_complex or group_ids.dtype == torch.bool:
+            raise ValueError(f"group_ids must hold integer ids; got dtype {group_ids.dtype}")
+        if group_ids.shape[0] != n:
+            raise ValueError(
+                f"group_ids has {group_ids.shape[0]} entries; expected N={n} (one per row of rewards)"
+            )
+        uniq, inverse = torch.unique(group_ids.to(device), return_inverse=True)
+        return inverse.long(), len(uniq), uniq.tolist()
+    try:
+        items = list(group_ids)
+    except TypeError:
+        raise ValueError(
+            f"group_ids must be a [N] tensor or sequence; got {type(group_ids).__name__}"
+        ) from None
+    if len(items) != n:
+        raise ValueError(f"group_ids has {len(items)} entries; expected N={n} (one per row of rewards)")
+    index: dict[Any, int] = {}
+    try:
+        codes = [index.setdefault(x, len(index)) for x in items]
+    except TypeError:
+        raise ValueError("group_ids must hold hashable ids (ints or strings)") from None
+    return torch.tensor(codes, dtype=torch.long, device=device), len(index), list(index)
+
+
+def _prepare(
+    method: str,
+    rewards: Any,
+    group_ids: Any,
+    weights: Any,
+    reward_min: Any,
+    reward_max: Any,
+    *,
+    needs_min: bool = False,
+    needs_max: bool = False,
+    default_weight: Callable[[int], float] = lambda k: 1.0,
+) -> _Batch:
+    """Validate the shared arguments of every method (see :class:`AdvantageFn`)."""
+    if isinstance(rewards, Tensor):
+        if not rewards.dtype.is_floating_point:
+            raise ValueError(f"rewards must be a floating-point tensor [N, K]; got dtype {rewards.dtype}")
+        r_in = rewards.detach()
+    else:
+        try:
+            r_in = torch.as_tensor(rewards, dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(f"rewards must be a [N, K] float tensor or nested sequence ({e})") from None
+    if r_in.dim() != 2:
+        raise ValueError(f"rewards has shape {tuple(r_in.shape)}; expected 2-D [N, K]")
+    n, k = r_in.shape
+    if n == 0 or k == 0:
+        raise ValueError(f"rewards has shape {(n, k)}; expected at least one response and one reward")
+    out_dtype = torch.float64 if r_in.dtype == torch.float64 else torch.float32
+    device = r_in.device
+    r = r_in.to(torch.float64)
+    group, num_groups, ids = _group_index(group_ids, n, device)
+
+    bad = (~torch.isfinite(r)).nonzero()
+    if len(bad):
+        i, c = int(bad[0, 0]), int(bad[0, 1])
+        raise ValueError(f"rewards[{i}, {c}] is {r[i, c].item()} (group {ids[int(group[i])]})")
+
+    if weights is None:
+        w = torch.full((k,), default_weight(k), dtype=torch.float64, device=device)
+    else:
+        w = _as_vector("weights", weights, k, "K", device)
+        neg = (w < 0).nonzero()
+        if len(neg):
+            i = int(neg[0, 0])
+            raise ValueError(f"weights[{i}] is {w[i].item()}; reward weights must be >= 0")
+
+    lo = None if reward_min is None else _as_vector("reward_min", reward_min, k, "K", device)
+    hi = None if reward_max is None else _as_vector("reward_max", reward_max, k, "K", device)
+    missing = [
+        name
+        for name, need, v in (("reward_min", needs_min, lo), ("reward_max", needs_max, hi))
+        if need and v is None
+    ]
+    if missing:
+        needed = " and ".join(
+            n_ for n_, need in (("reward_min", needs_min), ("reward_max", needs_max)) if need
+        )
+        raise ValueError(
+            f"advantage method {method!r} needs {needed} ([K] floats, each reward's declared bounds); "
+            f"missing: {', '.join(missing)}"
+        )
+    if needs_min and needs_max:
+        flat = (hi <= lo).nonzero()
+        if len(flat):
+            i = int(flat[0, 0])
+            raise ValueError(f"reward_max[{i}] = {hi[i].item()} must exceed reward_min[{i}] = {lo[i].item()}")
+    for name, bound, below in (
+        ("reward_min", lo if needs_min else None, True),
+        ("reward_max", hi if needs_max else None, False),
+    ):
+        if bound is None:
+            continue
+        slack = BOUND_SLACK * bound.abs().clamp(min=1.0)
+        out = (r < bound - slack) if below else (r > bound + slack)
+        hit = out.nonzero()
+        if len(hit):
+            i, c = int(hit[0, 0]), int(hit[0, 1])
+            side = "below" if below else "above"
+            raise ValueError(
+                f"rewards[{i}, {c}] = {r[i, c].item()} is {side} {name}[{c}] = {bound[c].item()} "
+                f"(group {ids[int(group[i])]})"
+            )
+    return _Batch(r, group, num_groups, ids, w, lo, hi, out_dtype)
+
+
+def _positive_number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise ValueError(f"option {name} must be a positive finite number; got {value!r}")
+    return float(value)
+
+
+def _nonnegative_number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+        raise ValueError(f"option {name} must be a finite number >= 0; got {value!r}")
+    return float(value)
+
+
+def _choice(*values: str) -> Callable[[str, Any], str]:
+    def check(name: str, value: Any) -> str:
+        if value not in values:
+            raise ValueError(f"option {name} must be one of {', '.join(map(repr, values))}; got {value!r}")
+        return value
+
+    return check
+
+
+def _any(name: str, value: Any) -> Any:
+    return value
+
+
+_EPS_OPT = {"eps": (EPS, _positive_number)}
+_WHITEN_OPTS = {"whiten": ("response", _choice("response", "token")), "lengths": (None, _any)}
+
+
+def _options(
+    method: str, given: dict[str, Any], spec: dict[str, tuple[Any, Callable[[str, Any], Any]]]
+) -> dict:
+    """Defaults of ``spec`` overridden by ``given``; unknown names and bad values raise ValueError."""
+    unknown = sorted(set(given) - set(spec))
+    if unknown:
+        raise ValueError(
+            f"unknown option {', '.join(map(repr, unknown))} for advantage method {method!r}; "
+            f"its options: {', '.join(sorted(spec))}"
+        )
+    out = {}
+    for name, (default, check) in spec.items():
+        out[name] = check(name, given[name]) if name in given else default
+    return out
+
+
+def _units(b: _Batch, opt: dict) -> Tensor:
+    """[N] float64 whitening units: 1 per response, or its token count for ``whiten="token"``."""
+    n = b.r.shape[0]
+    if opt["whiten"] == "response":
+        return torch.ones(n, dtype=torch.float64, device=b.r.device)
+    if opt["lengths"] is None:
+        raise ValueError("whiten='token' needs option lengths: [N] token count of each response")
+    lengths = _as_vector("lengths", opt["lengths"], n, "N", b.r.device)
+    neg = (lengths < 0).nonzero()
+    if len(neg):
+        i = int(neg[0, 0])
+        raise ValueError(f"lengths[{i}] is {lengths[i].item()}; token counts must be >= 0")
+    return lengths
+
+
+# --------------------------------------------------------------------------------------------------
+# Formulas
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GroupStats:
+    """Per-group statistics of the columns of x [N, C].
+
+    Attributes:
+        count: [P] float, responses per group.
+        mean: [P, C] float, group mean.
+        centered: [N, C] float, x - mean_group(x), exactly 0 where the column is constant in the group.
+        sumsq: [P, C] float, Σ_j centered² over the group.
+        constant: [P, C] bool, the column takes one value in the group (true for a group of size 1).
+    """
+
+    count: Tensor
+    mean: Tensor
+    centered: Tensor
+    sumsq: Tensor
+    constant: Tensor
+
+
+def group_stats(x: Tensor, group: Tensor, num_groups: int) -> GroupStats:
+    """Group means and centered values of ``x: [N, C]`` by scatter over ``group: [N]`` (index in [0, P))."""
+    n, c = x.shape
+    count = torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(
+        0, group, torch.ones_like(x[:, 0])
+    )
+    total = torch.zeros(num_groups, c, dtype=x.dtype, device=x.device).index_add_(0, group, x)  # [P, C]
+    mean = total / count[:, None]  # [P, C]
+    idx = group[:, None].expand(n, c)
+    gmax = torch.full((num_groups, c), -math.inf, dtype=x.dtype, device=x.device).scatter_reduce(
+        0, idx, x, "amax"
+    )
+    gmin = torch.full((num_groups, c), math.inf, dtype=x.dtype, device=x.device).scatter_reduce(
+        0, idx, x, "amin"
+    )
+    constant = gmax == gmin  # [P, C]
+    centered = torch.where(constant[group], torch.zeros_like(x), x - mean[group])  # [N, C]
+    sumsq = torch.zeros(num_groups, c, dtype=x.dtype, device=x.device).index_add_(0, group, centered**2)
+    return GroupStats(count, mean, centered, sumsq, constant)
+
+
+def group_zscore(rewards: Tensor, group: Tensor, num_groups: int, eps: float = EPS) -> Tensor:
+    """Group z-score of every reward column.
+
+    A[j, k] = (r[j, k] - mean_group(r[:, k])) / (std_group(r[:, k]) + eps)   (DESIGN section 3; the
+    per-reward normalization of GDPO, Liu et al. 2026, arXiv 2601.05242).
+
+    A group of size 1 has mean 0 and std 1 (A = r / (1 + eps)); a reward constant in a group of two or
+    more gets A = 0 there.
+
+    Args:
+        rewards: [N, K] float.
+        group: [N] long, group index in [0, P).
+        num_groups: P.
+        eps: added to the std.
+
+    Returns:
+        [N, K] float.
+
+    Notation:
+        std_group is the unbiased sample std over the responses of one group.
+    """
+    st = group_stats(rewards, group, num_groups)
+    std = (st.sumsq / (st.count[:, None] - 1).clamp(min=1)).sqrt()  # [P, K]
+    z = st.centered / (std[group] + eps)  # [N, K]
+    single = (st.count == 1)[group]  # [N]
+    return torch.where(single[:, None], rewards / (1.0 + eps), z)
+
+
+def whiten_columns(
+    terms: Tensor, eps: float = EPS, units: Tensor | None = None, keep: Tensor | None = None
+) -> Tensor:
+    """GDPO batch normalization of weighted per-reward terms.
+
+    Â[j, k] = (t[j, k] - mean(t[:, k])) / (std(s) + eps),  s_j = Σ_l t[j, l]
+
+    (DESIGN section 3, GDPO row; Liu et al. 2026). The row sum is the whitened s. mean and std are over
+    the batch, weighted by ``units * keep``:
+
+    - ``units``: 1 per response (whitening over responses, the default) or the response's token count
+      (verl's ``masked_whiten`` convention: each token counts once);
+    - ``keep``: a per-response weight in [0, 1] (GD²PO: 1 for kept responses, 0 for dropped ones, or
+      the soft weight of its ``snr`` variant).
+
+    mean = Σ_j u_j κ_j x_j / Σ_j u_j κ_j; var = Σ_j u_j κ_j (s_j - mean(s))² / Σ_j u_j κ_j · n / (n - 1)
+    with n = Σ_{j: κ_j > 0} u_j (Bessel's correction by the number of responses, or of tokens, that
+    take part; the same as verl's for token counts). With n <= 1, no positive weight, or a constant
+    s (std <= 1e-9 · max |t|), the result is 0.
+
+    Args:
+        terms: [N, C] float, t = w_k · (per-reward advantage).
+        eps: added to the std.
+        units: [N] float >= 0 or None (ones).
+        keep: [N] float in [0, 1] or None (ones).
+
+    Returns:
+        [N, C] float (values are also given for rows with keep 0; callers multiply by keep).
+
+    Notation:
+        u_j units of response j, κ_j its keep weight.
+    """
+    n_rows, _ = terms.shape
+    units = torch.ones(n_rows, dtype=terms.dtype, device=terms.device) if units is None else units
+    keep = torch.ones_like(units) if keep is None else keep
+    weight = units * keep  # [N]
+    total = weight.sum()
+    n_units = units[keep > 0].sum()
+    if total <= 0 or n_units <= 1:
+        return torch.zeros_like(terms)
+    mean = (weight[:, None] * terms).sum(0) / total  # [C]
+    s = terms.sum(1)  # [N]
+    var = (weight * (s - mean.sum()) ** 2).sum() / total * n_units / (n_units - 1)
+    std = var.sqrt()
+    scale = terms[weight > 0].abs().max()
+    if std <= DEGENERATE_RTOL * scale:
+        return torch.zeros_like(terms)
+    return (terms - mean) / (std + eps)
+
+
+def saw_weights(rewards: Tensor, reward_min: Tensor, delta: float = SAW_DELTA) -> Tensor:
+    """SAW's coefficient-of-variation weights of the rewards (He et al. 2026, as defined in DESIGN).
+
+    r̃_k = r_k - r_k^min + delta;  CV_k = std_batch(r̃_k) / (mean_batch(r̃_k) + delta);
+    ω_k = K · CV_k / Σ_l CV_l, or ω_k = 1 for all k when Σ_l CV_l <= delta.
+
+    std_batch is unbiased; a batch of one response has CV = 0 (so equal weights). Rewards a rounding
+    error below their minimum count as the minimum.
+
+    Args:
+        rewards: [N, K] float.
+        reward_min: [K] float, each reward's lowest value.
+        delta: SAW's delta.
+
+    Returns:
+        [K] float, mean 1.
+
+    Notation:
+        CV coefficient of variation of a reward over the batch.
+    """
+    n, k = rewards.shape
+    shifted = (rewards - reward_min).clamp(min=0) + delta  # [N, K]
+    mean = shifted.mean(0)  # [K]
+    std = shifted.std(0, correction=1) if n > 1 else torch.zeros_like(mean)
+    cv = std / (mean + delta)  # [K]
+    if cv.sum() <= delta:
+        return torch.ones_like(cv)
+    return k * cv / cv.sum()
+
+
+def dara_scales(zscores: Tensor, group: Tensor, num_groups: int, cap: float = 5.0) -> Tensor:
+    """DARA's per-reward scale λ from the share of groups where the reward varies (Zheng et al. 2026).
+
+    π_k = (1/P) · #{groups i : Σ_{j in i} |A[j, k]| > 1e-8};
+    λ_k = min(cap, sqrt(max_l π_l / π_k)), λ_k = 1 if π_k = 0.
+
+    Args:
+        zscores: [N, K] float, group z-scores A.
+        group: [N] long, group index in [0, P).
+        num_groups: P.
+        cap: the largest scale (DESIGN: 5).
+
+    Returns:
+        [K] float >= 1.
+
+    Notation:
+        π_k active share of reward k; a reward that varies in fewer groups gets a larger λ.
+    """
+    k = zscores.shape[1]
+    mass = torch.zeros(num_groups, k, dtype=zscores.dtype, device=zscores.device).index_add_(
+        0, group, zscores.abs()
+    )
+    share = (mass > ACTIVE_TOL).to(zscores.dtype).mean(0)  # [K]
+    ratio = share.max() / share.clamp(min=torch.finfo(share.dtype).tiny)
+    lam = ratio.sqrt().clamp(max=cap)
+    return torch.where(share > 0, lam, torch.ones_like(lam))
+
+
+def sa_mrpo_weights(rewards: Tensor, reward_min: Tensor, reward_max: Tensor, gamma: float = 0.5) -> Tensor:
+    """SA-MRPO's saturation discount of each reward (Wang et al. 2026b, as defined in DESIGN).
+
+    s_k = (mean_batch(r_k) - r_k^min) / (r_k^max - r_k^min);  w_k = (1 - s_k)^γ
+
+    s_k is clamped to [0, 1] (rewards may pass a bound by rounding); 0^0 = 1.
+
+    Args:
+        rewards: [N, K] float.
+        reward_min, reward_max: [K] float, reward_max > reward_min.
+        gamma: discount exponent γ >= 0.
+
+    Returns:
+        [K] float in [0, 1].
+
+    Notation:
+        s_k saturation of reward k in the batch (1 = every response at the maximum).
+    """
+    sat = ((rewards.mean(0) - reward_min) / (reward_max - reward_min)).clamp(0.0, 1.0)  # [K]
+    return (1.0 - sat) ** gamma
+
+
+def gd2po_keep(advantages: Tensor, variant: str = "hard") -> Tensor:
+    """GD²PO's keep weight κ of each response (Liu et al. 2026a, as defined in DESIGN).
+
+    hard (DESIGN): a response conflicts if some A[j, k] > 1e-8 and some A[j, l] < -1e-8;
+    κ_j = 0 if it conflicts, else 1.
+    snr (this project's own soft variant, not from the paper): κ_j = |Σ_k A[j, k]| / Σ_k |A[j, k]|,
+    the share of the per-reward signal that survives the sum: 1 without conflict, 0 when the rewards
+    cancel, 1 for an all-zero row.
+
+    Args:
+        advantages: [N, K] float, A[j, k] = w_k · (group z-score).
+        variant: "hard" or "snr".
+
+    Returns:
+        [N] float in [0, 1].
+
+    Notation:
+        κ_j keep weight of response j.
+    """
+    if variant == "hard":
+        conflict = (advantages > ACTIVE_TOL).any(1) & (advantages < -ACTIVE_TOL).any(1)  # [N]
+        return (~conflict).to(advantages.dtype)
+    if variant == "snr":
+        total_abs = advantages.abs().sum(1)  # [N]
+        ratio = advantages.sum(1).abs() / total_abs.clamp(min=torch.finfo(advantages.dtype).tiny)
+        return torch.where(total_abs > 0, ratio.clamp(max=1.0), torch.ones_like(total_abs))
+    raise ValueError(f"gd2po variant must be 'hard' or 'snr'; got {variant!r}")
+
+
+def group_correlation_sum(rewards: Tensor, group: Tensor, num_groups: int) -> Tensor:
+    """Σ_{k,l} ρ_kl of each group's Pearson correlation matrix of the rewards (CorrGRPO, DESIGN).
+
+    ρ_kl = cov_group(r_k, r_l) / sqrt(var_group(r_k) · var_group(r_l)); a reward constant in the group
+    has a zero row and column, its diagonal included. Σ ρ_kl = var(Σ_k z_k) for the standardized
+    rewards z, so it is >= 0 up to rounding.
+
+    Args:
+        rewards: [N, K] float.
+        group: [N] long, group index in [0, P).
+        num_groups: P.
+
+    Returns:
+        [P] float.
+
+    Notation:
+        ρ correlation matrix [K, K] of one group.
+    """
+    k = rewards.shape[1]
+    st = group_stats(rewards, group, num_groups)
+    outer = st.centered[:, :, None] * st.centered[:, None, :]  # [N, K, K]
+    cov = torch.zeros(num_groups, k, k, dtype=rewards.dtype, device=rewards.device)
+    cov = cov.index_add_(0, group, outer)  # [P, K, K], unnormalized (the factor cancels in ρ)
+    var = st.sumsq  # [P, K]
+    active = ~st.constant  # [P, K]
+    both = active[:, :, None] & active[:, None, :]  # [P, K, K]
+    denom = (var[:, :, None] * var[:, None, :]).sqrt()
+    rho = torch.where(both, cov / denom.clamp(min=torch.finfo(rewards.dtype).tiny), torch.zeros_like(cov))
+    eye = torch.eye(k, dtype=torch.bool, device=rewards.device)
+    rho = torch.where(eye & both, torch.ones_like(rho), rho)  # exact unit diagonal for varying rewards
+    return rho.sum((1, 2))
+
+
+# --------------------------------------------------------------------------------------------------
+# Registered methods
+# --------------------------------------------------------------------------------------------------
+
+
+@ADVANTAGES.register("grpo")
+def grpo(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+    """GRPO of the weighted reward sum, split by reward (Shao et al. 2024, DeepSeekMath; DESIGN).
+
+    Â[j, k] = w_k (r[j, k] - mean_group(r[:, k])) / (std_group(R) + eps),  R_j = Σ_k w_k r[j, k]
+
+    The row sum is the usual GRPO advantage (R_j - mean_group(R)) / (std_group(R) + eps). No batch
+    normalization. A group of size 1 has mean 0 and std 1 (Â = w_k r / (1 + eps)); a group whose R is
+    constant gets 0, also when its individual rewards vary.
+
+    Args:
+        rewards: [N, K] float.
+        group_ids: [N] ids.
+        weights: [K] float >= 0 or None (ones).
+        reward_min, reward_max: unused.
+        **options: ``eps`` (1e-6).
+
+    Returns:
+        [N, K] advantages.
+
+    Notation:
+        R_j weighted reward sum of response j; std_group unbiased.
+    """
+    b = _prepare("grpo", rewards, group_ids, weights, reward_min, reward_max)
+    opt = _options("grpo", options, _EPS_OPT)
+    eps = opt["eps"]
+    terms = b.r * b.w  # [N, K]
+    st = group_stats(terms, b.group, b.num_groups)
+    total = group_stats(terms.sum(1, keepdim=True), b.group, b.num_groups)
+    std = (total.sumsq[:, 0] / (total.count - 1).clamp(min=1)).sqrt()  # [P]
+    scale = torch.zeros(b.num_groups, dtype=terms.dtype, device=terms.device)
+    scale = scale.scatter_reduce(0, b.group, terms.abs().sum(1), "amax")  # [P]
+    single = total.count == 1  # [P]
+    flat = ~single & (std <= DEGENERATE_RTOL * scale)  # [P]: R constant (only rounding in std)
+    adv = st.centered / (std[b.group, None] + eps)  # [N, K]
+    adv = torch.where(single[b.group, None], terms / (1.0 + eps), adv)
+    adv = torch.where(flat[b.group, None], torch.zeros_like(adv), adv)
+    return b.finish(adv)
+
+
+@ADVANTAGES.register("gdpo")
+def gdpo(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+    """GDPO: group z-score per reward, then batch normalization of the weighted sum (Liu et al. 2026).
+
+    A = group_zscore(r);  Â[j, k] = (w_k A[j, k] - mean_batch(w_k A[:, k])) / (std_batch(Σ_l w_l A[:, l]) + eps)
+
+    (arXiv 2601.05242; DESIGN section 3). The row sum is the batch-normalized Σ_k w_k A[j, k], which is
+    TRL's ``multi_objective_aggregation="normalize_then_sum"`` advantage when ``eps=1e-4`` and groups
+    have two or more responses.
+
+    Args:
+        rewards: [N, K] float.
+        group_ids: [N] ids.
+        weights: [K] float >= 0 or None (ones).
+        reward_min, reward_max: unused.
+        **options: ``eps`` (1e-6); ``whiten`` ("response" | "token") and ``lengths`` ([N] token counts,
+            required for "token"), see :func:`whiten_columns`.
+
+    Returns:
+        [N, K] advantages.
+
+    Notation:
+        A group z-scores (unbiased std); batch statistics over the N responses (or their tokens).
+    """
+    b = _prepare("gdpo", rewards, group_ids, weights, reward_min, reward_max)
+    opt = _options("gdpo", options, {**_EPS_OPT, **_WHITEN_OPTS})
+    units = _units(b, opt)
+    z = group_zscore(b.r, b.group, b.num_groups, opt["eps"])
+    return b.finish(whiten_columns(z * b.w, opt["eps"], units))
+
+
+@ADVANTAGES.register("saw")
+def saw(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+    """SAW: GDPO with each reward weighted by its batch coefficient of variation (He et al. 2026).
+
+    r̃_k = r_k - r_k^min + δ;  CV_k = std_batch(r̃_k) / (mean_batch(r̃_k) + δ);
+    ω_k = K · CV_k / Σ_l CV_l (1 for all k if Σ_l CV_l <= δ);  then GDPO with weights u_k · ω_k
+
+    δ = 1e-8 (DESIGN). ``u`` are the user's ``weights`` (None = ones, giving DESIGN's SAW exactly); they
+    multiply the computed ω. See :func:`saw_weights`.
+
+    Args:
+        rewards: [N, K] float, each >= reward_min.
+        group_ids: [N] ids.
+        weights: [K] float >= 0 or None (ones).
+        reward_min: [K] float, required (each verifier's declared minimum).
+        reward_max: unused.
+        **options: ``eps`` (1e-6), ``whiten``, ``lengths`` (as GDPO).
+
+    Returns:
+        [N, K] advantages.
+
+    Notation:
+        CV coefficient of variation (unbiased std / mean) of the shifted reward over the batch.
+    """
+    b = _prepare("saw", rewards, group_ids, weights, reward_min, reward_max, needs_min=True)
+    opt = _options("saw", options, {**_EPS_OPT, **_WHITEN_OPTS})
+    units = _units(b, opt)
+    w = b.w * saw_weights(b.r, b.reward_min)
+    z = group_zscore(b.r, b.group, b.num_groups, opt["eps"])
+    return b.finish(whiten_columns(z * w, opt["eps"], units))
+
+
+@ADVANTAGES.register("dara")
+def dara(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+    """DARA: larger, capped weight for rewards that vary in fewer groups (Zheng et al. 2026).
+
+    A = group_zscore(r); λ = dara_scales(A) (λ_k = min(5, sqrt(max_l π_l / π_k)));
+    asym (default): t[j, k] = A[j, k] + (λ_k - 1) · max(A[j, k], 0)
+    sym:            t[j, k] = λ_k · A[j, k]
+    Â[j, k] = (w_k t[j, k] - mean_batch(w_k t[:, k])) / (std_batch(Σ_l w_l t[:, l]) + eps)
+
+    (DESIGN section 3: "GDPO batch normalization of the sum".)
+
+    Args:
+        rewards: [N, K] float.
+        group_ids: [N] ids.
+        weights: [K] float >= 0 or None (ones).
+        reward_min, reward_max: unused.
+        **options: ``eps`` (1e-6), ``variant`` ("asym" | "sym"), ``whiten``, ``lengths`` (as GDPO).
+
+    Returns:
+        [N, K] advantages.
+
+    Notation:
+        π_k share of groups in which reward k varies; λ_k its scale (>= 1).
+    """
+    b = _prepare("dara", rewards, group_ids, weights, reward_min, reward_max)
+    opt = _options("dara", options, {**_EPS_OPT, "variant": ("asym", _choice("asym", "sym")), **_WHITEN_OPTS})
+    units = _units(b, opt)
+    z = group_zscore(b.r, b.group, b.num_groups, opt["eps"])
+    lam = dara_scales(z, b.group, b.num_groups)  # [K]
+    if opt["variant"] == "asym":
+        t = z + (lam - 1.0) * z.clamp(min=0)
+    else:
+        t = lam * z
+    return b.finish(whiten_columns(t * b.w, opt["eps"], units))
+
+
+@ADVANTAGES.register("dvao")
+def dvao(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+    """DVAO: per-reward centering over a variance-weighted denominator (Jiang et al. 2026).
+
+    per group:  Â[j, k] = w_k (r[j, k] - μ_k) / Σ_l w_l σ_l,  Â = 0 if Σ_l w_l σ_l <= 1e-8
+
+    μ_k, σ_k are the group mean and population std (also for a group of size 1, which therefore gets
+    0). Equivalently Σ_k λ_k A_k with A_k = (r_k - μ_k) / σ_k and λ_k = w_k σ_k / Σ_l w_l σ_l. No batch
+    normalization. The scale of w cancels (default w_k = 1/K, as in DESIGN). DESIGN's formula has no
+    eps: the ``eps`` option is accepted for the shared interface and does not change DVAO.
+
+    Args:
+        rewards: [N, K] float.
+        group_ids: [N] ids.
+        weights: [K] float >= 0 or None (1/K).
+        reward_min, reward_max: unused.
+        **options: ``eps`` (no effect, see above).
+
+    Returns:
+        [N, K] advantages.
+
+    Notation:
+        σ_k population std of reward k in the group.
+    """
+    b = _prepare(
+        "dvao", rewards, group_ids, weights, reward_min, reward_max, default_weight=lambda k: 1.0 / k
+    )
+    _options("dvao", options, _EPS_OPT)
+    st = group_stats(b.r, b.group, b.num_groups)
+    sigma = (st.sumsq / st.count[:, None]).sqrt()  # [P, K], population std
+    denom = (sigma * b.w).sum(1)  # [P]
+    ok = denom > DVAO_TOL
+    adv = b.w * st.centered / torch.where(ok, denom, torch.ones_like(denom))[b.group, None]
+    adv = torch.where(ok[b.group, None], adv, torch.zeros_like(adv))
+    return b.finish(adv)
+
+
+@ADVANTAGES.register("sa_mrpo")
+def sa_mrpo(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+    """SA-MRPO: GDPO with each reward discounted by its batch saturation (Wang et al. 2026b).
+
+    s_k = (mean_batch(r_k) - r_k^min) / (r_k^max - r_k^min);  ω_k = (1 - s_k)^γ;
+    then GDPO with weights u_k · ω_k
+
+    γ = 0.5 by default (DESIGN). ``u`` are the user's ``weights`` (None = ones, giving DESIGN's SA-MRPO
+    exactly); they multiply the computed ω. See :func:`sa_mrpo_weights`.
+
+    Args:
+        rewards: [N, K] float within [reward_min, reward_max].
+        group_ids: [N] ids.
+        weights: [K] float >= 0 or None (ones).
+        reward_min, reward_max: [K] float, both required, reward_max > reward_min.
+        **options: ``eps`` (1e-6), ``gamma`` (0.5, >= 0), ``whiten``, ``lengths`` (as GDPO).
+
+    Returns:
+        [N, K] advantages.
+
+    Notation:
+        s_k saturation of reward k in the batch.
+    """
+    b = _prepare(
+        "sa_mrpo", rewards, group_ids, weights, reward_min, reward_max, needs_min=True, needs_max=True
+    )
+    opt = _options("sa_mrpo", options, {**_EPS_OPT, "gamma": (0.5, _nonnegative_number), **_WHITEN_OPTS})
+    units = _units(b, opt)
+    w = b.w * sa_mrpo_weights(b.r, b.reward_min, b.reward_max, opt["gamma"])
+    z = group_zscore(b.r, b.group, b.num_groups, opt["eps"])
+    return b.finish(whiten_columns(z * w, opt["eps"], units))
+
+
+@ADVANTAGES.register("gd2po")
+def gd2po(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+    """GD²PO: drop responses whose rewards disagree in sign, scale prompts by their kept share (Liu et al. 2026a).
+
+    A[j, k] = w_k · group_zscore(r)[j, k];  κ = gd2po_keep(A, variant);
+    δ_i = mean_{j in group i} κ_j (hard: the kept share of the group);  x_j = δ_{g(j)} Σ_k A[j, k];
+    Â_j = κ_j · (x_j - mean(x)) / (std(x) + eps), mean and std over the batch weighted by κ
+    (hard: over the kept responses), see :func:`whiten_columns`;
+    Â[j, k] = Â_j · A[j, k] / Σ_l A[j, l]  (Â_j / K for each k when Σ_l A[j, l] = 0)
+
+    The split gives the row sum Â_j. Variant "hard" is DESIGN's; "snr" (soft keep weight
+    |Σ_k A| / Σ_k |A|) is this project's own choice, not from the paper. All zeros if nothing is kept.
+
+    Args:
+        rewards: [N, K] float.
+        group_ids: [N] ids.
+        weights: [K] float >= 0 or None (ones).
+        reward_min, reward_max: unused.
+        **options: ``eps`` (1e-6), ``variant`` ("hard" | "snr"), ``whiten``, ``lengths`` (as GDPO; with
+            "token" the whitening weight is κ_j times the token count).
+
+    Returns:
+        [N, K] advantages.
+
+    Notation:
+        κ_j keep weight, δ_i kept share of group i, x_j the scaled sum, Â_j its whitened value.
+    """
+    b = _prepare("gd2po", rewards, group_ids, weights, reward_min, reward_max)
+    opt = _options(
+        "gd2po", options, {**_EPS_OPT, "variant": ("hard", _choice("hard", "snr")), **_WHITEN_OPTS}
+    )
+    units = _units(b, opt)
+    a = b.w * group_zscore(b.r, b.group, b.num_groups, opt["eps"])  # [N, K]
+    kappa = gd2po_keep(a, opt["variant"])  # [N]
+    count = torch.zeros(b.num_groups, dtype=a.dtype, device=a.device).index_add_(
+        0, b.group, torch.ones_like(kappa)
+    )
+    delta = torch.zeros_like(count).index_add_(0, b.group, kappa) / count  # [P]
+    row = a.sum(1)  # [N]
+    x = delta[b.group] * row  # [N]
+    adv_row = kappa * whiten_columns(x[:, None], opt["eps"], units, kappa)[:, 0]  # [N]
+    k = a.shape[1]
+    share = torch.where(
+        (row != 0)[:, None],
+        a / torch.where(row != 0, row, torch.ones_like(row))[:, None],
+        torch.full_like(a, 1.0 / k),
+    )  # [N, K], rows sum to 1
+    return b.finish(adv_row[:, None] * share)
+
+
+@ADVANTAGES.register("corr_grpo")
+def corr_grpo(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+    """CorrGRPO: centered weighted rewards over the std of the correlated sum (DESIGN section 3).
+
+    per group:  c[j, k] = w_k (r[j, k] - μ_k);  ρ = Pearson correlation matrix of the group's rewards
+    (zero row and column for a constant reward);  Â[j, k] = c[j, k] / sqrt(max(0, Σ_{k,l} ρ_kl) + eps)
+
+    DESIGN names no paper for this method. μ_k is the group's own mean, also for a group of size 1
+    (which therefore gets 0). ρ is of the unweighted rewards. No batch normalization. See
+    :func:`group_correlation_sum`.
+
+    Args:
+        rewards: [N, K] float.
+        group_ids: [N] ids.
+        weights: [K] float >= 0 or None (ones).
+        reward_min, reward_max: unused.
+        **options: ``eps`` (1e-6).
+
+    Returns:
+        [N, K] advantages.
+
+    Notation:
+        c centered weighted rewards; Σ ρ_kl the variance of the sum of standardized rewards.
+    """
+    b = _prepare("corr_grpo", rewards, group_ids, weights, reward_min, reward_max)
+    opt = _options("corr_grpo", options, _EPS_OPT)
+    st = group_stats(b.r, b.group, b.num_groups)
+    rho_sum = group_correlation_sum(b.r, b.group, b.num_groups)  # [P]
+    denom = (rho_sum.clamp(min=0) + opt["eps"]).sqrt()  # [P]
+    return b.finish(b.w * st.centered / denom[b.group, None])
