@@ -1,0 +1,137 @@
+"""IFEval / IFBench scoring: predictions in, prompt- and instruction-level accuracy out (no model needed).
+
+For prompt i with instructions I_i, strict verdicts s_{i,m} and loose verdicts l_{i,m} in {0, 1}
+(:mod:`mrtpo.tasks.instruct.checkers`), as in the official ``evaluation_lib.py``:
+
+    prompt_strict = (1/P) Σ_i Π_{m ∈ I_i} s_{i,m}          inst_strict = Σ_i Σ_m s_{i,m} / Σ_i |I_i|
+    prompt_loose  = (1/P) Σ_i Π_{m ∈ I_i} l_{i,m}          inst_loose  = Σ_i Σ_m l_{i,m} / Σ_i |I_i|
+
+``per_instruction[id]`` gives n, strict and loose accuracy per instruction id and ``per_group[g]`` per
+id prefix (``"keywords"`` of ``"keywords:existence"``; IFBench's "tier0"). A checker that needs missing
+NLTK data without a fallback, or that raises, counts as not followed; ``unavailable`` / ``errors``
+count those per id, so a result affected by them says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mrtpo.tasks.instruct import checkers
+
+
+def strip_think(response: str) -> str:
+    """The response after a ``</think>`` tag (reasoning models); "" if a ``<think>`` block is unclosed."""
+    s = response.strip()
+    if "</think>" in s:
+        return s.split("</think>", 1)[1].strip()
+    return "" if s.startswith("<think>") else response
+
+
+def evaluate_row(row: Mapping[str, Any], response: str) -> dict[str, Any]:
+    """Verdicts of one prompt: ``{"key", "instruction_id_list", "strict": [bool], "loose": [bool],
+    "errors": [str]}`` (an empty string in ``errors`` where the checker ran)."""
+    strict, loose, errors = [], [], []
+    prompt = str(row.get("prompt", ""))
+    for m, (iid, kw) in enumerate(zip(row["instruction_id_list"], row["kwargs"], strict=True)):
+        try:
+            checker = checkers.build_checker(iid, kw, prompt)
+            s = checkers.follows(checker, response)
+            lo = s or checkers.follows(checker, response, loose=True)
+            err = ""
+        except checkers.MissingNltkData as e:
+            s = lo = False
+            err = f"unavailable: {e}"
+        except ValueError as e:
+            raise ValueError(f"row {row.get('key', '?')!r}, instruction {m} ({iid}): {e}") from None
+        except Exception as e:  # a crash on this response: not followed
+            s = lo = False
+            err = f"{type(e).__name__}: {e}"
+        strict.append(bool(s))
+        loose.append(bool(lo))
+        errors.append(err)
+    return {
+        "key": row.get("key"),
+        "instruction_id_list": list(row["instruction_id_list"]),
+        "strict": strict,
+        "loose": loose,
+        "errors": errors,
+    }
+
+
+def evaluate_predictions(rows: Sequence[Mapping[str, Any]], responses: Sequence[str]) -> list[dict[str, Any]]:
+    """:func:`evaluate_row` for each (row, response) pair; ValueError when the counts differ."""
+    if len(rows) != len(responses):
+        raise ValueError(f"{len(rows)} rows but {len(responses)} responses")
+    return [evaluate_row(r, str(resp)) for r, resp in zip(rows, responses)]
+
+
+def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Metrics (module docstring) of :func:`evaluate_row` results. Accuracies are fractions in [0, 1]."""
+    n_prompts = len(results)
+    per_id: dict[str, dict[str, float]] = {}
+    per_group: dict[str, dict[str, float]] = {}
+    unavailable: dict[str, int] = {}
+    errors: dict[str, int] = {}
+    p_strict = p_loose = i_strict = i_loose = n_inst = 0
+    for r in results:
+        p_strict += all(r["strict"])
+        p_loose += all(r["loose"])
+        for iid, s, lo, err in zip(r["instruction_id_list"], r["strict"], r["loose"], r["errors"]):
+            n_inst += 1
+            i_strict += s
+            i_loose += lo
+            for table, key in ((per_id, iid), (per_group, iid.split(":")[0])):
+                e = table.setdefault(key, {"n": 0, "strict": 0, "loose": 0})
+                e["n"] += 1
+                e["strict"] += s
+                e["loose"] += lo
+            if err:
+                target = unavailable if err.startswith("unavailable") else errors
+                target[iid] = target.get(iid, 0) + 1
+    for table in (per_id, per_group):
+        for e in table.values():
+            e["strict"] /= e["n"]
+            e["loose"] /= e["n"]
+    return {
+        "n_prompts": n_prompts,
+        "n_instructions": n_inst,
+        "prompt_strict": p_strict / max(n_prompts, 1),
+        "prompt_loose": p_loose / max(n_prompts, 1),
+        "inst_strict": i_strict / max(n_inst, 1),
+        "inst_loose": i_loose / max(n_inst, 1),
+        "per_instruction": dict(sorted(per_id.items())),
+        "per_group": dict(sorted(per_group.items())),
+        "unavailable": unavailable,
+        "errors": errors,
+    }
+
+
+def score_predictions(rows: Sequence[Mapping[str, Any]], responses: Sequence[str]) -> dict[str, Any]:
+    """Metrics of ``responses`` to benchmark ``rows`` (``prompt``, ``instruction_id_list``, ``kwargs``)."""
+    return aggregate(evaluate_predictions(rows, responses))
+
+
+def format_report(metrics: Mapping[str, Any], title: str = "") -> str:
+    """A plain-text table: the four headline accuracies, then one line per instruction id (percent)."""
+    lines = [title] if title else []
+    lines.append(
+        f"prompt-level  strict {100 * metrics['prompt_strict']:6.2f}  loose {100 * metrics['prompt_loose']:6.2f}"
+        f"   ({metrics['n_prompts']} prompts)"
+    )
+    lines.append(
+        f"instruction   strict {100 * metrics['inst_strict']:6.2f}  loose {100 * metrics['inst_loose']:6.2f}"
+        f"   ({metrics['n_instructions']} instructions)"
+    )
+    width = max([len(k) for k in metrics["per_instruction"]] + [len("instruction id")])
+    lines.append("")
+    lines.append(f"{'instruction id':<{width}}  {'n':>4}  {'strict':>6}  {'loose':>6}")
+    for iid, e in metrics["per_instruction"].items():
+        lines.append(f"{iid:<{width}}  {e['n']:>4}  {100 * e['strict']:6.1f}  {100 * e['loose']:6.1f}")
+    for name, table in (
+        ("unavailable (missing NLTK data)", metrics["unavailable"]),
+        ("checker errors", metrics["errors"]),
+    ):
+        if table:
+            lines.append(f"{name}: " + ", ".join(f"{k} x{v}" for k, v in table.items()))
+    return "\n".join(lines)
