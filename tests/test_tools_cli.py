@@ -54,7 +54,7 @@ def test_eval_bfcl_end_to_end(model_dir, tmp_path, capsys, style):
     printed = capsys.readouterr().out
     assert "simple_java" in printed and "live_overall" in printed
     report = json.loads(out.read_text())
-    assert report["prompt_style"] == style
+    assert report["prompt_style"] == style and report["sampling"]["max_new_tokens"] == 4
     assert [r["id"] for r in report["rows"]] == [
         "simple_python_0", "simple_python_1", "simple_java_0", "simple_java_1",
         "live_parallel_0-0-0", "live_parallel_1-0-1",

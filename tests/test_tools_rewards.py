@@ -249,3 +249,9 @@ def test_docstring_examples():
     import mrtpo.tasks.tools.rewards as rewards_module
 
     assert doctest.testmod(rewards_module).failed == 0
+
+
+def test_deeply_nested_output_is_a_parse_failure_not_a_crash():
+    deep = "<think> a </think>\n<tool_call>\n" + "[" * 100_000 + "]" * 100_000 + "\n</tool_call>"
+    ex = rows_to_examples(ROWS)[0]
+    assert [v.score(ex, deep) for v in ToolsTask().verifiers(ex)] == [0.0, -3.0]

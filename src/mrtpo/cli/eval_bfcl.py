@@ -73,8 +73,14 @@ def run(args) -> int:
         report = {
             "benchmark": "BFCL-v4 single-turn AST",
             "model": args.model,
+            "data": str(args.data_dir or B.default_data_dir()),
             "prompt_style": args.prompt_style,
             "limit_per_category": args.limit,
+            "sampling": {
+                "max_new_tokens": args.max_new_tokens,
+                "temperature": args.temperature,
+                "top_p": args.top_p,
+            },
             "categories": metrics["categories"],
             "summary": metrics["summary"],
             "rows": metrics["rows"],

@@ -81,5 +81,6 @@ class ToolsTask(Task):
         with_calls = [row for ex, row in zip(examples, rows) if ex.meta.get("reference_calls")]
         if not with_calls:
             return {}
-        exact = sum(1 for row in with_calls if float(row[1]) >= 3.0 - 1e-9)
+        k = self.reward_names.index("correctness")
+        exact = sum(1 for row in with_calls if float(row[k]) >= 3.0 - 1e-9)
         return {"exact_calls": exact / len(with_calls), "call_examples": float(len(with_calls))}

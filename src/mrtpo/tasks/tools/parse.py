@@ -116,6 +116,8 @@ def parse_calls(body: str, *, one_per_line: bool = True) -> list[dict[str, Any]]
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ToolCallParseError(f"tool_call line {i} is not JSON ({e.msg})") from None
+            except RecursionError:
+                raise ToolCallParseError(f"tool_call line {i} is nested too deeply") from None
             calls.append(normalize_call(obj, f"tool_call line {i}"))
         return calls
     decoder = json.JSONDecoder()
@@ -129,6 +131,8 @@ def parse_calls(body: str, *, one_per_line: bool = True) -> list[dict[str, Any]]
             obj, pos = decoder.raw_decode(body, pos)
         except json.JSONDecodeError as e:
             raise ToolCallParseError(f"tool_call body is not JSON at offset {pos} ({e.msg})") from None
+        except RecursionError:
+            raise ToolCallParseError(f"tool_call body is nested too deeply at offset {pos}") from None
         for item in obj if isinstance(obj, list) else [obj]:
             calls.append(normalize_call(item, f"tool_call item {len(calls)}"))
 
@@ -164,7 +168,7 @@ def call_spans(response: str) -> list[tuple[int, int]]:
                 continue
             try:
                 _, end = decoder.raw_decode(line, m.end())
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue
             spans.append((offset + line_start + m.end(), offset + line_start + end))
             last_end = end

@@ -90,7 +90,7 @@ def format_verdict(response: str, tags: Sequence[str]) -> Verdict:
         for i, line in lines:
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 return Verdict(0.0, f"tool_call line {i} is not JSON")
             if not isinstance(obj, dict):
                 return Verdict(0.0, f"tool_call line {i} is not a JSON object")
