@@ -456,7 +456,8 @@ def _resolve(value: Any, schema: dict) -> Any:
 
 
 def ground_truth_calls(entry: BfclEntry) -> list[tuple[str, dict[str, Any]]]:
-    """One correct answer: per expected call, the first allowed value of every parameter it needs."""
+    """One correct answer, ``[(name, {param: value})]``: a parameter whose alternatives allow omission
+    (``""``) is left out unless the doc requires it; otherwise its first listed value is used."""
     docs = {f["name"]: f for f in entry.functions}
     calls = []
     for call in entry.ground_truth:
