@@ -1,0 +1,239 @@
+"""The SQL sandbox: read-only single statements, time and size limits, nothing written, a robust pool."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+
+import pytest
+
+from mrtpo.tasks.sql.sandbox import SandboxPool, check_query, run_query
+
+TIMEOUT = 0.5
+INFINITE_COUNT = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
+INFINITE_ROWS = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT i FROM r"
+
+
+@pytest.fixture(scope="module")
+def db_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sandbox")
+    con = sqlite3.connect(d / "shop.sqlite")
+    con.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL)")
+    con.executemany("INSERT INTO items VALUES (?, ?, ?)", [(i, f"item{i}", i * 1.5) for i in range(1, 201)])
+    con.commit()
+    con.close()
+    return d
+
+
+@pytest.fixture(scope="module")
+def db(db_dir):
+    return db_dir / "shop.sqlite"
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with SandboxPool(2, timeout=TIMEOUT, max_rows=1000, kill_grace=0.25) as p:
+        yield p.start()
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- static check --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT 1",
+        "select name from items where price > 3;",
+        "  -- leading comment\nWITH t AS (SELECT 1) SELECT * FROM t",
+        "VALUES (1), (2)",
+        "SELECT 'a;b' AS x; -- trailing comment ; with a semicolon",
+        'SELECT "we;ird" FROM items /* ; */',
+        "select [a;b] from (select 1 as [a;b])",
+    ],
+)
+def test_check_query_accepts_single_reads(sql):
+    assert check_query(sql) is None
+
+
+@pytest.mark.parametrize(
+    ("sql", "reason"),
+    [
+        ("", "empty query"),
+        ("   \n\t ", "empty query"),
+        ("-- only a comment\n/* and another */", "empty query"),
+        (";", "empty query"),
+        ("SELECT 1; SELECT 2", "only one statement"),
+        ("SELECT 1; DROP TABLE items", "only one statement"),
+        ("SELECT 1;;SELECT 2", "only one statement"),
+        ("INSERT INTO items VALUES (999, 'x', 1)", "'INSERT'"),
+        ("UPDATE items SET price = 0", "'UPDATE'"),
+        ("DELETE FROM items", "'DELETE'"),
+        ("DROP TABLE items", "'DROP'"),
+        ("ATTACH DATABASE 'x.db' AS x", "'ATTACH'"),
+        ("PRAGMA user_version = 7", "'PRAGMA'"),
+        ("VACUUM INTO '/tmp/copy.db'", "'VACUUM'"),
+        ("BEGIN", "'BEGIN'"),
+        ("CREATE TEMP TABLE t (a)", "'CREATE'"),
+        ("(SELECT 1)", "got '(SELECT'"),  # SQLite itself rejects a statement that starts with "("
+        (None, "must be a string"),
+        ("SELECT " + "1," * 60_000 + "1", "characters; the limit"),
+    ],
+)
+def test_check_query_refuses(sql, reason):
+    got = check_query(sql)
+    assert got is not None and reason in got
+
+
+# -- execution ------------------------------------------------------------------------------------
+
+
+def test_select_returns_rows_and_columns(pool, db):
+    r = pool.run(db, "SELECT id, name FROM items WHERE price <= 4.5 ORDER BY id")
+    # price = 1.5 * id <= 4.5  <=>  id in {1, 2, 3}
+    assert r.ok and r.kind == "" and r.error == ""
+    assert r.columns == ["id", "name"]
+    assert r.rows == [(1, "item1"), (2, "item2"), (3, "item3")]
+
+
+def test_run_query_default_pool(db):
+    r = run_query(db, "SELECT count(*) FROM items", timeout=2.0)
+    assert r.ok and r.rows == [(200,)]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "WITH t AS (SELECT 1) DELETE FROM items",
+        "WITH t AS (SELECT 1) INSERT INTO items SELECT 999, 'x', 1.0",
+        "WITH t AS (SELECT 1) UPDATE items SET price = 0",
+        "SELECT load_extension('/tmp/evil')",
+        "SELECT * FROM pragma_table_info('items')",
+        "SELECT fts3_tokenizer('simple')",
+    ],
+)
+def test_authorizer_refuses_what_the_static_check_lets_through(pool, db, sql):
+    r = pool.run(db, sql)
+    assert not r.ok and r.rows == []
+    assert r.kind in ("refused", "error")
+    assert r.error
+
+
+def test_writes_and_escapes_leave_the_database_and_folder_untouched(pool, db, db_dir):
+    before = _digest(db)
+    files_before = sorted(p.name for p in db_dir.iterdir())
+    attack = [
+        "INSERT INTO items VALUES (999, 'x', 1)",
+        "UPDATE items SET price = 0",
+        "DELETE FROM items",
+        "DROP TABLE items",
+        "CREATE TABLE evil (a)",
+        "ALTER TABLE items ADD COLUMN z",
+        f"ATTACH DATABASE '{db_dir / 'attached.db'}' AS a",
+        "PRAGMA user_version = 7",
+        "PRAGMA journal_mode = WAL",
+        f"VACUUM INTO '{db_dir / 'copy.db'}'",
+        "VACUUM",
+        "REINDEX",
+        "ANALYZE",
+        "BEGIN IMMEDIATE",
+        "WITH t AS (SELECT 1) DELETE FROM items",
+        "SELECT 1; DELETE FROM items",
+        "SELECT load_extension('x')",
+        INFINITE_COUNT,
+        "SELECT count(*) FROM items a, items b, items c, items d",
+        "SELECT a.id FROM items a, items b, items c",
+        "",
+    ]
+    results = pool.map([(db, sql) for sql in attack])
+    assert [r.ok for r in results] == [False] * len(attack)
+    assert all(r.rows == [] and r.error for r in results)
+    assert _digest(db) == before
+    assert sorted(p.name for p in db_dir.iterdir()) == files_before  # no journal, wal, shm, copies
+    assert pool.run(db, "SELECT count(*) FROM items").rows == [(200,)]
+
+
+def test_never_ending_recursive_cte_times_out(pool, db):
+    t0 = time.monotonic()
+    r = pool.run(db, INFINITE_COUNT)
+    elapsed = time.monotonic() - t0
+    assert not r.ok and r.kind == "timeout" and "timed out" in r.error
+    assert TIMEOUT * 0.9 <= elapsed < TIMEOUT + 1.0
+
+
+def test_unbounded_results_fail_instead_of_truncating(pool, db):
+    # a never-ending row stream and a 200^3 = 8,000,000-row cross join both pass max_rows = 1000 quickly
+    for sql in (INFINITE_ROWS, "SELECT a.id, b.id, c.id FROM items a, items b, items c"):
+        r = pool.run(db, sql)
+        assert not r.ok and r.kind == "too_large" and "max_rows=1000" in r.error and r.rows == []
+    # exactly at the cap is fine: 1000 rows
+    r = pool.run(
+        db, "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 1000) SELECT i FROM r"
+    )
+    assert r.ok and len(r.rows) == 1000 and r.rows[-1] == (1000,)
+
+
+def test_expensive_aggregate_over_cross_join_times_out(pool, db):
+    r = pool.run(db, "SELECT count(*) FROM items a, items b, items c, items d")  # 1.6e9 rows
+    assert not r.ok and r.kind == "timeout"
+
+
+def test_byte_cap_and_value_length_limit(db, tmp_path):
+    with SandboxPool(1, timeout=2.0, max_bytes=10_000, max_value_bytes=5_000) as p:
+        # 200 rows x ~200 bytes = ~40,000 bytes > max_bytes = 10,000
+        r = p.run(db, "SELECT printf('%.200c', 'x') FROM items")
+        assert not r.ok and r.kind == "too_large" and "max_bytes=10000" in r.error
+        # one value longer than SQLITE_LIMIT_LENGTH = 5,000 cannot be built
+        r = p.run(db, "SELECT length(zeroblob(6000))")
+        assert not r.ok and r.kind == "error" and "too big" in r.error
+        assert p.run(db, "SELECT length(zeroblob(4000))").rows == [(4000,)]
+
+
+def test_bad_queries_return_failures_not_exceptions(pool, db, tmp_path):
+    not_a_db = tmp_path / "junk.sqlite"
+    not_a_db.write_bytes(b"this is not a database" * 100)
+    cases = [
+        (db, "SELECT nosuch FROM items", "error", "no such column"),
+        (db, "SELEC 1", "refused", "got 'SELEC'"),
+        (db, "SELECT 'unterminated", "error", "unrecognized token"),
+        (tmp_path / "missing.sqlite", "SELECT 1", "error", "not found"),
+        (not_a_db, "SELECT 1", "error", "cannot open database"),
+    ]
+    for (_path, sql, kind, text), r in zip(cases, pool.map([(p, s) for p, s, _, _ in cases])):
+        assert not r.ok and r.kind == kind and text in r.error, (sql, r)
+
+
+def test_kill_at_the_deadline_when_sqlite_never_returns_control(db):
+    # interrupt=False: only the parent's kill enforces the limit (as for one long C-level call)
+    with SandboxPool(1, timeout=0.3, kill_grace=0.2, interrupt=False) as p:
+        p.start()
+        t0 = time.monotonic()
+        r = p.run(db, INFINITE_COUNT)
+        elapsed = time.monotonic() - t0
+        assert not r.ok and r.kind == "timeout" and "worker killed" in r.error
+        assert 0.5 <= elapsed < 1.5  # killed at timeout + kill_grace = 0.5 s
+        assert p.kills == 1
+        assert p.run(db, "SELECT count(*) FROM items").rows == [(200,)]  # a fresh worker took over
+
+
+def test_one_pathological_query_does_not_stall_the_rest(pool, db):
+    jobs = [(db, INFINITE_COUNT)] + [(db, f"SELECT name FROM items WHERE id = {i}") for i in range(1, 61)]
+    t0 = time.monotonic()
+    results = pool.map(jobs)
+    elapsed = time.monotonic() - t0
+    assert results[0].kind == "timeout"
+    assert [r.rows for r in results[1:]] == [[(f"item{i}",)] for i in range(1, 61)]
+    # the 60 quick queries ran on the other worker while the first one used up its time limit
+    assert max(r.seconds for r in results[1:]) < TIMEOUT
+    assert elapsed < TIMEOUT + 1.0
+
+
+def test_pool_argument_errors():
+    with pytest.raises(ValueError, match=r"SandboxPool.workers must be >= 1, got 0"):
+        SandboxPool(0)
+    with pytest.raises(ValueError, match=r"SandboxPool.timeout must be > 0"):
+        SandboxPool(1, timeout=0)
