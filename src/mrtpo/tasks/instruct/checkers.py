@@ -29,7 +29,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import json
+import random
 import sys
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -163,17 +166,34 @@ def clean_kwargs(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
-def _build(instruction_id: str, kwargs: Mapping[str, Any] | None, prompt: str):
+@contextlib.contextmanager
+def _seeded(key: str | None):
+    """Python's global ``random`` (which the checkers draw from) seeded from ``key``, then restored;
+    no change when ``key`` is None."""
+    if key is None:
+        yield
+        return
+    state = random.getstate()
+    random.seed(zlib.crc32(key.encode("utf-8")))
+    try:
+        yield
+    finally:
+        random.setstate(state)
+
+
+def _build(instruction_id: str, kwargs: Mapping[str, Any] | None, prompt: str, *, seeded: bool = True):
     classes, _, _ = _load()
     if instruction_id not in classes:
         raise ValueError(_unknown(instruction_id))
     checker = classes[instruction_id](instruction_id)
     kw = clean_kwargs(kwargs)
+    key = f"{instruction_id}|{json.dumps(kw, sort_keys=True, default=str)}" if seeded else None
     try:
-        description = checker.build_description(**kw)
-        args = checker.get_instruction_args()
-        if args and "prompt" in args:
-            checker.build_description(prompt=prompt)
+        with _seeded(key):
+            description = checker.build_description(**kw)
+            args = checker.get_instruction_args()
+            if args and "prompt" in args:
+                checker.build_description(prompt=prompt)
     except (TypeError, ValueError, KeyError) as e:
         raise ValueError(f"kwargs {kw} do not fit instruction {instruction_id!r}: {e}") from None
     return checker, description
@@ -181,7 +201,9 @@ def _build(instruction_id: str, kwargs: Mapping[str, Any] | None, prompt: str):
 
 def build_checker(instruction_id: str, kwargs: Mapping[str, Any] | None = None, prompt: str = ""):
     """The upstream checker object of ``instruction_id`` built with ``kwargs`` (and ``prompt`` where its
-    arguments include one). Missing kwargs are drawn at random by the checker, as upstream does.
+    arguments include one). A kwarg that is missing or invalid (IFEval rows 1122 and 1129 ask for the
+    "letter" ``#`` and ``!``) is drawn at random by the checker, as upstream does, but from a seed
+    derived from the id and kwargs, so the same row always gets the same draw.
 
     Raises:
         ValueError: unknown id, or kwargs the checker does not accept.
@@ -189,11 +211,14 @@ def build_checker(instruction_id: str, kwargs: Mapping[str, Any] | None = None, 
     return _build(instruction_id, kwargs, prompt)[0]
 
 
-def build_with_description(instruction_id: str, kwargs: Mapping[str, Any] | None = None, prompt: str = ""):
+def build_with_description(
+    instruction_id: str, kwargs: Mapping[str, Any] | None = None, prompt: str = "", *, seeded: bool = True
+):
     """``(checker, description)``: the checker and its own description sentence for these kwargs, e.g.
     "Finish your response with this exact phrase Any questions?. No other words should follow this
-    phrase." (kwargs left out are drawn at random once, so both come from the same draw)."""
-    return _build(instruction_id, kwargs, prompt)
+    phrase." Kwargs left out are drawn once for both; ``seeded=False`` draws them from Python's global
+    ``random`` as it stands (the synthetic generator seeds it itself)."""
+    return _build(instruction_id, kwargs, prompt, seeded=seeded)
 
 
 def describe(instruction_id: str, kwargs: Mapping[str, Any] | None = None, prompt: str = "") -> str:

@@ -108,7 +108,7 @@ def _draw(iid: str, task: str, tries: int = 50) -> tuple[str, dict, str]:
     that rebuild differently."""
     given = {"prompt_to_repeat": task} if iid == "combination:repeat_prompt" else {}
     for _ in range(tries):
-        checker, sentence = checkers.build_with_description(iid, given)
+        checker, sentence = checkers.build_with_description(iid, given, seeded=False)
         kwargs = {**dict(checker.get_instruction_args() or {}), **given}
         if iid == "length_constraints:nth_paragraph_first_word" and not (
             1 <= kwargs["nth_paragraph"] <= kwargs["num_paragraphs"]
