@@ -539,9 +539,34 @@ def _specs(rng: random.Random) -> list[Database]:
                 parent="doctors",
                 fk="doctor_id",
                 rel="treated by {v}",
+                childless=4,
+            ),
+            Table(
+                "visits",
+                "visit",
+                "visits",
+                "code",
+                "code",
+                tuple(f"V-{501 + 3 * i}" for i in range(45)),
+                (
+                    Col("cost", "num", "cost", sql_type="REAL", lo=20, hi=2500, step=0.01),
+                    Col("visit_year", "num", "visit year", lo=2015, hi=2024, aggs=("avg", "max", "min")),
+                    Col(
+                        "reason",
+                        "cat",
+                        "reason",
+                        "reasons",
+                        "TEXT",
+                        values=("checkup", "injury", "follow-up", "surgery"),
+                    ),
+                ),
+                parent="patients",
+                fk="patient_id",
+                rel="made by {v}",
             ),
         ),
-        cap=60,
+        chain=("visits", "patients", "doctors", "made by patients treated by {v}"),
+        cap=70,
     )
     return [school, store, library, music, airline, clinic]
 

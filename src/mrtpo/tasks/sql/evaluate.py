@@ -58,12 +58,16 @@ def score_predictions(
     if names != list(REWARDS):
         raise ValueError(f"verifiers must be ordered {list(REWARDS)}, got {names}")
     try:
-        for v in verifiers:  # run every query of the batch in parallel first
-            if hasattr(v, "prefetch"):
-                v.prefetch(examples, responses)
+        # batched verdicts: the distinct queries of the batch run once each, in parallel
+        columns = [
+            v.verdicts(examples, responses)
+            if hasattr(v, "verdicts")
+            else [v.verdict(e, r) for e, r in zip(examples, responses)]
+            for v in verifiers
+        ]
         records = []
-        for ex, resp in zip(examples, responses):
-            verdicts = [v.verdict(ex, resp) for v in verifiers]
+        for i, (ex, resp) in enumerate(zip(examples, responses)):
+            verdicts = [col[i] for col in columns]
             rec = {
                 "id": ex.id,
                 "split": ex.meta.get("split", ""),

@@ -256,19 +256,21 @@ class _SqlRunVerifier(Verifier):
         span = parse_response(response, extraction=self.extraction).sql_span
         return [span] if span else []
 
-    def prefetch(self, examples: Sequence[Example], responses: Sequence[str]) -> None:
-        """Run the queries of a batch in parallel (results land in the runner's caches)."""
-        jobs = []
-        for ex, resp in zip(examples, responses, strict=True):
-            sql = self._sql(resp)
-            if sql is not None:
-                jobs.append((str(_meta(ex, "db_path")), sql))
-        if jobs:
-            self.runner.predicted_many(jobs)
+    def verdicts(self, examples: Sequence[Example], responses: Sequence[str]) -> list[Verdict]:
+        """Verdicts of a batch; its distinct queries run once each, in parallel on the pool."""
+        sqls = [self._sql(r) for r in responses]
+        jobs = [(str(_meta(ex, "db_path")), s) for ex, s in zip(examples, sqls, strict=True) if s is not None]
+        results = iter(self.runner.predicted_many(jobs) if jobs else [])
+        return [self._judge(ex, s, next(results) if s is not None else None) for ex, s in zip(examples, sqls)]
+
+    def verdict(self, example: Example, response: str) -> Verdict:
+        return self.verdicts([example], [response])[0]
 
     def __call__(self, completions: Sequence[str], examples: Sequence[Example]) -> list[float]:
-        self.prefetch(examples, completions)
-        return [self.score(ex, c) for ex, c in zip(examples, completions, strict=True)]
+        return [float(v.value) for v in self.verdicts(examples, completions)]
+
+    def _judge(self, example: Example, sql: str | None, result: QueryResult | None) -> Verdict:
+        raise NotImplementedError
 
 
 class SqlExecutableVerifier(_SqlRunVerifier):
@@ -277,14 +279,12 @@ class SqlExecutableVerifier(_SqlRunVerifier):
     name = "executable"
     bounds = (0.0, 1.0)
 
-    def verdict(self, example: Example, response: str) -> Verdict:
-        sql = self._sql(response)
-        if sql is None:
+    def _judge(self, example: Example, sql: str | None, result: QueryResult | None) -> Verdict:
+        if sql is None or result is None:
             return Verdict(0.0, "no SQL found in the response")
-        res = self.runner.predicted(str(_meta(example, "db_path")), sql)
-        if not res.ok:
-            return Verdict(0.0, f"query failed ({res.kind}): {res.error}")
-        return Verdict(1.0, f"ran: {len(res.rows)} rows")
+        if not result.ok:
+            return Verdict(0.0, f"query failed ({result.kind}): {result.error}")
+        return Verdict(1.0, f"ran: {len(result.rows)} rows")
 
 
 class SqlExecutionVerifier(_SqlRunVerifier):
@@ -298,24 +298,22 @@ class SqlExecutionVerifier(_SqlRunVerifier):
         super().__init__(runner, extraction=extraction)
         self.match = match
 
-    def prefetch(self, examples: Sequence[Example], responses: Sequence[str]) -> None:
+    def verdicts(self, examples: Sequence[Example], responses: Sequence[str]) -> list[Verdict]:
         self.runner.gold_many([(str(_meta(ex, "db_path")), str(_meta(ex, "gold_sql"))) for ex in examples])
-        super().prefetch(examples, responses)
+        return super().verdicts(examples, responses)
 
-    def verdict(self, example: Example, response: str) -> Verdict:
+    def _judge(self, example: Example, sql: str | None, result: QueryResult | None) -> Verdict:
         db = str(_meta(example, "db_path"))
         gold_sql = str(_meta(example, "gold_sql"))
         gold = self.runner.gold(db, gold_sql)
         if not gold.ok:
             return Verdict(0.0, f"gold query failed ({gold.kind}): {gold.error}")
-        sql = self._sql(response)
-        if sql is None:
+        if sql is None or result is None:
             return Verdict(0.0, "no SQL found in the response")
-        res = self.runner.predicted(db, sql)
-        if not res.ok:
-            return Verdict(0.0, f"query failed ({res.kind}): {res.error}")
+        if not result.ok:
+            return Verdict(0.0, f"query failed ({result.kind}): {result.error}")
         semantics = self.match or example.meta.get("match", "spider")
-        if execution_match(res.rows, gold.rows, gold_sql, semantics):
+        if execution_match(result.rows, gold.rows, gold_sql, semantics):
             return Verdict(1.0, f"result matches the gold result ({semantics})")
-        shape = f"{len(res.rows)}x{len(res.columns)} vs gold {len(gold.rows)}x{len(gold.columns)}"
+        shape = f"{len(result.rows)}x{len(result.columns)} vs gold {len(gold.rows)}x{len(gold.columns)}"
         return Verdict(0.0, f"result differs from the gold result ({semantics}; rows x columns {shape})")
