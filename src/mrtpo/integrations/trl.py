@@ -1,0 +1,781 @@
+"""MRTPO on TRL: :class:`MRTPOConfig` (a ``GRPOConfig``) and :class:`MRTPOTrainer` (a ``GRPOTrainer``).
+
+Adapted to ``trl>=1.16,<1.17``. TRL does the generation (transformers or vLLM), the old/reference
+log-probabilities, the clipped surrogate, gradient accumulation and the processes. The subclass only
+changes three seams:
+
+1. ``_calculate_rewards``: scores each response with the task's verifier objects (DESIGN section 4)
+   and keeps the gathered reward matrix ``[N, K]`` (all processes);
+2. ``_generate_and_score_completions``: after TRL's own pass, replaces TRL's advantages with
+   ``mrtpo.advantages.compute(method, rewards [N, K], group_ids [N]) -> [N, K]``, slices this
+   process's rows and, when token credit is on, replays the local responses (``mrtpo.replay``) and
+   allocates (``mrtpo.credit.allocate``), handing TRL's loss advantages ``[B, T]``; with
+   ``credit="none"`` TRL gets the row sums ``[B]`` (the response-level method);
+3. ``_compute_loss``: only for the OPSD baseline (``loss="opsd"``), a self-distillation divergence
+   (``mrtpo.losses``) instead of the policy-gradient surrogate.
+
+Baselines (DESIGN section 6; the papers' code is not public, these are this project's choices):
+
+- **OPSD** (``loss="opsd"``): teacher = the policy on the full context ``C`` (privileged segments
+  included), under ``torch.no_grad`` with the current weights at each micro-batch; student = the policy
+  on the rollout prompt (TRL's prompt ids) with gradient; per-token generalized JSD (``opsd_beta``,
+  default 0.5) or forward KL(teacher || student) over the full vocabulary at the sampling temperature
+  (logits / ``temperature``, as TRL's log-probabilities), on the sampled response tokens; loss =
+  token mean over the micro-batch / gradient-accumulation steps. Rewards are scored and logged but do
+  not enter the loss. Examples without privileged segments make teacher = student (loss 0; a warning
+  is logged once).
+- **CoRT** (``credit="cort"``): joint replay (``C`` and ``C_-all``) with relevance
+  ``|log pi(y_t | C) - log pi(y_t | C_-all)|`` of the sampled token at the sampling temperature, used as
+  the single shared distance row of ``mrtpo.credit.allocate`` on the response advantage of
+  ``advantage_method`` (use ``grpo`` for the paper's setting): ``S = A ((1 - b_s) + b_s rel / mean rel)``
+  with ``b_s = credit_beta * min(1, step / cort_ramp_steps)`` (linear ramp from 0).
+
+Reuse of the rollout pass: when TRL runs its old-log-probability pass (``gradient_accumulation_steps``
+not a multiple of ``steps_per_generation * num_iterations``, or vLLM importance sampling) a forward
+hook on the decoder body keeps its last hidden states, and replay does not run ``C`` again for
+responses whose full context equals the rollout prompt (CoRT then reuses TRL's log-probabilities
+instead). Otherwise replay runs ``C`` itself (1 FPE). TRL's pass runs in training mode under its
+autocast; replay runs the other contexts in eval mode.
+
+Notation: N responses in the gathered batch, B local responses, K rewards, T response tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import torch
+from accelerate.utils import gather
+from trl import GRPOConfig, GRPOTrainer
+
+from mrtpo import advantages as adv_registry
+from mrtpo import credit as credit_mod
+from mrtpo import replay as replay_mod
+from mrtpo.integrations import data as data_mod
+from mrtpo.integrations.passes import left_pad_concat, response_hidden
+from mrtpo.integrations.run_logging import (
+    SAMPLES_JSONL,
+    JSONLMetricsCallback,
+    append_jsonl,
+    write_run_json,
+)
+from mrtpo.losses import (
+    DIVERGENCES,
+    cort_relevance,
+    distill_divergence_from_hidden,
+    linear_ramp,
+    masked_token_mean,
+)
+from mrtpo.prompt import has_privileged
+from mrtpo.tasks.base import Example, Task
+
+logger = logging.getLogger(__name__)
+
+CREDITS = ("reward", "joint", "shuffled", "uniform", "none", "cort")
+LOSSES = ("policy", "opsd")
+
+
+@dataclass
+class MRTPOConfig(GRPOConfig):
+    """TRL's ``GRPOConfig`` plus the multi-reward method, token credit and the baselines.
+
+    TRL's own ``beta`` is the KL coefficient to a reference model; the allocation strength of DESIGN
+    section 5 is ``credit_beta`` here (``method.beta`` in YAML configs). TRL's ``reward_weights`` are
+    the weights w_k of the advantage methods.
+    """
+
+    _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "advantage_options"]
+
+    advantage_method: str = field(
+        default="gdpo",
+        metadata={
+            "help": "Response-level method of mrtpo.advantages: grpo, gdpo, saw, dara, dvao, sa_mrpo, "
+            "gd2po, corr_grpo (DESIGN section 3)."
+        },
+    )
+    advantage_options: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Options of the advantage method, e.g. {'eps': 1e-4} (TRL's GDPO epsilon), "
+            "{'whiten': 'token'} (the trainer passes the response lengths), {'gamma': 0.5} for sa_mrpo."
+        },
+    )
+    credit: Literal["reward", "joint", "shuffled", "uniform", "none", "cort"] = field(
+        default="reward",
+        metadata={
+            "help": "Token credit: 'reward' (MRTPO, one replay distance per reward), 'joint' (one "
+            "distance without every reward's information), 'shuffled' (MRTPO weights permuted: the "
+            "control), 'uniform' (w = 1, [B, T] advantages equal to the response level), 'none' "
+            "(TRL gets [B] row sums), 'cort' (CoRT baseline: sampled-token log-prob difference)."
+        },
+    )
+    credit_beta: float = field(
+        default=0.5,
+        metadata={
+            "help": "Allocation strength beta in [0, 1]: S = sum_k A_k ((1 - beta) + beta w_k). For "
+            "credit='cort' the final value of the ramped strength."
+        },
+    )
+    cort_ramp_steps: int = field(
+        default=50,
+        metadata={
+            "help": "CoRT: optimizer steps over which the strength ramps linearly from 0 to credit_beta "
+            "(0: no ramp)."
+        },
+    )
+    loss: Literal["policy", "opsd"] = field(
+        default="policy",
+        metadata={
+            "help": "'policy': TRL's clipped surrogate on the (token) advantages. 'opsd': on-policy "
+            "self-distillation from the policy on the privileged full context (needs credit='none')."
+        },
+    )
+    opsd_divergence: Literal["jsd", "forward_kl"] = field(
+        default="jsd",
+        metadata={"help": "OPSD per-token divergence: generalized JSD or KL(teacher || student)."},
+    )
+    opsd_beta: float = field(
+        default=0.5, metadata={"help": "OPSD generalized-JSD mixture weight, in (0, 1)."}
+    )
+    replay_token_budget: int = field(
+        default=16384,
+        metadata={"help": "Replay micro-batch bound: rows x padded length of one no-grad forward."},
+    )
+    replay_chunk_size: int = field(
+        default=256,
+        metadata={
+            "help": "Response rows projected onto the vocabulary at a time (replay distances, OPSD); "
+            "memory O(chunk * V)."
+        },
+    )
+    replay_prefix_sharing: bool = field(
+        default=True, metadata={"help": "Run the shared prefix of a replay micro-batch once (KV cache)."}
+    )
+    run_files: bool = field(
+        default=True,
+        metadata={
+            "help": "Write run.json, metrics.jsonl and samples.jsonl into output_dir (docs/run-format.md)."
+        },
+    )
+    log_samples: int = field(
+        default=2,
+        metadata={
+            "help": "Responses of the main process saved to samples.jsonl per logged step, with their "
+            "per-token distances and token advantages."
+        },
+    )
+    log_localization: bool = field(
+        default=True,
+        metadata={"help": "Log localization ratios of verifiers that define checked_spans."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if isinstance(self.advantage_options, str):
+            import json
+
+            self.advantage_options = json.loads(self.advantage_options) if self.advantage_options else None
+        opts = self.advantage_options or {}
+        if not isinstance(opts, dict):
+            raise ValueError(f"advantage_options must be a mapping of option names to values, got {opts!r}")
+        if "lengths" in opts:
+            raise ValueError("advantage_options.lengths is set by the trainer (response lengths); remove it")
+        if self.advantage_method not in adv_registry.available():
+            raise ValueError(
+                f"advantage_method={self.advantage_method!r} is unknown; known: {', '.join(adv_registry.available())}"
+            )
+        if self.credit not in CREDITS:
+            raise ValueError(f"credit={self.credit!r} must be one of {', '.join(CREDITS)}")
+        if isinstance(self.credit_beta, bool) or not 0.0 <= float(self.credit_beta) <= 1.0:
+            raise ValueError(f"credit_beta={self.credit_beta!r} must be a number in [0, 1]")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss={self.loss!r} must be one of {', '.join(LOSSES)}")
+        if self.loss == "opsd" and self.credit != "none":
+            raise ValueError(
+                f"loss='opsd' uses no advantages: set credit='none' (got credit={self.credit!r})"
+            )
+        if self.opsd_divergence not in DIVERGENCES:
+            raise ValueError(
+                f"opsd_divergence={self.opsd_divergence!r} must be one of {', '.join(DIVERGENCES)}"
+            )
+        if not 0.0 < float(self.opsd_beta) < 1.0:
+            raise ValueError(f"opsd_beta={self.opsd_beta!r} must be in (0, 1)")
+        if self.cort_ramp_steps < 0:
+            raise ValueError(f"cort_ramp_steps={self.cort_ramp_steps} must be >= 0")
+        if self.replay_token_budget < 1 or self.replay_chunk_size < 1:
+            raise ValueError(
+                f"replay_token_budget={self.replay_token_budget} and replay_chunk_size={self.replay_chunk_size} "
+                "must be >= 1"
+            )
+        if self.log_samples < 0:
+            raise ValueError(f"log_samples={self.log_samples} must be >= 0")
+
+
+def _reward_column(name: str):
+    """A named placeholder reward function: TRL needs K named reward functions; scoring happens in
+    :meth:`MRTPOTrainer._calculate_rewards` through the verifier objects."""
+
+    def column(prompts=None, completions=None, **kwargs):
+        raise RuntimeError(f"reward {name!r} is scored by MRTPOTrainer._calculate_rewards")
+
+    column.__name__ = name
+    return column
+
+
+@dataclass
+class _Scored:
+    """What ``_calculate_rewards`` keeps for the rest of the step (local rows unless said otherwise)."""
+
+    examples: list[Example]
+    texts: list[str]
+    completion_ids: list[list[int]]
+    rewards: torch.Tensor  # [N, K] gathered over processes
+    verifiers: list[list[Any]]  # [B][K]
+
+
+class MRTPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` with verifier rewards, the advantage registry, token credit and the baselines.
+
+    Args:
+        model: a model instance or a local path / hub id (as ``GRPOTrainer``).
+        args: :class:`MRTPOConfig`.
+        task: the task whose ``verifiers(example)`` score every response; ``task.reward_names`` are the K
+            reward columns.
+        train_dataset: a list of :class:`~mrtpo.tasks.base.Example` or a dataset with ``prompt`` and
+            ``example`` columns (:func:`mrtpo.integrations.data.examples_to_dataset`).
+        eval_dataset: same forms, optional.
+        processing_class: the tokenizer (left padding; a chat template).
+        run_info: extra keys for ``run.json`` (model name, config file, ...).
+        **kwargs: passed to ``GRPOTrainer`` (callbacks, optimizers, peft_config, ...); ``reward_funcs``
+            is not accepted (the verifiers are the rewards).
+
+    After each generation, :attr:`last_batch` holds the batch's rewards ``[N, K]``, the advantages
+    ``[N, K]``, TRL's own local advantages ``[B]`` (from its ``multi_objective_aggregation``), the local
+    token advantages ``[B, T]`` and distances ``[B, K', T]``: the hook the demo and tests inspect.
+    """
+
+    def __init__(
+        self,
+        model,
+        args: MRTPOConfig,
+        task: Task,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        run_info: dict[str, Any] | None = None,
+        **kwargs,
+    ):
+        if "reward_funcs" in kwargs:
+            raise ValueError("MRTPOTrainer takes a task (verifier objects), not reward_funcs")
+        if not isinstance(args, MRTPOConfig):
+            raise ValueError(f"args must be an MRTPOConfig, got {type(args).__name__}")
+        if not isinstance(task, Task):
+            raise ValueError(f"task must be a mrtpo Task, got {type(task).__name__}")
+        self.task = task
+        self.reward_names = list(task.reward_names)
+        train_dataset = data_mod.as_dataset(train_dataset)
+        eval_dataset = data_mod.as_dataset(eval_dataset)
+        if train_dataset is None:
+            raise ValueError("train_dataset is required")
+        first = data_mod.example_from_row(train_dataset[0])
+        vs = task.verifiers(first)
+        if [v.name for v in vs] != self.reward_names:
+            raise ValueError(
+                f"task.verifiers(example {first.id!r}) returns {[v.name for v in vs]}; expected the reward columns "
+                f"{self.reward_names}"
+            )
+        self.reward_bounds = [tuple(float(b) for b in v.bounds) for v in vs]
+        self._check_advantage_options(args)
+        if args.loss == "opsd" and not has_privileged(first.segments):
+            logger.warning(
+                "OPSD: example %r has no privileged segment, so the teacher context equals the rollout prompt "
+                "and the distillation loss is 0 for it",
+                first.id,
+            )
+        super().__init__(
+            model=model,
+            reward_funcs=[_reward_column(n) for n in self.reward_names],
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            **kwargs,
+        )
+        self._scored: _Scored | None = None
+        self._captured: list[torch.Tensor] | None = None
+        self._warned_prompt = False
+        self.last_batch: dict[str, Any] = {}
+        self.run_info = dict(run_info or {})
+        if args.run_files:
+            self.add_callback(JSONLMetricsCallback(args.output_dir))
+            if self.accelerator.is_main_process:
+                write_run_json(args.output_dir, self._run_json())
+
+    # ------------------------------------------------------------------ setup helpers
+
+    def _check_advantage_options(self, args: MRTPOConfig) -> None:
+        """Run the method once on a tiny batch so a bad option fails at construction, naming it."""
+        k = len(self.reward_names)
+        lo = torch.tensor([b[0] for b in self.reward_bounds])
+        hi = torch.tensor([b[1] for b in self.reward_bounds])
+        rewards = torch.stack([lo, hi])  # [2, K]
+        opts = dict(args.advantage_options or {})
+        if opts.get("whiten") == "token":
+            opts["lengths"] = torch.ones(2)
+        weights = (
+            None if args.reward_weights is None else torch.tensor(args.reward_weights, dtype=torch.float32)
+        )
+        if weights is not None and weights.numel() != k:
+            raise ValueError(
+                f"reward_weights has {weights.numel()} entries; expected K={k} ({self.reward_names})"
+            )
+        adv_registry.compute(
+            args.advantage_method, rewards, [0, 0], weights=weights, reward_min=lo, reward_max=hi, **opts
+        )
+
+    def _run_json(self) -> dict[str, Any]:
+        a = self.args
+        model = getattr(getattr(self.model, "config", None), "_name_or_path", None)
+        info = {
+            "task": getattr(self.task, "name", type(self.task).__name__),
+            "model": model,
+            "advantage_method": a.advantage_method,
+            "advantage_options": a.advantage_options or {},
+            "credit": a.credit,
+            "beta": a.credit_beta,
+            "loss": a.loss,
+            "seed": a.seed,
+            "reward_names": self.reward_names,
+            "reward_bounds": [list(b) for b in self.reward_bounds],
+            "whiten": (a.advantage_options or {}).get("whiten", "response"),
+        }
+        info.update(self.run_info)
+        info["trl"] = {k: v for k, v in a.to_dict().items() if not k.startswith("_")}
+        return info
+
+    def _unwrapped(self):
+        return self.accelerator.unwrap_model(self.model)
+
+    # ------------------------------------------------------------------ seam 1: rewards
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        device = self.accelerator.device
+        examples = [data_mod.example_from_row(x) for x in inputs]
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        verifiers = [self.task.verifiers(ex) for ex in examples]
+        k = len(self.reward_names)
+        local = torch.zeros(len(examples), k, dtype=torch.float32)
+        for col in range(k):
+            objs = [vs[col] for vs in verifiers]
+            if all(o is objs[0] for o in objs):  # one object for the batch: its batch call (may parallelise)
+                local[:, col] = torch.tensor(objs[0](texts, examples), dtype=torch.float32)
+            else:
+                local[:, col] = torch.tensor([o.score(ex, t) for o, ex, t in zip(objs, examples, texts)])
+        bad = (~torch.isfinite(local)).nonzero()
+        if len(bad):
+            j, c = (int(i) for i in bad[0])
+            raise ValueError(
+                f"verifier {self.reward_names[c]!r} returned {local[j, c].item()} for example {examples[j].id!r}"
+            )
+        rewards = gather(local.to(device))  # [N, K]
+        self._scored = _Scored(
+            examples, texts, [list(map(int, c)) for c in completion_ids_list], rewards, verifiers
+        )
+        return rewards
+
+    # ------------------------------------------------------------------ capture of the rollout pass
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *a, **kw):
+        if self._captured is None or model is not self.model:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *a, **kw
+            )
+        t = logits_to_keep
+
+        def hook(module, args, output):
+            self._captured.append(output.last_hidden_state[:, -t - 1 : -1].detach())
+
+        handle = self._unwrapped().get_decoder().register_forward_hook(hook)
+        try:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *a, **kw
+            )
+        finally:
+            handle.remove()
+
+    # ------------------------------------------------------------------ seam 2: advantages
+
+    def _generate_and_score_completions(self, inputs):
+        needs_replay = self.args.credit in ("reward", "joint", "shuffled", "cort")
+        self._captured = [] if needs_replay else None
+        try:
+            out = super()._generate_and_score_completions(inputs)
+        finally:
+            captured, self._captured = self._captured, None
+        scored, self._scored = self._scored, None
+        mode = "train" if self.model.training else "eval"
+        g = self.num_generations if mode == "train" else self.num_generations_eval
+        b = len(scored.examples)
+        n = scored.rewards.shape[0]
+        pi = self.accelerator.process_index
+        rows = slice(pi * b, (pi + 1) * b)
+        device = self.accelerator.device
+
+        # response-level advantages from the gathered reward matrix, then this process's rows
+        a = self.args
+        opts = dict(a.advantage_options or {})
+        lengths_local = out["completion_mask"].sum(1).float()  # [B]
+        if opts.get("whiten") == "token":
+            opts["lengths"] = gather(lengths_local).cpu()
+        weights = None if a.reward_weights is None else torch.tensor(a.reward_weights, dtype=torch.float32)
+        bounds = torch.tensor(self.reward_bounds, dtype=torch.float32)  # [K, 2]
+        group_ids = torch.arange(n) // g
+        adv_all = adv_registry.compute(
+            a.advantage_method,
+            scored.rewards.cpu(),
+            group_ids,
+            weights=weights,
+            reward_min=bounds[:, 0],
+            reward_max=bounds[:, 1],
+            **opts,
+        ).float()  # [N, K]
+        adv_local = adv_all[rows].to(device)  # [B, K]
+        # pairs whose advantage is 0 up to rounding (a reward constant in its group) are not replayed
+        active = adv_local.abs() > adv_registry.ACTIVE_TOL  # [B, K]
+        mask = out["completion_mask"]
+        if "tool_mask" in out:
+            mask = mask * out["tool_mask"]
+        mask = mask.bool()  # [B, T]
+
+        trl_adv_local = out["advantages"].detach().cpu()  # [B], TRL's own aggregation (kept for comparison)
+        for _ in range(min(n, len(self._logs["advantages"]))):  # the completions table shows ours
+            self._logs["advantages"].pop()
+        self._logs["advantages"].extend(adv_all.sum(1).tolist())
+        self._log_batch_metrics(mode, scored, adv_all, lengths_local)
+
+        distances = None
+        stats = None
+        if a.loss == "opsd":
+            out["advantages"] = torch.zeros(b, device=device)
+            out["opsd_full_ids"] = [self._full_ids(ex) for ex in scored.examples]
+            token_adv = None
+        elif a.credit == "none":
+            out["advantages"] = adv_local.sum(1)  # [B]
+            token_adv = None
+        elif a.credit == "uniform":
+            token_adv = credit_mod.allocate(adv_local, None, mask, beta=a.credit_beta, mode="uniform")
+            out["advantages"] = token_adv
+        elif a.credit == "cort":
+            token_adv, distances, stats = self._cort(out, scored, adv_local, active, mask, captured)
+            out["advantages"] = token_adv
+        else:
+            distances, stats = self._replay(out, scored, adv_local * active, captured)
+            gen = (
+                torch.Generator(device=device).manual_seed(
+                    int(a.seed) * 1_000_003 + self.state.global_step * 1009 + pi
+                )
+                if a.credit == "shuffled"
+                else None
+            )
+            token_adv = credit_mod.allocate(
+                adv_local, distances, mask, beta=a.credit_beta, mode=a.credit, generator=gen
+            )
+            out["advantages"] = token_adv
+        if stats is not None:
+            self._log_replay_metrics(mode, scored, distances, stats, mask)
+
+        self.last_batch = {
+            "rewards": scored.rewards.detach().cpu(),
+            "advantages": adv_all,
+            "trl_advantages": trl_adv_local,
+            "token_advantages": None if token_adv is None else token_adv.detach().cpu(),
+            "distances": None if distances is None else distances.detach().cpu(),
+            "completion_mask": mask.cpu(),
+            "process_rows": (rows.start, rows.stop),
+        }
+        if mode == "train" and a.run_files and self.accelerator.is_main_process and a.log_samples:
+            step = self.state.global_step + 1
+            if step == 1 or step % max(1, int(self.args.logging_steps)) == 0:
+                self._write_samples(step, scored, adv_local, active, distances, token_adv, mask)
+        return out
+
+    # ------------------------------------------------------------------ replay
+
+    def _contexts(self, examples: list[Example]) -> list[replay_mod.Contexts]:
+        cache: dict[str, replay_mod.Contexts] = {}
+        out = []
+        for ex in examples:
+            if ex.id not in cache:
+                cache[ex.id] = replay_mod.build_contexts(
+                    self.processing_class, ex.segments, self.reward_names, **(self.chat_template_kwargs or {})
+                )
+            out.append(cache[ex.id])
+        return out
+
+    def _full_ids(self, ex: Example) -> list[int]:
+        return replay_mod.tokenize_messages(
+            self.processing_class, ex.messages(privileged=True), **(self.chat_template_kwargs or {})
+        )
+
+    def _reusable_hidden(self, out, contexts, scored, captured) -> list[torch.Tensor | None] | None:
+        """Per response, the rollout pass's hidden states [T_j, H] when C is the rollout prompt."""
+        if not captured:
+            return None
+        hidden = torch.cat(captured, dim=0)  # [B, T, H]
+        prompt_ids, prompt_mask = out["prompt_ids"], out["prompt_mask"]
+        res: list[torch.Tensor | None] = []
+        for j, ctx in enumerate(contexts):
+            trl_prompt = prompt_ids[j][prompt_mask[j].bool()].tolist()
+            if tuple(trl_prompt) != ctx.rollout:
+                if not self._warned_prompt:
+                    logger.warning(
+                        "replay: the rollout prompt built from the segments differs from TRL's prompt ids "
+                        "(chat template kwargs?); the full context is replayed instead of reused"
+                    )
+                    self._warned_prompt = True
+                res.append(None)
+                continue
+            t = len(scored.completion_ids[j])
+            res.append(hidden[j, :t] if ctx.full_is_rollout else None)
+        return res
+
+    def _replay(self, out, scored, adv_local, captured):
+        """Distances [B, K', T] (K' = K, or 1 for joint) of the local responses, and the replay stats."""
+        contexts = self._contexts(scored.examples)
+        full_hidden = self._reusable_hidden(out, contexts, scored, captured)
+        mode = "joint" if self.args.credit == "joint" else "reward"
+        reqs = replay_mod.make_requests(
+            contexts, scored.completion_ids, mode=mode, advantages=adv_local.cpu(), full_hidden=full_hidden
+        )
+        res = replay_mod.replay(
+            self._unwrapped(),
+            reqs,
+            token_budget=self.args.replay_token_budget,
+            prefix_sharing=self.args.replay_prefix_sharing,
+            chunk_size=self.args.replay_chunk_size,
+            pad_id=self._tokenizer.pad_token_id or 0,
+        )
+        t = out["completion_ids"].shape[1]
+        d = torch.zeros(len(reqs), res.distances.shape[1], t, device=self.accelerator.device)  # [B, K', T]
+        d[:, :, : res.distances.shape[2]] = res.distances.to(d.device)
+        stats = {
+            "fpe": res.stats.fpe_per_response,
+            "seconds": res.stats.seconds,
+            "skipped": res.stats.pairs_skipped,
+            "pairs": len(reqs) * res.distances.shape[1],
+            "replayed": torch.tensor([[o is not None for o in r.others] for r in reqs], device=d.device),
+        }
+        return d, stats
+
+    def _cort(self, out, scored, adv_local, active, mask, captured):
+        """CoRT token advantages [B, T], relevance [B, 1, T] and stats (module docstring)."""
+        t0 = time.perf_counter()
+        contexts = self._contexts(scored.examples)
+        resp_adv = adv_local.sum(1, keepdim=True)  # [B, 1]
+        run = (resp_adv[:, 0].abs() > adv_registry.ACTIVE_TOL).nonzero(as_tuple=True)[0].tolist()
+        comp_ids, cmask = out["completion_ids"], out["completion_mask"]
+        b, t = comp_ids.shape
+        rel = torch.zeros(b, t, device=comp_ids.device)
+        fpe = 0.0
+        if run:
+            old = out.get("old_per_token_logps")
+            reuse = old is not None and all(
+                contexts[j].full_is_rollout
+                and tuple(out["prompt_ids"][j][out["prompt_mask"][j].bool()].tolist()) == contexts[j].rollout
+                for j in run
+            )
+            with torch.no_grad():
+                if reuse:
+                    logp_full = old[run]
+                else:
+                    logp_full = self._sampled_logps(
+                        [contexts[j].full for j in run], comp_ids[run], cmask[run]
+                    )
+                    fpe += 1.0
+                logp_joint = self._sampled_logps([contexts[j].joint for j in run], comp_ids[run], cmask[run])
+                fpe += 1.0
+            rel[run] = cort_relevance(logp_full, logp_joint, mask[run])
+        replayed = torch.zeros(b, 1, dtype=torch.bool, device=rel.device)  # [B, 1]
+        replayed[run] = True
+        strength = linear_ramp(self.state.global_step, self.args.credit_beta, self.args.cort_ramp_steps)
+        token_adv = credit_mod.allocate(resp_adv, rel[:, None, :], mask, beta=strength, mode="reward")
+        self._metrics["train" if self.model.training else "eval"]["cort/beta"].append(strength)
+        stats = {
+            "fpe": fpe * len(run) / max(1, b),
+            "seconds": time.perf_counter() - t0,
+            "skipped": b - len(run),
+            "pairs": b,
+            "replayed": replayed,
+        }
+        return token_adv, rel[:, None, :], stats
+
+    def _sampled_logps(self, contexts, completion_ids, completion_mask):
+        """log pi(y_t | context, y_<t) of the sampled tokens at the sampling temperature: [b, T] (TRL's pass)."""
+        ids, am = left_pad_concat(
+            contexts, completion_ids, completion_mask, self._tokenizer.pad_token_id or 0
+        )
+        logps, _, _ = super()._get_per_token_logps_and_entropies(
+            self.model, ids, am, completion_ids.shape[1], batch_size=self.args.per_device_train_batch_size
+        )
+        return logps
+
+    # ------------------------------------------------------------------ seam 3: OPSD loss
+
+    def _compute_loss(self, model, inputs):
+        if self.args.loss != "opsd":
+            return super()._compute_loss(model, inputs)
+        comp_ids, cmask = inputs["completion_ids"], inputs["completion_mask"]
+        mask = cmask if "tool_mask" not in inputs else cmask * inputs["tool_mask"]
+        t = comp_ids.shape[1]
+        ids = torch.cat([inputs["prompt_ids"], comp_ids], dim=1)
+        am = torch.cat([inputs["prompt_mask"], cmask], dim=1)
+        # student: through the (possibly DDP-wrapped) model so gradients synchronise; only 1 logit row kept
+        student = model(
+            input_ids=ids, attention_mask=am, output_hidden_states=True, logits_to_keep=1, use_cache=False
+        )
+        h_s = student.hidden_states[-1][:, -t - 1 : -1]  # [B, T, H]
+        unwrapped = self._unwrapped()
+        h_t = response_hidden(
+            unwrapped.get_decoder(),
+            inputs["opsd_full_ids"],
+            comp_ids,
+            cmask,
+            pad_id=self._tokenizer.pad_token_id or 0,
+        )  # [B, T, H], no grad
+        head = unwrapped.get_output_embeddings()
+        div = distill_divergence_from_hidden(
+            h_s,
+            h_t,
+            head.weight,
+            getattr(head, "bias", None),
+            mask.bool(),
+            divergence=self.args.opsd_divergence,
+            beta=self.args.opsd_beta,
+            temperature=self.temperature,
+            chunk_size=self.args.replay_chunk_size,
+        )  # [B, T]
+        loss = masked_token_mean(div, mask)
+        mode = "train" if self.model.training else "eval"
+        totals = self.accelerator.reduce(
+            torch.stack([(div.detach() * mask).sum(), mask.sum().float()]), "sum"
+        )
+        self._metrics[mode]["opsd/divergence"].append((totals[0] / totals[1].clamp(min=1)).item())
+        if mode == "train":
+            loss = loss / self.current_gradient_accumulation_steps
+        return loss
+
+    # ------------------------------------------------------------------ logging
+
+    def _log_batch_metrics(self, mode, scored, adv_all, lengths_local):
+        m = self._metrics[mode]
+        for k, name in enumerate(self.reward_names):
+            m[f"advantage/{name}/std"].append(adv_all[:, k].std().item() if adv_all.shape[0] > 1 else 0.0)
+        b = len(scored.examples)
+        pi = self.accelerator.process_index
+        local_rewards = scored.rewards[pi * b : (pi + 1) * b].cpu()
+        task_metrics = self.task.metrics(scored.examples, scored.texts, local_rewards) or {}
+        keys = sorted(task_metrics)
+        vals = (
+            torch.tensor([float(task_metrics[k]) for k in keys] + [1.0], device=self.accelerator.device) * b
+        )
+        tot = self.accelerator.reduce(vals, "sum") if keys else None
+        for i, key in enumerate(keys):
+            m[f"task/{key}"].append((tot[i] / tot[-1]).item())
+
+    def _checked_masks(self, scored, j: int) -> dict[int, torch.Tensor]:
+        """Per reward column with checked spans, the [T_j] 0/1 mask of the tokens the verifier reads."""
+        out = {}
+        ranges = None
+        for k, v in enumerate(scored.verifiers[j]):
+            spans = v.checked_spans(scored.examples[j], scored.texts[j])
+            if spans is None:
+                continue
+            if ranges is None:
+                _, ranges = data_mod.token_char_ranges(self.processing_class, scored.completion_ids[j])
+            out[k] = torch.tensor(data_mod.spans_to_token_mask(ranges, spans), dtype=torch.float32)
+        return out
+
+    def _log_replay_metrics(self, mode, scored, distances, stats, mask):
+        """replay/{fpe, seconds, skipped}, distance/<name>/mean, localization/<name>/* (reduced over processes)."""
+        dev = self.accelerator.device
+        m = self._metrics[mode]
+        kk = distances.shape[1]
+        names = self.reward_names if kk == len(self.reward_names) else ["joint"]
+        b = distances.shape[0]
+        replayed = stats["replayed"]  # [B, K'] bool: pairs whose distance was computed
+        valid = mask[:, None, :].float() * replayed[:, :, None].float()  # [B, K', T]
+        dsum = (distances * valid).sum(dim=(0, 2))  # [K']
+        dcnt = valid.sum(dim=(0, 2))  # [K']
+        # localization sums per reward: distance on checked tokens, distance, checked tokens, tokens
+        loc = torch.zeros(kk, 4, device=dev)
+        if self.args.log_localization and kk == len(self.reward_names):
+            for j in range(b):
+                if not replayed[j].any():
+                    continue
+                for k, cm in self._checked_masks(scored, j).items():
+                    if not replayed[j, k]:
+                        continue
+                    t = cm.numel()
+                    d = distances[j, k, :t].float()
+                    cm = cm.to(dev) * mask[j, :t].float()
+                    loc[k] += torch.stack([(d * cm).sum(), d.sum(), cm.sum(), mask[j, :t].float().sum()])
+        head = torch.tensor(
+            [stats["fpe"] * b, stats["seconds"], stats["skipped"], stats["pairs"], b], device=dev
+        )
+        flat = torch.cat([head, dsum, dcnt, loc.reshape(-1)])
+        tot = self.accelerator.reduce(flat, "sum")
+        nproc = self.accelerator.num_processes
+        m["replay/fpe"].append((tot[0] / tot[4].clamp(min=1)).item())
+        m["replay/seconds"].append((tot[1] / nproc).item())
+        m["replay/skipped"].append((tot[2] / tot[3].clamp(min=1)).item())
+        dsum, dcnt, loc = tot[5 : 5 + kk], tot[5 + kk : 5 + 2 * kk], tot[5 + 2 * kk :].view(kk, 4)
+        for k, name in enumerate(names):
+            if dcnt[k] > 0:
+                m[f"distance/{name}/mean"].append((dsum[k] / dcnt[k]).item())
+            if loc[k, 1] > 0 and loc[k, 3] > 0 and loc[k, 2] > 0:
+                ds, ts = (loc[k, 0] / loc[k, 1]).item(), (loc[k, 2] / loc[k, 3]).item()
+                m[f"localization/{name}/distance_share"].append(ds)
+                m[f"localization/{name}/token_share"].append(ts)
+                m[f"localization/{name}/ratio"].append(ds / ts)
+
+    def _write_samples(self, step, scored, adv_local, active, distances, token_adv, mask):
+        tok = self.processing_class
+        a = self.args
+        records = []
+        for j in range(min(a.log_samples, len(scored.examples))):
+            ids = scored.completion_ids[j]
+            t = int(mask[j].sum().item()) if token_adv is not None else len(ids)
+            rec = {
+                "step": step,
+                "prompt": "\n\n".join(msg["content"] for msg in scored.examples[j].messages()),
+                "response": scored.texts[j],
+                "tokens": [tok.decode([i]) for i in ids[:t]],
+                "reward_names": self.reward_names,
+                "rewards": scored.rewards[self.accelerator.process_index * len(scored.examples) + j].tolist(),
+                "advantages": adv_local[j].tolist(),
+                "method": a.advantage_method,
+                "credit": a.credit,
+                "beta": a.credit_beta,
+                "distances": None,
+                "token_advantages": (
+                    token_adv[j, :t] if token_adv is not None else adv_local[j].sum().expand(t)
+                ).tolist(),
+            }
+            if distances is not None:
+                if distances.shape[1] == len(self.reward_names):
+                    rec["distances"] = [
+                        distances[j, k, :t].tolist() if active[j, k] else None
+                        for k in range(distances.shape[1])
+                    ]
+                else:
+                    rec["distances"] = [distances[j, 0, :t].tolist()]
+            checked = self._checked_masks(scored, j)
+            if checked:
+                rec["checked_tokens"] = {
+                    self.reward_names[k]: cm[:t].int().tolist() for k, cm in checked.items()
+                }
+            records.append(rec)
+        append_jsonl(f"{a.output_dir}/{SAMPLES_JSONL}", records)
