@@ -89,7 +89,8 @@ class InstructTask(Task):
         unknown: rows with an instruction id no checker knows: "error" or "drop" (see
             :func:`mrtpo.tasks.instruct.data.rows_to_examples`).
         synthetic_size, min_constraints, seed: the synthetic set ``load()`` / ``load("synthetic")``
-            generates (:func:`mrtpo.tasks.instruct.synth.generate`).
+            generates (:func:`mrtpo.tasks.instruct.synth.generate`); ``min_constraints`` defaults to
+            min(5, max_constraints).
     """
 
     name = "instruct"
@@ -100,11 +101,13 @@ class InstructTask(Task):
         subsets: Sequence[str] = ("type1", "type2"),
         unknown: str = "error",
         synthetic_size: int = 6998,
-        min_constraints: int = 5,
+        min_constraints: int | None = None,
         seed: int = 0,
     ) -> None:
         if max_constraints < 1:
             raise ValueError(f"max_constraints must be >= 1, got {max_constraints}")
+        if min_constraints is None:
+            min_constraints = min(5, max_constraints)
         if not 1 <= min_constraints <= max_constraints:
             raise ValueError(
                 f"min_constraints={min_constraints} must be in [1, max_constraints={max_constraints}]"
