@@ -1,0 +1,1 @@
+"""Benchmarks behind ``mrtpo bench ...`` (reusable code; the CLI modules only parse options and print)."""

@@ -1,0 +1,439 @@
+"""Naive replay vs :mod:`mrtpo.replay` on a tiny random model: wall time, peak memory, FPE, difference.
+
+Both variants replay the same N responses of one prompt under the full context ``C`` and K
+leave-one-out contexts ``C_-k``, on a randomly initialised Qwen2 (:func:`mrtpo.models.tiny.build_model`,
+no tokenizer: the contexts are synthetic token blocks).
+
+- naive: per response, ``K + 1`` full forwards of ``model(context + response)``, the full logits
+  ``[L + T, V]`` materialised, log-softmax of the response rows in float64, the textbook JSD
+  (``0.5 KL(p||m) + 0.5 KL(q||m)``) in float64 per pair, ``d = sqrt(JSD_bits)``. This is also the
+  accurate reference for the difference column. The full context's float64 log-probs ``[T, V]`` are kept
+  while each ``C_-k`` is processed one at a time (never ``[K + 1, T, V]``).
+- mrtpo: :func:`mrtpo.replay.replay` (chunked fp32 JS from hidden states, prefix sharing, micro-batches).
+  With ``reuse`` the full context's hidden states come from the rollout pass, as in training where the
+  pass that computes the old log-probs produces them; that pass runs before the measurement.
+
+Each variant runs in a fresh subprocess (``python -m mrtpo.bench.replay --worker ...``) so that its
+peak memory is its own: on CPU the growth of the process's peak RSS over the variant (free heap memory
+handed back with glibc's ``malloc_trim(0)``, then ``VmHWM`` reset to the current RSS through
+``/proc/self/clear_refs``, so memory freed before the variant cannot hide part of its peak); on CUDA
+``torch.cuda.max_memory_allocated`` growth.
+
+Synthetic prompt layout (token blocks drawn uniformly from the vocabulary)::
+
+    C    = shared (prompt_tokens) + info_1 + ... + info_K (info_tokens each) + generation prompt (3)
+    C_-k = C without info_k;   the rollout prompt is C (no privileged segments)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+GEN_PROMPT_TOKENS = 3
+
+
+@dataclass
+class BenchConfig:
+    """Options of ``mrtpo bench replay`` (defaults: the issue's setting, about a minute on 2 CPU cores)."""
+
+    k: int = field(default=3, metadata={"help": "rewards K (leave-one-out contexts per response)"})
+    t: int = field(default=1024, metadata={"help": "response tokens T"})
+    responses: int = field(default=2, metadata={"help": "responses N (one prompt group)"})
+    vocab: int = field(default=32768, metadata={"help": "vocabulary size V"})
+    hidden: int = field(default=128, metadata={"help": "hidden size H of the tiny model"})
+    layers: int = field(default=2, metadata={"help": "decoder layers of the tiny model"})
+    prompt_tokens: int = field(default=256, metadata={"help": "tokens of the shared prompt part"})
+    info_tokens: int = field(default=32, metadata={"help": "tokens of each reward's information segment"})
+    skip: int = field(
+        default=0, metadata={"help": "(response, reward) pairs skipped as if their advantage were 0"}
+    )
+    prefix_sharing: bool = field(default=True, metadata={"help": "mrtpo: run the common prompt prefix once"})
+    reuse: bool = field(
+        default=True, metadata={"help": "mrtpo: take C's hidden states from the rollout pass"}
+    )
+    chunk_size: int = field(default=128, metadata={"help": "mrtpo: response rows projected onto V at a time"})
+    token_budget: int | None = field(
+        default=None, metadata={"help": "mrtpo: micro-batch bound (rows x length)"}
+    )
+    threads: int = field(default=2, metadata={"help": "torch CPU threads in each variant"})
+    device: str = field(default="cpu", metadata={"help": "cpu or cuda"})
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("k", "responses", "vocab", "hidden", "layers", "info_tokens", "chunk_size", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.t < 2:
+            raise ValueError(f"t={self.t} must be >= 2")
+        if self.prompt_tokens < 0:
+            raise ValueError(f"prompt_tokens={self.prompt_tokens} must be >= 0")
+        if not 0 <= self.skip <= self.k * self.responses:
+            raise ValueError(f"skip={self.skip} must be in [0, K*N] = [0, {self.k * self.responses}]")
+        if self.vocab < 16:
+            raise ValueError(f"vocab={self.vocab} must be >= 16")
+        if self.hidden % 4:
+            raise ValueError(f"hidden={self.hidden} must be a multiple of 4 (4 attention heads)")
+        if self.token_budget is not None and self.token_budget < 1:
+            raise ValueError(f"token_budget={self.token_budget} must be >= 1 or None")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device={self.device!r} must be 'cpu' or 'cuda'")
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens of the full context (= the rollout prompt)."""
+        return self.prompt_tokens + self.k * self.info_tokens + GEN_PROMPT_TOKENS
+
+    def skipped(self) -> set[tuple[int, int]]:
+        """The (response, reward) pairs skipped: the first ``skip`` in row-major order."""
+        return {divmod(i, self.k) for i in range(self.skip)}
+
+
+# --------------------------------------------------------------------------------------------------
+# Data and variants (run inside a worker process)
+# --------------------------------------------------------------------------------------------------
+
+
+def make_data(cfg: BenchConfig) -> tuple[list[int], list[list[int]], list[list[int]]]:
+    """``(full, leave_one_out [K], responses [N])`` token ids (see the module docstring)."""
+    import torch
+
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+
+    def block(n: int) -> list[int]:
+        return torch.randint(0, cfg.vocab, (n,), generator=g).tolist()
+
+    shared = block(cfg.prompt_tokens)
+    infos = [block(cfg.info_tokens) for _ in range(cfg.k)]
+    gen = block(GEN_PROMPT_TOKENS)
+    full = shared + [x for b in infos for x in b] + gen
+    loo = [shared + [x for i, b in enumerate(infos) if i != k for x in b] + gen for k in range(cfg.k)]
+    responses = [block(cfg.t) for _ in range(cfg.responses)]
+    return full, loo, responses
+
+
+def build_bench_model(cfg: BenchConfig):
+    import torch
+
+    from mrtpo.models.tiny import build_model
+
+    max_pos = cfg.context_tokens + cfg.t + 8
+    model = build_model(
+        cfg.vocab,
+        hidden_size=cfg.hidden,
+        num_layers=cfg.layers,
+        max_positions=max_pos,
+        seed=cfg.seed,
+        dtype=torch.float32,
+    )
+    return model.to(cfg.device)
+
+
+def naive_replay(model, full: list[int], loo: list[list[int]], responses: list[list[int]]):
+    """Reference replay: ``[N, K, T] float64`` distances and the tokens processed (see module docstring)."""
+    import torch
+
+    device = next(model.parameters()).device
+    ln2 = math.log(2.0)
+    out = torch.zeros(len(responses), len(loo), len(responses[0]) if responses else 0, dtype=torch.float64)
+    tokens = 0
+    forwards = 0
+
+    def logp(ctx: list[int], resp: list[int]):
+        nonlocal tokens, forwards
+        ids = torch.tensor([ctx + resp], device=device)
+        logits = model(input_ids=ids).logits[0]  # [L + T, V] full logits
+        tokens += ids.shape[1]
+        forwards += 1
+        rows = logits[len(ctx) - 1 : len(ctx) - 1 + len(resp)].double()  # [T, V]
+        del logits
+        return torch.log_softmax(rows, dim=-1)  # [T, V] float64
+
+    with torch.no_grad():
+        for j, resp in enumerate(responses):
+            lp = logp(full, resp)
+            for k, ctx in enumerate(loo):
+                lq = logp(ctx, resp)
+                lm = torch.logaddexp(lp, lq) - ln2  # [T, V] log m, m = (p + q) / 2
+                jsd = 0.5 * (lp.exp() * (lp - lm)).sum(-1) + 0.5 * (lq.exp() * (lq - lm)).sum(-1)  # nats
+                out[j, k] = (jsd / ln2).clamp(0.0, 1.0).sqrt().cpu()
+                del lq, lm
+    return out, tokens, forwards
+
+
+def _rss_kib(field_name: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class PeakMemory:
+    """Peak memory growth of this process over a ``with`` block, in bytes, and how it was measured."""
+
+    def __init__(self, device: str) -> None:
+        self.device, self.peak, self.method = device, 0, ""
+
+    def __enter__(self) -> PeakMemory:
+        import gc
+
+        import torch
+
+        gc.collect()
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+            self.method = "torch.cuda.max_memory_allocated growth"
+            return self
+        try:  # hand free heap pages back, so the baseline RSS is live memory only
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+        self.base = _rss_kib("VmRSS")
+        try:
+            Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+            self.method = "peak RSS growth (VmHWM reset via /proc/self/clear_refs)"
+        except OSError:
+            import resource
+
+            self.base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            self.method = "ru_maxrss growth (peak RSS could not be reset; may undercount)"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            self.peak = torch.cuda.max_memory_allocated() - self.base
+        elif self.method.startswith("peak RSS"):
+            self.peak = max(0, (_rss_kib("VmHWM") or 0) - (self.base or 0)) * 1024
+        else:
+            import resource
+
+            self.peak = max(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - self.base) * 1024
+
+
+def run_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]:
+    """Run one variant in this process; saves its ``[N, K, T]`` distances to ``out_path``."""
+    import torch
+
+    from mrtpo import replay as R
+
+    torch.set_num_threads(cfg.threads)
+    model = build_bench_model(cfg)
+    full, loo, responses = make_data(cfg)
+    with torch.no_grad():  # warm-up: the same small forward in both variants
+        model(input_ids=torch.arange(16, device=cfg.device).unsqueeze(0) % cfg.vocab)
+    rollout = len(full) + cfg.t  # tokens of one rollout sequence (1 FPE)
+    if variant == "naive":
+        with PeakMemory(cfg.device) as mem:
+            t0 = time.perf_counter()
+            dist, tokens, forwards = naive_replay(model, full, loo, responses)
+            if cfg.device == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - t0
+        stats = {
+            "forward_passes": forwards,
+            "tokens": tokens,
+            "fpe_per_response": tokens / rollout / cfg.responses,
+        }
+    elif variant == "mrtpo":
+        skipped = cfg.skipped()
+        hidden = [
+            R.response_hidden_states(model, full, r) if cfg.reuse else None for r in responses
+        ]  # rollout pass
+        R.distances(model, [full[:4], full[:3]], responses[0][:2])  # one-off model check, outside the measure
+        requests = [
+            R.ReplayRequest(
+                r, full, [None if (j, k) in skipped else c for k, c in enumerate(loo)], len(full), hidden[j]
+            )
+            for j, r in enumerate(responses)
+        ]
+        with PeakMemory(cfg.device) as mem:
+            t0 = time.perf_counter()
+            res = R.replay(
+                model,
+                requests,
+                token_budget=cfg.token_budget,
+                prefix_sharing=cfg.prefix_sharing,
+                chunk_size=cfg.chunk_size,
+            )
+            if cfg.device == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - t0
+        dist = res.distances.cpu()
+        stats = res.stats.as_dict()
+    else:
+        raise ValueError(f"variant must be 'naive' or 'mrtpo', got {variant!r}")
+    torch.save(dist, out_path)
+    return {
+        "variant": variant,
+        "seconds": seconds,
+        "peak_bytes": mem.peak,
+        "memory_method": mem.method,
+        **stats,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Driver (parent process)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BenchResult:
+    config: BenchConfig
+    naive: dict[str, Any]
+    mrtpo: dict[str, Any]
+    max_abs_diff: float
+
+    @property
+    def k_eff(self) -> float:
+        return self.mrtpo["k_eff"]
+
+    def checks(self) -> dict[str, tuple[float, str, bool | None]]:
+        """Target name -> (value, target text, met); met is None where the run is not at the target's
+        setting (time: K = 3; memory: T = 1024)."""
+        time_ratio = self.naive["seconds"] / max(self.mrtpo["seconds"], 1e-12)
+        mem_ratio = self.naive["peak_bytes"] / max(self.mrtpo["peak_bytes"], 1)
+        cost = self.mrtpo["fpe_per_response"]
+        k3, t1024 = self.config.k == 3, self.config.t == 1024
+        return {
+            "time": (time_ratio, ">= 1.3x (set at K = 3)", time_ratio >= 1.3 if k3 else None),
+            "memory": (mem_ratio, ">= 4x (set at T = 1024)", mem_ratio >= 4.0 if t1024 else None),
+            "cost": (cost, f"<= K_eff + 0.25 = {self.k_eff + 0.25:.2f}", cost <= self.k_eff + 0.25),
+            "difference": (self.max_abs_diff, "<= 1e-4", self.max_abs_diff <= 1e-4),
+        }
+
+    def table(self) -> str:
+        c, n, m = self.config, self.naive, self.mrtpo
+        mib = 1024 * 1024
+        chk = self.checks()
+
+        def ok(name: str) -> str:
+            met = chk[name][2]
+            return "n/a" if met is None else "ok" if met else "MISSED"
+
+        lines = [
+            f"mrtpo bench replay: tiny random Qwen2, V={c.vocab}, H={c.hidden}, {c.layers} layers, float32, "
+            f"{c.device}, {c.threads} threads",
+            f"N={c.responses} responses (one prompt) x T={c.t} tokens, K={c.k}; context {c.context_tokens} tokens "
+            f"({c.prompt_tokens} shared + {c.k} x {c.info_tokens} per reward + {GEN_PROMPT_TOKENS}); "
+            f"1 FPE = {c.context_tokens + c.t} tokens",
+            f"mrtpo: prefix sharing {'on' if c.prefix_sharing else 'off'}, "
+            + (
+                "full context from the rollout pass (hidden states computed before the measurement)"
+                if c.reuse
+                else "full context run again"
+            )
+            + f", chunk {c.chunk_size} rows, budget {c.token_budget or 'none'}, {c.skip} pairs skipped "
+            f"(K_eff = {self.k_eff:.2f})",
+            "naive: K+1 forwards per response, full logits [L+T, V], float64 log-softmax and JSD (the reference)",
+            f"peak memory: {m['memory_method']}, each variant in a fresh subprocess",
+            "",
+            f"{'':24}{'naive':>12}{'mrtpo':>12}{'naive/mrtpo':>13}   target",
+            f"{'wall time (s)':24}{n['seconds']:>12.2f}{m['seconds']:>12.2f}{chk['time'][0]:>12.2f}x   "
+            f"{chk['time'][1]} {ok('time')}",
+            f"{'peak memory (MiB)':24}{n['peak_bytes'] / mib:>12.1f}{m['peak_bytes'] / mib:>12.1f}"
+            f"{chk['memory'][0]:>12.2f}x   {chk['memory'][1]} {ok('memory')}",
+            f"{'cost (FPE / response)':24}{n['fpe_per_response']:>12.3f}{m['fpe_per_response']:>12.3f}{'':13}   "
+            f"{chk['cost'][1]} {ok('cost')}",
+            f"{'forward passes':24}{n['forward_passes']:>12d}{m['forward_passes']:>12d}",
+            f"{'tokens processed':24}{n['tokens']:>12d}{m['tokens']:>12d}",
+            f"{'max |difference|':24}{'(ref)':>12}{self.max_abs_diff:>12.2e}{'':13}   "
+            f"{chk['difference'][1]} {ok('difference')}",
+        ]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "config": asdict(self.config),
+            "naive": self.naive,
+            "mrtpo": self.mrtpo,
+            "max_abs_diff": self.max_abs_diff,
+            "checks": {k: {"value": v, "target": t, "met": ok} for k, (v, t, ok) in self.checks().items()},
+        }
+
+
+def _run_worker(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]:
+    env = dict(os.environ)
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    cmd = [
+        sys.executable,
+        "-m",
+        "mrtpo.bench.replay",
+        "--worker",
+        variant,
+        "--config",
+        json.dumps(asdict(cfg)),
+    ]
+    cmd += ["--out", out_path]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"bench worker {variant!r} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+        )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
+    """Run both variants, each in a fresh subprocess, and compare their distances."""
+    import torch
+
+    variants = ["naive", "mrtpo"]
+    results: dict[str, dict[str, Any]] = {}
+    dists: dict[str, torch.Tensor] = {}
+    it: Any = variants
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(variants, desc="bench replay", unit="variant")
+    with tempfile.TemporaryDirectory(prefix="mrtpo-bench-replay-") as tmp:
+        for v in it:
+            if progress:
+                it.set_postfix_str(v)
+            path = str(Path(tmp) / f"{v}.pt")
+            results[v] = _run_worker(cfg, v, path)
+            dists[v] = torch.load(path)
+    run = torch.ones(cfg.responses, cfg.k, dtype=torch.bool)
+    for j, k in cfg.skipped():
+        run[j, k] = False
+    ref, ours = dists["naive"], dists["mrtpo"].double()
+    diff = (ref - ours).abs()[run]  # [pairs run, T]
+    max_diff = float(diff.max()) if diff.numel() else 0.0
+    return BenchResult(cfg, results["naive"], results["mrtpo"], max_diff)
+
+
+def _worker_main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python -m mrtpo.bench.replay", description="one variant of the replay bench"
+    )
+    p.add_argument("--worker", required=True, choices=["naive", "mrtpo"])
+    p.add_argument("--config", required=True, help="BenchConfig as JSON")
+    p.add_argument("--out", required=True, help="where to save the distances (torch.save)")
+    a = p.parse_args(argv)
+    cfg = BenchConfig(**json.loads(a.config))
+    print(json.dumps(run_variant(cfg, a.worker, a.out)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main())

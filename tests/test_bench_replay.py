@@ -1,0 +1,105 @@
+"""``mrtpo bench replay`` at tiny sizes: the table prints, FPE accounting, the difference is small."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mrtpo.bench.replay import BenchConfig, make_data, run_variant
+
+# K = 2 rewards, T = 16, N = 2 responses, 8 shared prompt tokens, 4 tokens per reward segment:
+# context L = 8 + 2 * 4 + 3 = 19 tokens, C_-k 15 tokens; 1 FPE = L + T = 35 tokens.
+TINY = dict(k=2, t=16, responses=2, vocab=256, hidden=16, layers=1, prompt_tokens=8, info_tokens=4, threads=1)
+
+
+def test_cli_prints_the_table_with_hand_checked_costs(tmp_path, capsys):
+    from mrtpo.cli.main import main
+
+    out = tmp_path / "bench.json"
+    argv = [
+        "bench",
+        "replay",
+        "--k",
+        "2",
+        "--t",
+        "16",
+        "--responses",
+        "2",
+        "--vocab",
+        "256",
+        "--hidden",
+        "16",
+    ]
+    argv += [
+        "--layers",
+        "1",
+        "--prompt-tokens",
+        "8",
+        "--info-tokens",
+        "4",
+        "--threads",
+        "1",
+        "--json",
+        str(out),
+    ]
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    for row in [
+        "wall time (s)",
+        "peak memory (MiB)",
+        "cost (FPE / response)",
+        "forward passes",
+        "max |difference|",
+    ]:
+        assert row in table
+    assert "naive/mrtpo" in table and "peak RSS growth" in table
+    res = json.loads(out.read_text())
+    naive, ours = res["naive"], res["mrtpo"]
+    # naive: per response model(C + y) and model(C_-k + y): (19 + 16) + 2 * (15 + 16) = 97 tokens, 3 forwards
+    assert naive["tokens"] == 2 * 97 and naive["forward_passes"] == 6
+    assert naive["fpe_per_response"] == pytest.approx(97 / 35)
+    # mrtpo: C reused from the rollout pass; the 4 rows C_-k + y[:-1] (15 + 15 = 30 tokens) share the
+    # 8-token prompt prefix, run once: 8 + 4 * 22 = 96 tokens, 2 calls; per response (2 * 22 + 8 / 2) / 35
+    assert ours["tokens"] == 96 and ours["forward_passes"] == 2 and ours["prefix_passes"] == 1
+    assert ours["fpe_per_response"] == pytest.approx(48 / 35)
+    assert ours["k_eff"] == 2 and res["checks"]["cost"]["met"]
+    assert res["max_abs_diff"] < 1e-6
+    assert res["checks"]["time"]["met"] is None  # the time target is set at K = 3, this run has K = 2
+
+
+def test_fpe_accounting_without_reuse_or_sharing_and_with_a_skipped_pair(tmp_path):
+    cfg = BenchConfig(**TINY, skip=1, reuse=False, prefix_sharing=False)
+    assert cfg.skipped() == {(0, 0)}
+    ours = run_variant(cfg, "mrtpo", str(tmp_path / "m.pt"))
+    naive = run_variant(cfg, "naive", str(tmp_path / "n.pt"))
+    assert naive["forward_passes"] == 6  # the naive baseline runs every pair, skipped or not
+    # rows feed context + y[:-1]: C 19 + 15 = 34, C_-k 15 + 15 = 30 tokens.
+    # response 0 runs C and C_-2 (C_-1 skipped): 64; response 1 runs C, C_-1, C_-2: 94; total 158.
+    assert ours["tokens"] == 158 and ours["pairs_skipped"] == 1 and ours["k_eff"] == 1.5
+    assert ours["fpe_per_response"] == pytest.approx(158 / 35 / 2)  # 2.257 <= K_eff + 0.25 is missed:
+    assert ours["fpe_per_response"] > ours["k_eff"] + 0.25  # without reuse C itself costs ~1 FPE
+    d_ours, d_naive = torch.load(tmp_path / "m.pt"), torch.load(tmp_path / "n.pt")
+    assert d_ours.shape == d_naive.shape == (2, 2, 16)
+    assert (d_ours[0, 0] == 0).all()  # the skipped pair
+    run = torch.tensor([[False, True], [True, True]])
+    assert (d_ours.double() - d_naive).abs()[run].max() < 1e-6
+
+
+def test_make_data_layout():
+    cfg = BenchConfig(**TINY)
+    full, loo, responses = make_data(cfg)
+    assert len(full) == cfg.context_tokens == 19
+    assert [len(c) for c in loo] == [15, 15] and [len(r) for r in responses] == [16, 16]
+    # C_-1 drops the first 4-token info block after the 8 shared tokens; C_-2 the second one
+    assert loo[0] == full[:8] + full[12:] and loo[1] == full[:12] + full[16:]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [(dict(t=1), "t=1"), (dict(skip=9), "skip=9"), (dict(k=0), "k=0"), (dict(device="tpu"), "device")],
+)
+def test_config_errors_name_the_field(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        BenchConfig(**{**TINY, **kwargs})
