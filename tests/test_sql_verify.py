@@ -42,17 +42,32 @@ def test_parse_valid_response_spans():
     assert p.sql == "SELECT 1" and p.sql_span == (35, 43)
     # <think> [0,7), </think> [12,20), <answer> [20,28), ```sql\n [28,35), ``` [44,47), </answer> [47,56)
     assert p.tag_spans == [(0, 7), (12, 20), (20, 28), (28, 35), (44, 47), (47, 56)]
-    assert [r[a:b] for a, b in p.tag_spans] == ["<think>", "</think>", "<answer>", "```sql\n", "```", "</answer>"]
+    assert [r[a:b] for a, b in p.tag_spans] == [
+        "<think>",
+        "</think>",
+        "<answer>",
+        "```sql\n",
+        "```",
+        "</answer>",
+    ]
 
 
 @pytest.mark.parametrize(
     ("response", "reason", "sql"),
     [
         ("<answer>```sql\nSELECT 1\n```</answer>", "expected one <think>, found 0", "SELECT 1"),
-        ("<think>a</think><think>b</think><answer>```sql\nSELECT 1\n```</answer>", "one <think>, found 2", "SELECT 1"),
+        (
+            "<think>a</think><think>b</think><answer>```sql\nSELECT 1\n```</answer>",
+            "one <think>, found 2",
+            "SELECT 1",
+        ),
         ("<answer>```sql\nSELECT 1\n```</answer><think>a</think>", "tags out of order", "SELECT 1"),
         ("Sure! <think>a</think><answer>```sql\nSELECT 1\n```</answer>", "text before <think>", "SELECT 1"),
-        ("<think>a</think> so <answer>```sql\nSELECT 1\n```</answer>", "between </think> and <answer>", "SELECT 1"),
+        (
+            "<think>a</think> so <answer>```sql\nSELECT 1\n```</answer>",
+            "between </think> and <answer>",
+            "SELECT 1",
+        ),
         ("<think>a</think><answer>```sql\nSELECT 1\n```</answer> done", "text after </answer>", "SELECT 1"),
         ("<think>a</think><answer>SELECT 1</answer>", "found 0 code fences", "SELECT 1"),
         ("<think>a</think><answer>```\nSELECT 1\n```</answer>", "exactly one ```sql code block", "SELECT 1"),
@@ -218,7 +233,9 @@ def test_gold_and_predicted_results_are_cached(dev, task):
     db = ex.meta["db_path"]
     # the gold query ran once (gold cache); each distinct predicted query once (shared LRU):
     # gold SQL as a prediction + "SELECT 1" = 2 predicted jobs + 1 gold job
-    assert sorted(counting.jobs) == sorted([(db, ex.meta["gold_sql"]), (db, "SELECT 1"), (db, ex.meta["gold_sql"])])
+    assert sorted(counting.jobs) == sorted(
+        [(db, ex.meta["gold_sql"]), (db, "SELECT 1"), (db, ex.meta["gold_sql"])]
+    )
     no_cache = QueryRunner(counting, timeout=2.0, cache_size=0)
     counting.jobs.clear()
     SqlExecutableVerifier(no_cache)(responses, [ex] * 3)
@@ -252,5 +269,5 @@ def test_load_task_by_name():
         assert [v.bounds for v in t.verifiers(t.load(split="dev", limit=1)[0])] == [(0.0, 1.0)] * 3
     finally:
         t.close()
-    with pytest.raises(ValueError, match="SqlTask.match must be"):
+    with pytest.raises(ValueError, match=r"SqlTask\.match must be"):
         SqlTask(match="sets")

@@ -421,14 +421,16 @@ class SandboxPool:
 
     # -- worker bookkeeping ----------------------------------------------------------------------
 
-    def _checkout(self, block: bool) -> _Worker | None:
+    def _checkout(self, block: bool, spawn: bool = True) -> _Worker | None:
+        """An idle worker, else a newly started one (``spawn`` and below ``workers``), else wait for one
+        (``block``) or None. A new worker is returned before it is ready (``w.ready`` False)."""
         with self._cond:
             while True:
                 if self._closed:
                     raise RuntimeError("SandboxPool is closed")
                 if self._idle:
                     return self._idle.pop()
-                if self._alive < self.workers:
+                if spawn and self._alive < self.workers:
                     self._alive += 1
                     break
                 if not block:
@@ -451,11 +453,11 @@ class SandboxPool:
             self._idle.append(w)
             self._cond.notify()
 
-    def _discard(self, w: _Worker) -> None:
+    def _discard(self, w: _Worker, *, count: bool = True) -> None:
         w.kill()
         with self._cond:
             self._alive -= 1
-            self.kills += 1
+            self.kills += int(count)
             self._cond.notify()
 
     def start(self) -> SandboxPool:
@@ -550,10 +552,8 @@ class SandboxPool:
                 while queue:
                     if ready:
                         w = ready.pop()
-                    else:
-                        if len(starting) >= len(queue):
-                            break
-                        w = self._checkout(block=not (busy or starting))
+                    else:  # start no more workers than there are waiting jobs
+                        w = self._checkout(block=not (busy or starting), spawn=len(starting) < len(queue))
                         if w is None:
                             break
                         if not w.ready:
@@ -619,12 +619,16 @@ class SandboxPool:
                     while queue:
                         results[queue.popleft()] = _fail("crashed", "sandbox workers fail to start")
         finally:
+            interrupted = bool(busy)  # only after an exception (e.g. KeyboardInterrupt)
             for w in ready:
                 self._checkin(w)
-            for w in starting.values():
-                self._discard(w)
-            for w, i, _sent, _ in busy.values():  # only on an exception (e.g. KeyboardInterrupt)
-                self._discard(w)
+            for w in starting.values():  # still starting: the next caller waits for its "ready"
+                if interrupted:
+                    self._discard(w, count=False)
+                else:
+                    self._checkin(w)
+            for w, i, _sent, _ in busy.values():
+                self._discard(w, count=False)
                 results[i] = _fail("crashed", "interrupted")
             if bar is not None:
                 bar.close()

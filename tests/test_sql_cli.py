@@ -1,0 +1,113 @@
+"""`mrtpo eval sql` end to end with a tiny local model, scoring without a model, and `mrtpo bench sql`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mrtpo.cli.main import main
+from mrtpo.tasks.sql import load_sql_dataset, score_predictions
+from mrtpo.tasks.sql.evaluate import format_table
+
+
+def _answer(sql: str) -> str:
+    return f"<think>plan</think><answer>```sql\n{sql}\n```</answer>"
+
+
+def test_score_predictions_metrics_by_hand():
+    exs = load_sql_dataset(None, "dev", limit=4)
+    responses = [
+        _answer(exs[0].meta["gold_sql"]),  # 1, 1, 1
+        _answer(exs[1].meta["gold_sql"]),  # 1, 1, 1
+        _answer("SELECT nosuch FROM airports"),  # 1, 0, 0
+        exs[3].meta["gold_sql"],  # bare SQL, no tags: 0, 0, 0 (lenient extraction needs a block or <answer>)
+    ]
+    out = score_predictions(exs, responses)
+    # format (1+1+1+0)/4 = 0.75; executable (1+1+0+0)/4 = 0.5; execution (1+1+0+0)/4 = 0.5
+    assert out["metrics"] == {"dev": {"n": 4, "format": 0.75, "executable": 0.5, "execution": 0.5}}
+    rec = out["records"][2]
+    assert rec["rewards"] == {"format": 1.0, "executable": 0.0, "execution": 0.0}
+    assert "no such column: nosuch" in rec["reasons"]["executable"]
+    assert rec["sql"] == "SELECT nosuch FROM airports" and rec["db_id"] == "airline"
+    table = format_table(out["metrics"])
+    assert table.splitlines()[0].split() == ["group", "n", "format", "executable", "EX"]
+    assert table.splitlines()[2].split() == ["dev", "4", "0.750", "0.500", "0.500"]
+
+
+def test_score_predictions_groups_by_split_and_difficulty():
+    exs = load_sql_dataset(None, "dev", limit=2) + load_sql_dataset(None, "train", limit=2)
+    exs[0].meta["difficulty"] = "simple"
+    out = score_predictions(exs, [_answer(e.meta["gold_sql"]) for e in exs[:3]] + ["nothing"])
+    m = out["metrics"]
+    assert list(m) == ["dev", "dev/simple", "train", "all"]
+    assert m["dev/simple"]["n"] == 1 and m["train"]["execution"] == 0.5 and m["all"]["execution"] == 0.75
+    with pytest.raises(ValueError, match="got 3 responses for 4 examples"):
+        score_predictions(exs, ["a", "b", "c"])
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    from mrtpo.models.tiny import build_model, build_tokenizer
+
+    d = tmp_path_factory.mktemp("tiny_sql_model")
+    words = [
+        "<think>",
+        "</think>",
+        "<answer>",
+        "</answer>",
+        "```sql",
+        "```",
+        "SELECT",
+        "count(*)",
+        "FROM",
+        "WHERE",
+        "flights",
+        "airports",
+        "=",
+        ";",
+    ]
+    tok = build_tokenizer(words)
+    model = build_model(len(tok), hidden_size=32, num_layers=1, seed=0)
+    tok.save_pretrained(d)
+    model.save_pretrained(d)
+    return d
+
+
+def test_eval_sql_end_to_end(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    args = ["eval", "sql", "--model", str(tiny_model_dir), "--backend", "transformers", "--limit", "3"]
+    args += ["--max-new-tokens", "6", "--batch-size", "2", "--workers", "1", "--output", str(out)]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0].split() == ["group", "n", "format", "executable", "EX"]
+    report = json.loads(out.read_text())
+    assert report["data"] == "sql_tiny" and report["splits"] == ["dev"]
+    preds = report["predictions"]
+    assert len(preds) == 3 and {p["split"] for p in preds} == {"dev"}
+    for p in preds:
+        assert set(p["rewards"]) == {"format", "executable", "execution"} and set(p["reasons"]) == set(
+            p["rewards"]
+        )
+        assert isinstance(p["response"], str) and p["gold_sql"]
+    for k in ("format", "executable", "execution"):  # metrics are the means of the records
+        assert report["metrics"]["dev"][k] == pytest.approx(sum(p["rewards"][k] for p in preds) / 3)
+    assert report["metrics"]["dev"]["n"] == 3
+
+
+def test_eval_sql_user_errors(tiny_model_dir, tmp_path, capsys):
+    code = main(["eval", "sql", "--model", str(tiny_model_dir), "--data", str(tmp_path / "missing")])
+    assert code == 2
+    assert "error: text-to-SQL data folder not found" in capsys.readouterr().err
+
+
+def test_bench_sql_small(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    args = ["bench", "sql", "--workers", "1", "--repeat", "1", "--split", "dev", "--limit", "5"]
+    assert main([*args, "--output", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    # 5 questions x (gold, another gold, misspelt column) = 15 queries; the misspelt ones fail
+    assert row["workers"] == 1 and row["queries"] == 15 and row["responses"] == 15
+    assert row["outcomes"] == {"ok": 10, "error": 5}
+    assert row["queries_per_s"] > 0 and row["kills"] == 0
+    assert "queries/s" in capsys.readouterr().out
