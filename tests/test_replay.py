@@ -385,16 +385,16 @@ def test_bad_requests_raise_naming_the_field(model):
 def test_train_mode_is_restored_and_dropout_is_off():
     from mrtpo.models.tiny import build_model
 
+    contexts, response = [[1, 2, 3, 4], [1, 2, 5]], [6, 7, 8, 9]
+    ref = R.distances(build_model(97, hidden_size=32, seed=4, dtype=torch.float32), contexts, response)
     m = build_model(97, hidden_size=32, seed=4, dtype=torch.float32)
     m.config.attention_dropout = 0.5
     for layer in m.model.layers:
         layer.self_attn.attention_dropout = 0.5
-    contexts, response = [[1, 2, 3, 4], [1, 2, 5]], [6, 7, 8, 9]
-    ref = R.distances(m, contexts, response)
-    m.train()
-    again = R.distances(m, contexts, response)
+    m.train()  # the first call (with the one-off model check) happens in training mode
+    first, second = R.distances(m, contexts, response), R.distances(m, contexts, response)
     assert m.training
-    assert torch.allclose(ref, again, atol=1e-6)
+    assert torch.allclose(ref, first, atol=1e-6) and torch.allclose(ref, second, atol=1e-6)
 
 
 def test_bfloat16_model_gives_fp32_distances_close_to_fp32_model():

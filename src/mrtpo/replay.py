@@ -394,7 +394,7 @@ def _model_info(model: Any) -> _ModelInfo:
     body, head = _decoder(model), _head_of(model)
     v = head.weight.shape[0]
     probe = (torch.arange(6, device=head.weight.device) * 7919 % v).unsqueeze(0)  # [1, 6] arbitrary ids
-    with torch.no_grad():
+    with _Eval(model), torch.no_grad():  # eval mode: dropout would make the comparison random
         logits = model(input_ids=probe).logits[0].float()  # [6, V]
         out = body(input_ids=probe, use_cache=True)
         ours = head.logits(_last_hidden(out)[0])  # [6, V]
