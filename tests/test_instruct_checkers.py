@@ -92,6 +92,32 @@ def test_keywords():
     assert not check("count:keywords_multiple", multi, text + " a1")
 
 
+def test_other_spans_and_kinds():
+    from mrtpo.tasks.instruct import span_kind
+
+    r = "Intro [name] here.\n\nSecond *bold* part, ok\nP.S. bye"
+    # "[name]" 6..12; "\n\n" at 18..20; "Second" 20..26; "*bold*" 27..33; "," at 38; "P.S. bye" 43..51
+    assert checked_spans("detectable_content:number_placeholders", {"num_placeholders": 1}, r) == [(6, 12)]
+    assert checked_spans("detectable_format:number_highlighted_sections", {"num_highlights": 1}, r) == [
+        (27, 33)
+    ]
+    assert checked_spans("punctuation:no_comma", {}, r) == [(38, 39)]
+    assert checked_spans("detectable_content:postscript", {"postscript_marker": "P.S."}, r) == [(43, 51)]
+    kw = {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "second"}
+    assert check("length_constraints:nth_paragraph_first_word", kw, r)
+    assert checked_spans("length_constraints:nth_paragraph_first_word", kw, r) == [(20, 26)]
+    assert span_kind("length_constraints:nth_paragraph_first_word", kw) == "paragraph start"
+    assert (
+        span_kind("length_constraints:nth_paragraph_first_word", {**kw, "nth_paragraph": 1}) == "start phrase"
+    )
+    assert span_kind(END) == "end phrase" and span_kind("keywords:frequency") == "keyword"
+    # types whose checker reads the whole response have no span
+    assert (
+        checked_spans("length_constraints:number_words", {"num_words": 5, "relation": "at least"}, r) is None
+    )
+    assert span_kind("length_constraints:number_words") is None
+
+
 def test_loose_removes_markdown_stars():
     kw = {"end_phrase": "the end"}
     assert not check(END, kw, "**The end**")  # strict: ends with "**"

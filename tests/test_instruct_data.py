@@ -310,3 +310,16 @@ def test_synthetic_rejects_impossible_requests():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert generate(0) == []
+
+
+def test_replay_contexts_of_an_instruct_example(tiny_tokenizer):
+    """Leave-one-out contexts: a used slot drops its sentence; an unused slot equals the full context."""
+    from mrtpo.replay import build_contexts
+
+    task = load_task("instruct", max_constraints=5)
+    ex = data.from_hir_row(hir_row(), index=0, max_constraints=5)
+    ctx = build_contexts(tiny_tokenizer, ex.segments, task.reward_names)
+    assert ctx.full_is_rollout  # no privileged segment: the rollout pass is reused
+    assert all(ctx.leave_one_out[k] != ctx.full for k in range(3))
+    assert ctx.leave_one_out[3] == ctx.full and ctx.leave_one_out[4] == ctx.full
+    assert len(ctx.joint) < min(len(c) for c in ctx.leave_one_out[:3])  # all three sentences removed
