@@ -10,7 +10,15 @@ from collections import Counter
 
 import pytest
 
-from mrtpo.tasks.sql import SHIPPED_DIR, SandboxPool, describe_database, detect_format, load_bird, load_spider
+from mrtpo.tasks.sql import (
+    SHIPPED_DIR,
+    SandboxPool,
+    describe_database,
+    detect_format,
+    load_bird,
+    load_spider,
+    load_sql_dataset,
+)
 from mrtpo.tasks.sql.build_tiny import build
 from mrtpo.tasks.sql.prompt import merge_keys, read_schema, schema_ddl
 
@@ -143,6 +151,11 @@ def test_spider_variant_question_file_and_db_dir(spider_copy, tmp_path):
     syn.write_text(json.dumps(rows))
     exs = load_spider(syn.parent, str(syn), db_dir=spider_copy / "database", dataset="spider_syn")
     assert [e.id for e in exs] == ["spider_syn-dev_syn-0"]
+    # the format is taken as Spider when only a database folder is given (the CLI's --db-dir)
+    (auto,) = load_sql_dataset(syn.parent, "dev_syn.json", db_dir=spider_copy / "database")
+    assert auto.id == "spider-dev_syn-0" and auto.meta["match"] == "spider"
+    with pytest.raises(ValueError, match="neither Spider format"):
+        load_sql_dataset(syn.parent, "dev_syn.json")
     assert exs[0].meta["question"] == "How many physicians are there?"
     assert "Question: How many physicians are there?" in exs[0].messages()[0]["content"]
 

@@ -193,6 +193,42 @@ def test_byte_cap_and_value_length_limit(db, tmp_path):
         assert p.run(db, "SELECT length(zeroblob(4000))").rows == [(4000,)]
 
 
+def test_memory_cap(db):
+    with SandboxPool(1, timeout=5.0, max_memory=4 * 2**20) as p:
+        # DISTINCT over 200^2 = 40,000 rows of ~300-byte strings needs ~12 MB > 4 MB of SQLite heap
+        r = p.run(
+            db,
+            "SELECT count(*) FROM (SELECT DISTINCT printf('%.300c', 'x') || a.id || '-' || b.id FROM items a, items b)",
+        )
+        assert not r.ok and r.kind == "too_large" and "max_memory=4194304" in r.error
+        assert p.run(db, "SELECT count(*) FROM items").rows == [(200,)]  # the worker is still usable
+
+
+def test_authorizer_allows_reads_only():
+    from mrtpo.tasks.sql import sandbox
+
+    allowed = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
+    for code, name in sandbox._ACTION_NAMES.items():
+        got = sandbox._authorize(code, "t", "abs" if name == "FUNCTION" else "c", "main", None)
+        assert got == (sqlite3.SQLITE_OK if code in allowed or name == "FUNCTION" else sqlite3.SQLITE_DENY), (
+            name
+        )
+    for fn in ("load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "LOAD_EXTENSION"):
+        assert sandbox._authorize(sqlite3.SQLITE_FUNCTION, None, fn, None, None) == sqlite3.SQLITE_DENY
+    assert sandbox._authorize(999, None, None, None, None) == sqlite3.SQLITE_DENY  # unknown action
+
+
+def test_pool_is_thread_safe(pool, db):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(k):
+        return [r.rows for r in pool.map([(db, f"SELECT id * {k} FROM items WHERE id <= 3")] * 10)]
+
+    with ThreadPoolExecutor(4) as ex:
+        outs = list(ex.map(work, range(1, 9)))
+    assert outs == [[[(k,), (2 * k,), (3 * k,)]] * 10 for k in range(1, 9)]
+
+
 def test_bad_queries_return_failures_not_exceptions(pool, db, tmp_path):
     not_a_db = tmp_path / "junk.sqlite"
     not_a_db.write_bytes(b"this is not a database" * 100)

@@ -31,6 +31,12 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--data-format", default="auto", choices=["auto", "spider", "bird"])
     parser.add_argument(
+        "--db-dir",
+        default=None,
+        help="folder of <db_id>/<db_id>.sqlite when it is not the format's default (e.g. Spider-DK questions "
+        "over Spider's database/)",
+    )
+    parser.add_argument(
         "--match",
         default=None,
         choices=["spider", "bird"],
@@ -43,7 +49,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from mrtpo.eval.generation import generator_from_args
-    from mrtpo.tasks.sql import SqlTask
+    from mrtpo.tasks.sql import SqlTask, load_sql_dataset
     from mrtpo.tasks.sql.evaluate import format_table, score_predictions
 
     if args.limit is not None and args.limit < 1:
@@ -58,7 +64,14 @@ def run(args) -> int:
     try:
         examples = []
         for split in args.split:
-            examples += task.load(args.data, split=split, limit=args.limit)
+            examples += load_sql_dataset(
+                args.data,
+                split,
+                data_format=args.data_format,
+                limit=args.limit,
+                sample_values=args.sample_values,
+                db_dir=args.db_dir,
+            )
         if not examples:
             raise ValueError(f"no examples in {args.data or 'sql_tiny'} split(s) {args.split}")
         print(

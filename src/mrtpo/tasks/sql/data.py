@@ -295,24 +295,26 @@ def load_sql_dataset(
     limit: int | None = None,
     sample_values: int = 0,
     privileged: bool = True,
+    db_dir: str | Path | None = None,
 ) -> list[Example]:
     """Examples of ``source`` (a Spider or BIRD folder; None: the shipped ``sql_tiny``).
 
     Args:
         data_format: "auto" (:func:`detect_format`), "spider" or "bird".
+        db_dir: the databases' folder when it is not the format's default (see :func:`load_spider`).
     """
     if data_format not in ("auto", "spider", "bird"):
         raise ValueError(f"data_format must be 'auto', 'spider' or 'bird', got {data_format!r}")
+    common = dict(limit=limit, sample_values=sample_values, privileged=privileged, db_dir=db_dir)
     if source is None:
-        return load_spider(
-            SHIPPED_DIR,
-            split,
-            limit=limit,
-            sample_values=sample_values,
-            dataset="sql_tiny",
-            privileged=privileged,
+        return load_spider(SHIPPED_DIR, split, dataset="sql_tiny", **common)
+    fmt = data_format
+    if fmt == "auto":
+        fmt = (
+            "spider"
+            if db_dir is not None and not Path(source, "dev_databases").is_dir()
+            else detect_format(source)
         )
-    fmt = detect_format(source) if data_format == "auto" else data_format
     if fmt == "bird":
-        return load_bird(source, split, limit=limit, sample_values=sample_values, privileged=privileged)
-    return load_spider(source, split, limit=limit, sample_values=sample_values, privileged=privileged)
+        return load_bird(source, split, **common)
+    return load_spider(source, split, **common)

@@ -74,7 +74,7 @@ class QueryResult:
         columns: result column names.
         error: why the query failed ("" when ok).
         kind: "" when ok; else "refused" (static check or authorizer), "error" (SQLite error),
-            "timeout", "too_large" (row or byte cap) or "crashed" (the worker died).
+            "timeout", "too_large" (row, byte or memory cap) or "crashed" (the worker died).
         seconds: wall time of the query as the caller saw it.
     """
 
@@ -287,7 +287,13 @@ def _execute(
         if _Denials.last:
             return _fail("refused", f"not allowed in the sandbox: {_Denials.last}", elapsed)
         return _fail("error", str(e), elapsed)
-    except Exception as e:  # sqlite3.Warning (several statements), MemoryError, OverflowError, ...
+    except MemoryError:  # SQLite's heap limit (SQLITE_NOMEM)
+        return _fail(
+            "too_large",
+            f"out of memory: the query needs more than max_memory={limits.max_memory} bytes",
+            time.monotonic() - start,
+        )
+    except Exception as e:  # sqlite3.Warning (several statements), OverflowError, ...
         return _fail("error", f"{type(e).__name__}: {e}", time.monotonic() - start)
     finally:
         if cur is not None:
