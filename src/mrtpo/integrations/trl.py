@@ -254,7 +254,8 @@ class MRTPOTrainer(GRPOTrainer):
 
     After each generation, :attr:`last_batch` holds the batch's rewards ``[N, K]``, the advantages
     ``[N, K]``, TRL's own local advantages ``[B]`` (from its ``multi_objective_aggregation``), the local
-    token advantages ``[B, T]`` and distances ``[B, K', T]``: the hook the demo and tests inspect.
+    token advantages ``[B, T]``, distances ``[B, K', T]`` and the local examples, response texts and
+    response token ids: the hook the demo and tests inspect.
     """
 
     def __init__(
@@ -495,6 +496,9 @@ class MRTPOTrainer(GRPOTrainer):
             "distances": None if distances is None else distances.detach().cpu(),
             "completion_mask": mask.cpu(),
             "process_rows": (rows.start, rows.stop),
+            "examples": scored.examples,
+            "texts": scored.texts,
+            "completion_ids": scored.completion_ids,
         }
         if mode == "train" and a.run_files and self.accelerator.is_main_process and a.log_samples:
             step = self.state.global_step + 1
@@ -567,6 +571,8 @@ class MRTPOTrainer(GRPOTrainer):
             "skipped": res.stats.pairs_skipped,
             "pairs": len(reqs) * res.distances.shape[1],
             "replayed": torch.tensor([[o is not None for o in r.others] for r in reqs], device=d.device),
+            "full_reused": res.stats.full_reused,
+            "full_total": res.stats.full_reused + res.stats.full_run,
         }
         return d, stats
 
@@ -723,15 +729,28 @@ class MRTPOTrainer(GRPOTrainer):
                     cm = cm.to(dev) * mask[j, :t].float()
                     loc[k] += torch.stack([(d * cm).sum(), d.sum(), cm.sum(), mask[j, :t].float().sum()])
         head = torch.tensor(
-            [stats["fpe"] * b, stats["seconds"], stats["skipped"], stats["pairs"], b], device=dev
+            [
+                stats["fpe"] * b,
+                stats["seconds"],
+                stats["skipped"],
+                stats["pairs"],
+                b,
+                stats.get("full_reused", 0),
+                stats.get("full_total", 0),
+            ],
+            device=dev,
         )
+        nh = head.numel()
         flat = torch.cat([head, dsum, dcnt, loc.reshape(-1)])
         tot = self.accelerator.reduce(flat, "sum")
         nproc = self.accelerator.num_processes
         m["replay/fpe"].append((tot[0] / tot[4].clamp(min=1)).item())
         m["replay/seconds"].append((tot[1] / nproc).item())
         m["replay/skipped"].append((tot[2] / tot[3].clamp(min=1)).item())
-        dsum, dcnt, loc = tot[5 : 5 + kk], tot[5 + kk : 5 + 2 * kk], tot[5 + 2 * kk :].view(kk, 4)
+        if tot[6] > 0:  # share of replayed responses whose C came from TRL's rollout pass
+            m["replay/full_reused"].append((tot[5] / tot[6]).item())
+        dsum, dcnt = tot[nh : nh + kk], tot[nh + kk : nh + 2 * kk]
+        loc = tot[nh + 2 * kk :].view(kk, 4)
         for k, name in enumerate(names):
             if dcnt[k] > 0:
                 m[f"distance/{name}/mean"].append((dsum[k] / dcnt[k]).item())

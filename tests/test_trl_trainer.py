@@ -1,0 +1,391 @@
+"""MRTPOTrainer on a tiny task: equality with TRL's GDPO mode, beta = 0, credit conservation, reuse of
+the rollout pass, and the run folder.
+
+The tiny task (also imported by the other test_trl_* files and the torchrun script) has two {0, 1}
+verifiers over the conftest word vocabulary: ``the`` (the response contains the word "the", checked
+spans: each "the") and ``long`` (at least 4 words). Each prompt has one segment per reward and,
+optionally, a privileged reference segment for ``the``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import torch
+
+from mrtpo.prompt import Segment
+from mrtpo.tasks.base import Example, Task, Verdict, Verifier
+
+HERE = Path(__file__).parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from conftest import WORDS  # noqa: E402
+
+
+class HasThe(Verifier):
+    name = "the"
+
+    def verdict(self, example, response):
+        return Verdict(float("the" in response.split()))
+
+    def checked_spans(self, example, response):
+        spans, pos = [], 0
+        for w in response.split(" "):
+            if w == "the":
+                spans.append((pos, pos + 3))
+            pos += len(w) + 1
+        return spans
+
+
+class Long(Verifier):
+    name = "long"
+
+    def verdict(self, example, response):
+        return Verdict(float(len(response.split()) >= 4))
+
+
+class TinyTask(Task):
+    name = "tiny"
+    reward_names: ClassVar[list[str]] = ["the", "long"]
+
+    def __init__(self, privileged: bool = False):
+        self.privileged = privileged
+        self._v = [HasThe(), Long()]
+
+    def verifiers(self, example):
+        return list(self._v)
+
+    def metrics(self, examples, responses, rewards):
+        return {"both": float((rewards.sum(1) == 2).float().mean())}
+
+    def load(self, source=None, *, split="train", limit=None):
+        out = []
+        for i in range(16):
+            segs = [
+                Segment(f"say the w{i}", rewards=frozenset({"the"})),
+                Segment(f"write w{i + 1} w{i + 2} w{i + 3} a lot", rewards=frozenset({"long"})),
+            ]
+            if self.privileged:
+                segs.append(Segment(f"reference the w{i} and", rewards=frozenset({"the"}), privileged=True))
+            out.append(Example(id=f"{split}-{i}", segments=segs, meta={}))
+        return out[:limit] if limit is not None else out
+
+
+def tiny_tokenizer():
+    from mrtpo.models.tiny import build_tokenizer, numbered_words
+
+    return build_tokenizer(WORDS + numbered_words(40))
+
+
+def fresh_model(tok, seed: int = 0):
+    from mrtpo.models.tiny import build_model
+
+    return build_model(len(tok), hidden_size=32, num_layers=2, seed=seed, dtype=torch.float32)
+
+
+def tiny_config(out, **kw):
+    from mrtpo import MRTPOConfig
+
+    base = dict(
+        output_dir=str(out),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=2,
+        logging_steps=1,
+        report_to=[],
+        bf16=False,
+        gradient_checkpointing=False,
+        use_cpu=True,
+        save_strategy="no",
+        learning_rate=5e-3,
+        disable_tqdm=True,
+        seed=0,
+    )
+    base.update(kw)
+    return MRTPOConfig(**base)
+
+
+class Recording:
+    """Mixin: keep every generation's ``last_batch``."""
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        self.batches.append(dict(self.last_batch))
+        return out
+
+
+def make_trainer(out, task=None, model=None, tok=None, **kw):
+    from mrtpo import MRTPOTrainer
+
+    class Rec(Recording, MRTPOTrainer):
+        pass
+
+    task = task or TinyTask()
+    tok = tok or tiny_tokenizer()
+    trainer = Rec(
+        model or fresh_model(tok),
+        args=tiny_config(out, **kw),
+        task=task,
+        train_dataset=task.load(),
+        processing_class=tok,
+    )
+    trainer.batches = []
+    return trainer
+
+
+def params(model):
+    return torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+
+
+def test_gdpo_uniform_equals_trl_gdpo_mode(tmp_path):
+    """credit=uniform + gdpo (eps 1e-4, unbiased std) gives TRL's normalize_then_sum advantages on the
+    same batch, and the same weights as a plain GRPOTrainer in that mode after 2 steps."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from mrtpo.integrations.data import example_from_row, examples_to_dataset
+
+    # SGD: Adam's g / (sqrt(v) + 1e-8) amplifies float32 rounding differences of near-zero gradients
+    tr = make_trainer(
+        tmp_path / "m",
+        advantage_method="gdpo",
+        advantage_options={"eps": 1e-4},
+        credit="uniform",
+        multi_objective_aggregation="normalize_then_sum",
+        optim="sgd",
+        learning_rate=0.5,
+    )
+    tr.train()
+    assert len(tr.batches) == 2
+    assert max(b["trl_advantages"].abs().max() for b in tr.batches) > 0.1  # some batch has signal
+    for batch in tr.batches:
+        s, mask, trl_adv = batch["token_advantages"], batch["completion_mask"], batch["trl_advantages"]
+        # every valid token carries TRL's response advantage; padding carries 0
+        expected = trl_adv[:, None].expand_as(s) * mask
+        torch.testing.assert_close(s, expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(batch["advantages"].sum(1), trl_adv, atol=1e-5, rtol=1e-5)
+
+    task = TinyTask()
+
+    def reward(k):
+        def fn(prompts, completions, example, **kw):
+            exs = [example_from_row({"example": e}) for e in example]
+            return [task.verifiers(e)[k].score(e, c[-1]["content"]) for e, c in zip(exs, completions)]
+
+        fn.__name__ = task.reward_names[k]
+        return fn
+
+    tok = tiny_tokenizer()
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "t"),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=2,
+        logging_steps=1,
+        report_to=[],
+        bf16=False,
+        gradient_checkpointing=False,
+        use_cpu=True,
+        save_strategy="no",
+        learning_rate=0.5,
+        optim="sgd",
+        disable_tqdm=True,
+        seed=0,
+        multi_objective_aggregation="normalize_then_sum",
+    )
+    ref = GRPOTrainer(
+        fresh_model(tok),
+        reward_funcs=[reward(0), reward(1)],
+        args=args,
+        train_dataset=examples_to_dataset(task.load()),
+        processing_class=tok,
+    )
+    ref.train()
+    assert (params(tr.model) - params(fresh_model(tok))).abs().max() > 1e-3  # training moved the weights
+    torch.testing.assert_close(params(tr.model), params(ref.model), atol=1e-6, rtol=1e-5)
+
+
+def test_beta_zero_equals_response_level_method(tmp_path):
+    """credit=reward with beta=0 trains exactly like credit=none (the response-level method)."""
+    a = make_trainer(tmp_path / "a", credit="reward", credit_beta=0.0, optim="sgd", learning_rate=0.5)
+    a.train()
+    b = make_trainer(tmp_path / "b", credit="none", optim="sgd", learning_rate=0.5)
+    b.train()
+    assert max(x["distances"].abs().max() for x in a.batches) > 0  # replay ran ...
+    for x, y in zip(a.batches, b.batches):
+        assert x["texts"] == y["texts"]
+        row = x["advantages"][slice(*x["process_rows"])].sum(1)  # [B]
+        torch.testing.assert_close(
+            x["token_advantages"], row[:, None] * x["completion_mask"]
+        )  # ... and changed nothing
+    torch.testing.assert_close(params(a.model), params(b.model), atol=1e-6, rtol=1e-5)
+
+
+def test_token_credit_redistributes_and_skips_zero_advantages(tmp_path):
+    tr = make_trainer(tmp_path / "m", credit="reward", credit_beta=0.5, max_steps=2)
+    tr.train()
+    seen_active = False
+    for batch in tr.batches:
+        adv = batch["advantages"][slice(*batch["process_rows"])]  # [B, K]
+        s, mask, d = batch["token_advantages"], batch["completion_mask"], batch["distances"]
+        assert s.shape == mask.shape and d.shape == (s.shape[0], 2, s.shape[1])
+        # DESIGN section 5: mean over valid tokens of S[j] = sum_k A[j, k]; padding gets 0
+        lengths = mask.sum(1)
+        torch.testing.assert_close((s * mask).sum(1) / lengths, adv.sum(1), atol=1e-5, rtol=1e-5)
+        assert (s[~mask] == 0).all()
+        active = adv.abs() > 1e-8
+        # replayed pairs have positive distances on valid tokens; skipped pairs (A = 0) have none
+        assert (d.sum(-1)[~active] == 0).all()
+        if active.any():
+            seen_active = True
+            assert (d.sum(-1)[active] > 0).all()
+            assert (d[active] <= 1).all()
+        assert (d.permute(1, 0, 2)[:, ~mask] == 0).all()
+    assert seen_active
+
+
+def test_reuses_the_rollout_pass_when_trl_runs_it(tmp_path):
+    """With steps_per_generation=2 and no gradient accumulation TRL computes old log-probs; replay then takes
+    C's hidden states from that pass (cost K_eff FPE instead of K_eff + 1) and gets the same distances."""
+    from mrtpo import replay
+
+    tr = make_trainer(
+        tmp_path / "m",
+        credit="reward",
+        per_device_train_batch_size=4,
+        steps_per_generation=2,
+        max_steps=2,
+        logging_steps=1,
+    )
+    tr.train()
+    logs = [h for h in tr.state.log_history if "replay/fpe" in h]
+    assert logs
+    batch = tr.batches[0]
+    model = tr.model
+    adv = batch["advantages"][slice(*batch["process_rows"])]
+    ctxs = [
+        replay.build_contexts(tr.processing_class, ex.segments, tr.reward_names) for ex in batch["examples"]
+    ]
+    active = adv.abs() > 1e-8
+    j = int(active.any(1).nonzero()[0])
+    k = int(active[j].nonzero()[0])
+    # the reused pass ran with the weights of generation time: compare on the first batch before any update
+    # by replaying with a fresh copy of the initial model
+    tok = tr.processing_class
+    init = fresh_model(tok)
+    ref = replay.distances(
+        init, [list(ctxs[j].full), list(ctxs[j].leave_one_out[k])], batch["completion_ids"][j]
+    )
+    t = len(batch["completion_ids"][j])
+    torch.testing.assert_close(batch["distances"][j, k, :t], ref[0], atol=1e-5, rtol=1e-4)
+    # no pass for C: every replayed response took C from TRL's pass, and the cost is the contexts run
+    # (each leave-one-out context is a little shorter than the rollout prompt: < 1 FPE each)
+    assert logs[0]["replay/full_reused"] == 1.0
+    assert 0 < logs[0]["replay/fpe"] <= active.sum(1).float().mean().item()
+    assert model is tr.model
+
+
+def test_run_folder_follows_the_run_format(tmp_path):
+    tr = make_trainer(tmp_path / "run", credit="reward", max_steps=2, log_samples=2)
+    tr.train()
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    for key in (
+        "task",
+        "model",
+        "advantage_method",
+        "credit",
+        "beta",
+        "seed",
+        "reward_names",
+        "reward_bounds",
+    ):
+        assert key in run
+    assert run["reward_names"] == ["the", "long"] and run["reward_bounds"] == [[0.0, 1.0], [0.0, 1.0]]
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [x["step"] for x in lines if "loss" in x]
+    assert steps == [1, 2]
+    first = lines[0]
+    for key in (
+        "rewards/the/mean",
+        "rewards/long/mean",
+        "reward",
+        "advantage/the/std",
+        "advantage/long/std",
+        "replay/fpe",
+        "replay/seconds",
+        "replay/skipped",
+        "task/both",
+    ):
+        assert key in first, key
+    assert 0.0 <= first["replay/skipped"] <= 1.0
+    # the task metric equals the share of responses with both rewards, from the same batch
+    r = tr.batches[0]["rewards"]
+    assert first["task/both"] == pytest.approx(float((r.sum(1) == 2).float().mean()))
+    samples = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert {s["step"] for s in samples} == {1, 2} and len(samples) == 4
+    for s in samples:
+        t = len(s["tokens"])
+        assert len(s["token_advantages"]) == t and len(s["distances"]) == 2
+        for k, row in enumerate(s["distances"]):
+            assert (row is None) == (abs(s["advantages"][k]) <= 1e-8)
+            assert row is None or len(row) == t
+        assert math.isclose(sum(s["token_advantages"]) / t, sum(s["advantages"]), abs_tol=1e-5)
+        assert set(s["checked_tokens"]) == {"the"}
+        words = s["response"].split(" ")
+        assert sum(s["checked_tokens"]["the"]) == words.count("the")
+
+
+def test_localization_ratio_is_share_of_distance_over_share_of_tokens(tmp_path):
+    tr = make_trainer(tmp_path / "m", credit="reward", max_steps=2)
+    tr.train()
+    logs = [h for h in tr.state.log_history if "localization/the/ratio" in h]
+    for h in logs:
+        assert h["localization/the/ratio"] == pytest.approx(
+            h["localization/the/distance_share"] / h["localization/the/token_share"], rel=1e-5
+        )
+        assert 0 < h["localization/the/token_share"] <= 1 and 0 <= h["localization/the/distance_share"] <= 1
+
+
+def test_constructor_rejects_bad_input(tmp_path):
+    from mrtpo import MRTPOTrainer
+
+    tok = tiny_tokenizer()
+    task = TinyTask()
+    with pytest.raises(ValueError, match="not reward_funcs"):
+        MRTPOTrainer(
+            fresh_model(tok),
+            args=tiny_config(tmp_path),
+            task=task,
+            train_dataset=task.load(),
+            processing_class=tok,
+            reward_funcs=[],
+        )
+    with pytest.raises(ValueError, match="reward_weights has 3 entries; expected K=2"):
+        MRTPOTrainer(
+            fresh_model(tok),
+            args=tiny_config(tmp_path, reward_weights=[1, 1, 1]),
+            task=task,
+            train_dataset=task.load(),
+            processing_class=tok,
+        )
+    with pytest.raises(ValueError, match="gamma"):  # an option the method does not have
+        MRTPOTrainer(
+            fresh_model(tok),
+            args=tiny_config(tmp_path, advantage_options={"gamma": 0.5}),
+            task=task,
+            train_dataset=task.load(),
+            processing_class=tok,
+        )
+    with pytest.raises(ValueError, match=r"advantage_method='gpdo' is unknown; known: .*gdpo"):
+        tiny_config(tmp_path, advantage_method="gpdo")
+    with pytest.raises(ValueError, match=r"credit_beta=1\.5"):
+        tiny_config(tmp_path, credit_beta=1.5)
+    with pytest.raises(ValueError, match="set credit='none'"):
+        tiny_config(tmp_path, loss="opsd")
