@@ -22,12 +22,6 @@ from mrtpo.tasks.sql.verify import (
 REWARDS = ("format", "executable", "execution")
 
 
-def _jsonable(v):
-    if isinstance(v, bytes):
-        return "0x" + v.hex()
-    return v
-
-
 def score_predictions(
     examples: Sequence[Example],
     responses: Sequence[str],
@@ -117,8 +111,3 @@ def format_table(metrics: dict[str, dict[str, float]]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
-
-
-def jsonable_rows(rows: Sequence[Sequence]) -> list[list]:
-    """Result rows as JSON values (bytes become ``0x…`` hex strings)."""
-    return [[_jsonable(v) for v in r] for r in rows]
