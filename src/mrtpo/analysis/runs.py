@@ -1,0 +1,238 @@
+"""Reading training run folders (docs/run-format.md) and grouping runs into methods and seeds.
+
+A run folder holds ``run.json`` (the resolved config), ``metrics.jsonl`` (one object per logged step)
+and ``samples.jsonl`` (a few saved responses with their per-token credit). Runs are grouped into
+methods by ``run.json``'s ``advantage_method`` + ``credit`` (+ ``beta``), and the runs of one method are
+its seeds (``seed``). An optional ``label`` in ``run.json`` overrides the method's display name.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ADVANTAGE_NAMES",
+    "RESPONSE_LEVEL_CREDITS",
+    "Run",
+    "find_run_dirs",
+    "group_by_method",
+    "load_run",
+    "method_key",
+    "method_label",
+    "read_jsonl",
+]
+
+ADVANTAGE_NAMES = {
+    "grpo": "GRPO",
+    "gdpo": "GDPO",
+    "saw": "SAW",
+    "dara": "DARA",
+    "dvao": "DVAO",
+    "sa_mrpo": "SA-MRPO",
+    "gd2po": "GD²PO",
+    "corr_grpo": "CorrGRPO",
+}
+"""Display names of the response-level methods (mrtpo.advantages registry names)."""
+
+RESPONSE_LEVEL_CREDITS = (None, "none", "uniform", "response")
+"""``credit`` values meaning "every token gets the response-level advantage" (no replay)."""
+
+DEFAULT_BETA = 0.5
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The objects of a JSON-lines file (blank lines skipped).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a line that is not a JSON object, naming the file and line number.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    out = []
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path} line {i}: invalid JSON ({e.msg})") from None
+            if not isinstance(obj, dict):
+                raise ValueError(f"{path} line {i}: expected a JSON object, got {type(obj).__name__}")
+            out.append(obj)
+    return out
+
+
+def method_key(config: dict[str, Any]) -> tuple[str, str, float | None]:
+    """``(advantage_method, credit, beta)`` identifying a method; beta is None for response-level credit."""
+    adv = str(config.get("advantage_method") or "?")
+    credit = config.get("credit")
+    if credit in RESPONSE_LEVEL_CREDITS:
+        return adv, "uniform", None
+    beta = config.get("beta", DEFAULT_BETA)
+    return adv, str(credit), None if beta is None else float(beta)
+
+
+def method_label(config: dict[str, Any]) -> str:
+    """Display name of a run's method.
+
+    ``label`` from run.json when set; otherwise the response-level name (``GDPO``) for response-level
+    credit, ``MRTPO`` for reward credit on GDPO, ``MRTPO+SAW`` on another method, ``MRTPO (joint)`` /
+    ``MRTPO (shuffled)`` for the ablations, and `` β=0.25`` appended when β is not 0.5.
+    """
+    if config.get("label"):
+        return str(config["label"])
+    adv, credit, beta = method_key(config)
+    name = ADVANTAGE_NAMES.get(adv, adv.upper())
+    if credit == "uniform":
+        return name
+    base = "MRTPO" if adv == "gdpo" else f"MRTPO+{name}"
+    if credit == "reward":
+        label = base
+    elif credit in ("joint", "shuffled"):
+        label = f"{base} ({credit})"
+    else:
+        label = f"{name}+{credit}"
+    if beta is not None and beta != DEFAULT_BETA:
+        label += f" β={beta:g}"
+    return label
+
+
+@dataclass
+class Run:
+    """One training run folder.
+
+    Attributes:
+        path: the folder.
+        config: run.json.
+        metrics: the rows of metrics.jsonl in file order.
+    """
+
+    path: Path
+    config: dict[str, Any]
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def seed(self) -> Any:
+        return self.config.get("seed")
+
+    @property
+    def label(self) -> str:
+        return method_label(self.config)
+
+    @property
+    def reward_names(self) -> list[str]:
+        return [str(n) for n in self.config.get("reward_names") or []]
+
+    @property
+    def reward_bounds(self) -> list[tuple[float, float]] | None:
+        b = self.config.get("reward_bounds")
+        if not b:
+            return None
+        return [(float(lo), float(hi)) for lo, hi in b]
+
+    @property
+    def samples_path(self) -> Path:
+        return self.path / "samples.jsonl"
+
+    def samples(self) -> Iterator[dict[str, Any]]:
+        """The records of samples.jsonl (none when the file is absent)."""
+        if self.samples_path.exists():
+            yield from read_jsonl(self.samples_path)
+
+    def metric_keys(self) -> set[str]:
+        return {k for row in self.metrics for k in row}
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a run folder (run.json required; metrics.jsonl optional, empty when absent).
+
+    Raises:
+        FileNotFoundError: the folder or its run.json is missing.
+        ValueError: malformed JSON, naming the file (and line).
+    """
+    path = Path(path)
+    cfg_path = path / "run.json"
+    if not cfg_path.exists():
+        raise FileNotFoundError(f"{path} is not a run folder: {cfg_path} does not exist")
+    try:
+        config = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{cfg_path}: invalid JSON ({e.msg})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{cfg_path}: expected a JSON object")
+    metrics_path = path / "metrics.jsonl"
+    metrics = read_jsonl(metrics_path) if metrics_path.exists() else []
+    for i, row in enumerate(metrics):
+        step = row.get("step")
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step):
+            raise ValueError(f"{metrics_path}: row {i + 1} has step={step!r}; expected an integer")
+    return Run(path, config, metrics)
+
+
+def find_run_dirs(paths: Sequence[str | Path], *, max_depth: int = 3) -> list[Path]:
+    """Run folders named by ``paths``: a folder with run.json, or a folder whose sub-folders (up to
+    ``max_depth`` levels down) contain run folders (e.g. a demo's output folder).
+
+    Raises:
+        FileNotFoundError: a path that does not exist or contains no run folder.
+    """
+    out: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise FileNotFoundError(f"run folder {p} does not exist")
+        if (p / "run.json").exists():
+            out.append(p)
+            continue
+        found = sorted(
+            f.parent
+            for depth in range(1, max_depth + 1)
+            for f in p.glob("/".join(["*"] * depth) + "/run.json")
+        )
+        if not found:
+            raise FileNotFoundError(f"{p} has no run.json (and no run folder below it)")
+        out.extend(found)
+    seen, unique = set(), []
+    for p in out:
+        r = p.resolve()
+        if r not in seen:
+            seen.add(r)
+            unique.append(p)
+    return unique
+
+
+def group_by_method(runs: Sequence[Run]) -> dict[str, list[Run]]:
+    """Runs grouped by method label; response-level methods first, then by name; seeds sorted.
+
+    Raises:
+        ValueError: two different method keys with the same label (set ``label`` in run.json).
+    """
+    groups: dict[str, list[Run]] = {}
+    keys: dict[str, tuple] = {}
+    for run in runs:
+        label = run.label
+        key = method_key(run.config)
+        if label in keys and keys[label] != key and not run.config.get("label"):
+            raise ValueError(f"runs {keys[label]} and {key} share the label {label!r}")
+        keys.setdefault(label, key)
+        groups.setdefault(label, []).append(run)
+
+    def order(label: str) -> tuple:
+        _, credit, _ = keys[label]
+        return (credit != "uniform", label)
+
+    def seed_order(run: Run) -> tuple:
+        s = run.seed
+        return (not isinstance(s, (int, float)), s if isinstance(s, (int, float)) else 0, str(run.path))
+
+    return {label: sorted(groups[label], key=seed_order) for label in sorted(groups, key=order)}

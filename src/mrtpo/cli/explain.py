@@ -1,0 +1,246 @@
+"""``mrtpo explain``: per-token credit of one response under the response-level method and MRTPO.
+
+Two sources:
+
+- a training run's saved samples, no model needed::
+
+      mrtpo explain --samples RUN/samples.jsonl --index 3 [--index -1 ...]
+
+- a live model, a task's verifiers and one example::
+
+      mrtpo explain --model PATH --task toy --example 0 [--response TEXT] [--advantages 0.5,-1,0,...]
+
+  The example is a row index of the task's data (``--data`` / ``--split``), a JSON row
+  (``Example.to_dict`` format) or a file holding one. The response is ``--response`` /
+  ``--response-file``, or sampled from the model.
+
+Where the response-level advantages Â come from (live mode): a single response has no group, so
+Â is either given (``--advantages``, K comma-separated numbers in the task's reward order), or
+computed on a group: the explained response plus ``--group-size - 1`` responses sampled from the
+model (temperature ``--temperature``, default 1.0), scored by the verifiers and normalized with
+``--method`` (default gdpo) as one group, exactly as in training. Without ``--advantages`` the group
+is sampled (``--group-size`` default 8). Samples from a run carry the Â the trainer used.
+
+Output (``--out``): explain.html (self-contained), explain.png, explain.json (the numbers), and in
+live mode record.jsonl (the record in the samples.jsonl format, re-explainable with ``--samples``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def add_arguments(parser) -> None:
+    src = parser.add_argument_group("from saved samples")
+    src.add_argument("--samples", default=None, help="samples.jsonl of a training run (or a record.jsonl)")
+    src.add_argument(
+        "--index",
+        type=int,
+        action="append",
+        default=None,
+        help="record to explain (0-based line among records; negative counts from the end); "
+        "repeat for several (default: 0)",
+    )
+    live = parser.add_argument_group("live on a model")
+    live.add_argument("--model", default=None, help="local model folder or hub id (a Hugging Face causal LM)")
+    live.add_argument(
+        "--task", default=None, help="task name (mrtpo.tasks.load_task), e.g. toy, sql, instruct, tools"
+    )
+    live.add_argument(
+        "--example",
+        default=None,
+        help="row index into the task's data, a JSON example row, or a file holding one",
+    )
+    live.add_argument(
+        "--data", default=None, help="data source of the task (path); default: the task's built-in data"
+    )
+    live.add_argument("--split", default="train", help="data split (default: train)")
+    live.add_argument("--response", default=None, help="the response text (default: sampled from the model)")
+    live.add_argument("--response-file", default=None, help="a file holding the response text")
+    live.add_argument(
+        "--advantages",
+        default=None,
+        help="K comma-separated response-level advantages in the task's reward order "
+        "(default: computed on a sampled group, see --group-size)",
+    )
+    live.add_argument(
+        "--group-size",
+        type=int,
+        default=8,
+        help="group size G when Â is computed: the response plus G-1 samples (default: 8)",
+    )
+    live.add_argument("--method", default="gdpo", help="response-level advantage method (default: gdpo)")
+    live.add_argument(
+        "--credit", default="reward", choices=["reward", "joint"], help="replay mode (default: reward)"
+    )
+    live.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
+    live.add_argument("--top-p", type=float, default=1.0)
+    live.add_argument("--max-new-tokens", type=int, default=256)
+    live.add_argument("--seed", type=int, default=0, help="sampling seed")
+    live.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    live.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
+    parser.add_argument(
+        "--beta",
+        type=float,
+        default=None,
+        help="allocation strength β of the MRTPO columns (default: the record's β, else 0.5)",
+    )
+    parser.add_argument("--out", default="explain", help="output folder (default: ./explain)")
+    parser.add_argument("--tokens-per-line", type=int, default=32, help="PNG: tokens per heat-strip line")
+    parser.add_argument("--max-tokens", type=int, default=384, help="PNG: tokens shown at most")
+
+
+def _parse_advantages(text: str, k: int, names: list[str]) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--advantages {text!r} must be comma-separated numbers") from None
+    if len(vals) != k:
+        raise ValueError(f"--advantages has {len(vals)} values; expected K={k} ({', '.join(names)})")
+    return vals
+
+
+def _load_example(task, spec: str, data: str | None, split: str):
+    from mrtpo.tasks.base import Example
+
+    s = spec.strip()
+    if s.lstrip("-").isdigit():
+        i = int(s)
+        rows = task.load(data, split=split, limit=None if i < 0 else i + 1)
+        if not -len(rows) <= i < len(rows):
+            raise ValueError(f"--example {i} is out of range: the {split} data has {len(rows)} examples")
+        return rows[i]
+    path = Path(s)
+    if not s.startswith("{") and path.exists():
+        s = path.read_text(encoding="utf-8")
+    try:
+        row = json.loads(s)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--example is neither a row index, a JSON example nor a file: {e.msg}") from None
+    if not isinstance(row, dict):
+        raise ValueError("--example JSON must be an object (Example.to_dict format)")
+    return Example.from_dict(row)
+
+
+def _explain_samples(args):
+    from mrtpo.analysis.explain import explain_records, select_records
+    from mrtpo.analysis.runs import read_jsonl
+
+    records = read_jsonl(args.samples)
+    if not records:
+        raise ValueError(f"{args.samples} has no record")
+    indices = args.index or [0]
+    chosen = select_records(records, indices, source=args.samples)
+    names = [f"{Path(args.samples).name} #{i}" for i in indices]
+    return explain_records(
+        chosen,
+        args.out,
+        beta=args.beta,
+        names=names,
+        tokens_per_line=args.tokens_per_line,
+        max_tokens=args.max_tokens,
+    )
+
+
+def _explain_live(args):
+    import torch
+
+    from mrtpo.analysis.explain import explain_records, group_advantages, live_record
+    from mrtpo.eval.generation import SamplingConfig, TransformersGenerator
+    from mrtpo.models.loading import load_model_and_tokenizer
+    from mrtpo.tasks import load_task
+
+    missing = [f"--{n}" for n in ("model", "task", "example") if getattr(args, n) is None]
+    if missing:
+        raise ValueError(f"live mode needs {', '.join(missing)} (or use --samples)")
+    if args.response is not None and args.response_file is not None:
+        raise ValueError("give --response or --response-file, not both")
+    task = load_task(args.task)
+    example = _load_example(task, args.example, args.data, args.split)
+    verifiers = task.verifiers(example)
+    names = [v.name for v in verifiers]
+    adv = _parse_advantages(args.advantages, len(names), names) if args.advantages is not None else None
+    if adv is None and args.group_size < 2:
+        raise ValueError(f"--group-size must be >= 2 to compute advantages, got {args.group_size}")
+    response = args.response
+    if args.response_file is not None:
+        response = Path(args.response_file).read_text(encoding="utf-8")
+
+    model, tok = load_model_and_tokenizer(args.model, dtype=args.dtype, device=args.device)
+    notes = []
+    n_sample = (
+        (0 if response is not None else 1) if adv is not None else args.group_size - (response is not None)
+    )
+    sampled = []
+    if n_sample:
+        cfg = SamplingConfig(
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            batch_size=min(n_sample, 8),
+            seed=args.seed,
+        )
+        sampled = TransformersGenerator(model, tok, cfg).generate(
+            [example.messages()] * n_sample, progress=True
+        )
+    if response is None:
+        nonempty = [i for i, r in enumerate(sampled) if r.strip()]
+        if not nonempty:
+            raise ValueError(f"all {len(sampled)} sampled responses are empty; give --response")
+        response = sampled.pop(
+            nonempty[0]
+        )  # the first non-empty sample is explained, the rest fill the group
+        notes.append(f"response sampled at temperature {args.temperature} (seed {args.seed})")
+    rewards = None
+    if adv is None:
+        group = [response, *sampled]
+        rewards_g, adv_g = group_advantages(args.method, example, verifiers, group)
+        adv, rewards = adv_g[0].tolist(), rewards_g[0]
+        notes.append(
+            f"Â: {args.method} over a group of {len(group)} (this response + {len(group) - 1} sampled at "
+            f"temperature {args.temperature}); group reward means "
+            + ", ".join(f"{n} {sum(r[k] for r in rewards_g) / len(group):.3g}" for k, n in enumerate(names))
+        )
+    else:
+        notes.append("Â given (--advantages)")
+    beta = 0.5 if args.beta is None else args.beta
+    with torch.no_grad():
+        record = live_record(
+            model,
+            tok,
+            example,
+            verifiers,
+            response,
+            adv,
+            method=args.method,
+            beta=beta,
+            mode=args.credit,
+            rewards=rewards,
+            progress=True,
+        )
+    record["notes"] = [*notes, f"model {args.model}, task {args.task}, example {example.id}"]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "record.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
+    return explain_records(
+        [record],
+        out,
+        beta=beta,
+        names=[f"{args.task} example {example.id}"],
+        tokens_per_line=args.tokens_per_line,
+        max_tokens=args.max_tokens,
+    )
+
+
+def run(args) -> int:
+    if args.samples is not None:
+        if args.model is not None:
+            raise ValueError("give --samples or --model, not both")
+        html_path, png_path = _explain_samples(args)
+    elif args.model is not None or args.task is not None:
+        html_path, png_path = _explain_live(args)
+    else:
+        raise ValueError("give --samples RUN/samples.jsonl, or --model, --task and --example")
+    print(f"wrote {html_path} and {png_path}")
+    return 0
