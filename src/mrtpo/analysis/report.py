@@ -1,0 +1,558 @@
+"""``mrtpo report``: training curves, steps to a threshold and localization tables from run folders
+(DESIGN section 8; the paper's Figures 4, 5, 6 and Table 4).
+
+Input: run folders in the format of docs/run-format.md. Runs are grouped into methods by run.json's
+``advantage_method`` + ``credit`` (+ ``beta``) (:func:`mrtpo.analysis.runs.group_by_method`); the runs
+of a method are its seeds.
+
+Output (``out_dir``):
+
+- ``curves.png``: one panel per reward (``rewards/<name>/mean``) plus the threshold metric, one line
+  per method: median over seeds with the interquartile band (or mean with min–max);
+- ``replay.png`` (when logged): mean JS distance per reward and the trainer's localization ratio over
+  training;
+- ``top_k.png`` (when samples have distances): mean share of a reward's distance held by the top k
+  tokens of a response, per reward and method, against the uniform assignment ``min(k, T)/T``;
+- ``report.html``: one self-contained page (PNGs embedded) with the runs, the figures, the
+  steps-to-threshold table (per method and seed, median over seeds), the localization table (per
+  reward: distance share on checked tokens, token share, ratio; satisfied and violated responses
+  apart, pooled rows at the end; "–" below ``min_count`` pairs) and the top-k table;
+- ``report.json``: the same numbers.
+
+Localization is computed from the saved samples (samples.jsonl: distances and ``checked_tokens``)
+with :mod:`mrtpo.analysis.localization` (per-pair shares, mean over pairs, Ratio = mean Dist. / mean
+Tok.). When no sample has both, the trainer's logged ``localization/<name>/*`` metrics are shown
+instead (mean over logged steps). A reward counts as satisfied in a response when its value reaches
+the reward's upper bound (run.json ``reward_bounds``; 1.0 when absent).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mrtpo.analysis import curves as C
+from mrtpo.analysis.localization import (
+    DEFAULT_TOP_K,
+    aggregate_localization,
+    aggregate_top_k,
+    pair_localization,
+)
+from mrtpo.analysis.runs import Run, find_run_dirs, group_by_method, load_run
+
+__all__ = ["build_report", "localization_tables", "steps_table"]
+
+MIN_COUNT = 5
+"""Fewest (response, reward) pairs behind a localization cell; fewer print "–" (as in Table 4)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Steps to threshold
+# --------------------------------------------------------------------------------------------------
+
+
+def steps_table(
+    groups: dict[str, list[Run]], key: str, threshold: float, *, smooth: int = 1
+) -> dict[str, dict[str, Any]]:
+    """Steps to reach ``threshold`` on metric ``key`` per method and seed.
+
+    A seed that never reaches it counts as +inf in the median (so the median is "not reached" when
+    half the seeds or more never reach it).
+
+    Returns:
+        ``{method: {"seeds": [{"seed", "run", "steps" (int or None), "last_step"}], "median": float
+        (inf when not reached, NaN without seeds), "reached": int}}``.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for method, runs in groups.items():
+        rows = []
+        for run in runs:
+            steps, values = C.series(run.metrics, key)
+            if not steps.size:
+                continue
+            hit = C.steps_to_threshold(steps, C.moving_average(values, smooth), threshold)
+            rows.append({"seed": run.seed, "run": str(run.path), "steps": hit, "last_step": int(steps[-1])})
+        vals = [math.inf if r["steps"] is None else float(r["steps"]) for r in rows]
+        median = float(np.median(vals)) if vals else math.nan
+        out[method] = {"seeds": rows, "median": median, "reached": sum(r["steps"] is not None for r in rows)}
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Localization from samples
+# --------------------------------------------------------------------------------------------------
+
+
+def _upper_bounds(run: Run, names: list[str]) -> dict[str, float]:
+    bounds = run.reward_bounds
+    if bounds and len(bounds) == len(run.reward_names):
+        by_name = dict(zip(run.reward_names, (hi for _, hi in bounds)))
+    else:
+        by_name = {}
+    return {n: by_name.get(n, 1.0) for n in names}
+
+
+def _record_pairs(record: dict[str, Any], upper: dict[str, float], top_k: Sequence[int], where: str):
+    """Yield ``(reward, satisfied, PairLocalization | None)`` for each replayed (response, reward)."""
+    names = record.get("reward_names") or []
+    rows = record.get("distances")
+    if not names or not isinstance(rows, list):
+        return
+    rewards = record.get("rewards") or [None] * len(names)
+    checked = record.get("checked_tokens") or {}
+    for k, name in enumerate(names):
+        row = rows[k] if len(rows) == len(names) else (rows[0] if len(rows) == 1 else None)
+        if row is None:
+            continue
+        try:
+            pair = pair_localization(row, checked.get(name), top_k=top_k)
+        except ValueError as e:
+            raise ValueError(f"{where}, reward {name!r}: {e}") from None
+        r = rewards[k] if k < len(rewards) else None
+        sat = None if r is None else float(r) >= upper.get(name, 1.0) - 1e-9
+        yield name, sat, pair
+
+
+def localization_tables(
+    groups: dict[str, list[Run]], *, top_k: Sequence[int] = DEFAULT_TOP_K, min_count: int = MIN_COUNT
+) -> dict[str, dict[str, Any]]:
+    """Per method: localization per reward (satisfied / violated / all) and pooled, and top-k shares.
+
+    Returns:
+        ``{method: {"source": "samples" | "metrics", "rewards": {name: {"satisfied": summary, "violated":
+        summary, "all": summary, "top_k": {k: [share, uniform, n]}}}, "pooled": {"satisfied": ...,
+        "violated": ...}, "top_k_curve": {k: {name: share}}}}`` where a summary is ``{"n", "distance_share",
+        "token_share", "ratio", "shown"}`` (``shown`` False below ``min_count`` pairs). Methods without
+        any replayed sample are absent (or come from the metrics, with ``source = "metrics"``).
+    """
+    curve_ks = list(range(1, max(top_k) + 1)) if top_k else []
+    out: dict[str, dict[str, Any]] = {}
+    for method, runs in groups.items():
+        names = list(dict.fromkeys(n for r in runs for n in r.reward_names))
+        pairs: dict[tuple[str, Any], list] = {}
+        any_span = False
+        for run in runs:
+            upper = _upper_bounds(run, names)
+            for i, rec in enumerate(run.samples()):
+                where = f"{run.samples_path} record {i}"
+                for name, sat, pair in _record_pairs(rec, upper, curve_ks or top_k, where):
+                    if name not in names:
+                        names.append(name)
+                    pairs.setdefault((name, sat), []).append(pair)
+                    any_span |= pair is not None and pair.has_span_share
+
+        def summary(ps: list) -> dict[str, Any]:
+            s = aggregate_localization(ps)
+            return {
+                "n": s.n,
+                "distance_share": s.distance_share,
+                "token_share": s.token_share,
+                "ratio": s.ratio,
+                "shown": s.n >= min_count,
+            }
+
+        if pairs:
+            table: dict[str, Any] = {"source": "samples", "rewards": {}, "pooled": {}, "top_k_curve": {}}
+            for name in names:
+                sat_p = pairs.get((name, True), [])
+                vio_p = pairs.get((name, False), [])
+                all_p = sat_p + vio_p + pairs.get((name, None), [])
+                if not all_p:
+                    continue
+                tk = aggregate_top_k(all_p, curve_ks)
+                table["rewards"][name] = {
+                    "satisfied": summary(sat_p),
+                    "violated": summary(vio_p),
+                    "all": summary(all_p),
+                    "top_k": {k: list(tk[k]) for k in top_k},
+                }
+                for k in curve_ks:
+                    table["top_k_curve"].setdefault(k, {})[name] = list(tk[k])
+            table["pooled"] = {
+                "satisfied": summary([p for (_, s), ps in pairs.items() if s is True for p in ps]),
+                "violated": summary([p for (_, s), ps in pairs.items() if s is False for p in ps]),
+            }
+            table["has_spans"] = any_span
+            out[method] = table
+            if any_span:
+                continue
+        logged = _logged_localization(runs, names)
+        if logged:
+            entry = out.setdefault(method, {"rewards": {}, "pooled": {}, "top_k_curve": {}})
+            entry["source"] = "metrics" if not pairs else "samples+metrics"
+            entry["logged"] = logged
+    return out
+
+
+def _logged_localization(runs: list[Run], names: list[str]) -> dict[str, dict[str, float]]:
+    """Mean over logged steps (and seeds) of the trainer's ``localization/<name>/*`` metrics."""
+    out = {}
+    for name in names:
+        vals: dict[str, list[float]] = {}
+        for stat in ("distance_share", "token_share", "ratio"):
+            for run in runs:
+                _, v = C.series(run.metrics, f"localization/{name}/{stat}")
+                vals.setdefault(stat, []).extend(v.tolist())
+        if vals.get("ratio"):
+            out[name] = {s: float(np.mean(v)) if v else math.nan for s, v in vals.items()}
+            out[name]["n"] = len(vals["ratio"])
+    return out
+
+
+def _plot_top_k(loc: dict[str, dict[str, Any]], out_path: Path) -> Path | None:
+    methods = [m for m, t in loc.items() if t.get("top_k_curve")]
+    if not methods:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(methods), figsize=(4.8 * len(methods), 3.6), squeeze=False)
+    for ax, method in zip(axes[0], methods):
+        curve = loc[method]["top_k_curve"]
+        ks = sorted(curve)
+        names = list(dict.fromkeys(n for k in ks for n in curve[k]))
+        for name in names:
+            ax.plot(ks, [curve[k].get(name, [math.nan])[0] for k in ks], marker="o", ms=3, label=name)
+        uni = [np.nanmean([curve[k][n][1] for n in curve[k]]) for k in ks]
+        ax.plot(ks, uni, color="0.6", ls="--", lw=1.5, label="uniform (GDPO)")
+        ax.set_title(method, fontsize=11)
+        ax.set_xlabel("k (top tokens of a response)")
+        ax.set_ylabel("share of the reward's distance")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=130)
+    plt.close(fig)
+    return out_path
+
+
+# --------------------------------------------------------------------------------------------------
+# HTML
+# --------------------------------------------------------------------------------------------------
+
+_CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:18px 26px;color:#1d1d1f;max-width:1250px}
+h1{font-size:21px}h2{font-size:17px;margin-top:28px;border-top:2px solid #ddd;padding-top:10px}
+h3{font-size:14.5px;margin:16px 0 6px}
+p,li{font-size:13.5px;line-height:1.45}
+table{border-collapse:collapse;font-size:12.5px;margin:6px 0 12px}
+td,th{border:1px solid #d6d6d6;padding:3px 9px;text-align:right}
+th{background:#f3f3f3}
+td.l,th.l{text-align:left}
+tr.pool td{background:#fafafa;font-weight:600}
+img{max-width:100%;border:1px solid #eee}
+.dim{color:#888}
+"""
+
+
+def _pct(v: float) -> str:
+    return "–" if v is None or not math.isfinite(v) else f"{100 * v:.1f}"
+
+
+def _num(v: float, fmt: str = ".2f") -> str:
+    return "–" if v is None or not math.isfinite(v) else format(v, fmt)
+
+
+def _img(path: Path | None, alt: str) -> str:
+    if path is None:
+        return ""
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<p><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}"></p>'
+
+
+def _summary_cells(s: dict[str, Any]) -> str:
+    if not s["shown"]:
+        return f'<td class="dim">{s["n"]}</td><td>–</td><td>–</td><td>–</td>'
+    return (
+        f"<td>{s['n']}</td><td>{_pct(s['distance_share'])}</td><td>{_pct(s['token_share'])}</td>"
+        f"<td>{_num(s['ratio'])}</td>"
+    )
+
+
+def _render(report: dict[str, Any], images: dict[str, Path | None]) -> str:
+    e = html.escape
+    parts = [
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>mrtpo report</title>',
+        f"<style>{_CSS}</style></head><body><h1>mrtpo report</h1>",
+    ]
+    # runs
+    parts.append(
+        "<h2>Runs</h2><table><tr><th class='l'>method</th><th>seed</th><th class='l'>run</th>"
+        "<th>steps logged</th><th>last step</th><th>samples</th></tr>"
+    )
+    for r in report["runs"]:
+        parts.append(
+            f"<tr><td class='l'>{e(r['method'])}</td><td>{e(str(r['seed']))}</td><td class='l'>{e(r['path'])}</td>"
+            f"<td>{r['rows']}</td><td>{r['last_step']}</td><td>{r['samples']}</td></tr>"
+        )
+    parts.append("</table>")
+    # curves
+    stat = report["stat"]
+    what = (
+        "median over seeds with the interquartile band"
+        if stat == "median-iqr"
+        else ("mean over seeds with the min–max band")
+    )
+    smooth = f"; trailing mean over {report['smooth']} logged points per seed" if report["smooth"] > 1 else ""
+    parts.append(f"<h2>Training curves</h2><p>Lines: {what}{smooth}. Dotted line: the threshold below.</p>")
+    parts.append(_img(images.get("curves"), "training curves"))
+    # steps to threshold
+    thr = report["threshold"]
+    parts.append(
+        f"<h2>Steps to threshold</h2><p>First logged step at which <code>{e(report['metric'])}</code> "
+        f"reaches <b>{_num(thr, '.4g')}</b> ({e(report['threshold_source'])}). Median over seeds; "
+        "a seed that never reaches it counts as infinite.</p>"
+    )
+    parts.append(
+        "<table><tr><th class='l'>method</th><th>median steps</th><th>seeds reaching it</th>"
+        "<th class='l'>per seed</th></tr>"
+    )
+    for method, row in report["steps_to_threshold"].items():
+        med = row["median"]
+        med_s = "not reached" if med == math.inf else _num(med, ".1f").removesuffix(".0")
+        seeds = " · ".join(
+            f"seed {e(str(s['seed']))}: "
+            + (str(s["steps"]) if s["steps"] is not None else f"&gt;{s['last_step']}")
+            for s in row["seeds"]
+        )
+        parts.append(
+            f"<tr><td class='l'>{e(method)}</td><td>{med_s}</td>"
+            f"<td>{row['reached']} / {len(row['seeds'])}</td><td class='l'>{seeds}</td></tr>"
+        )
+    parts.append("</table>")
+    # localization
+    parts.append(
+        "<h2>Localization of the replay distance</h2><p>Per replayed (response, reward) pair: Dist. = share of "
+        "the reward's replay distance on the tokens its verifier reads, Tok. = those tokens' share of the "
+        "response; columns are means over pairs (%) and Ratio = Dist. / Tok. (1 = uniform, GDPO's assignment). "
+        f"Satisfied: the reward reached its maximum. “–”: fewer than {report['min_count']} pairs.</p>"
+    )
+    loc = report["localization"]
+    if not loc:
+        parts.append(
+            "<p class='dim'>No run has replay distances in samples.jsonl or localization metrics.</p>"
+        )
+    for method, t in loc.items():
+        parts.append(f"<h3>{e(method)}</h3>")
+        if t.get("rewards") and t.get("has_spans"):
+            parts.append(
+                "<table><tr><th class='l' rowspan=2>reward</th><th colspan=4>satisfied</th><th colspan=4>violated"
+                "</th></tr><tr>" + "<th>n</th><th>Dist.</th><th>Tok.</th><th>Ratio</th>" * 2 + "</tr>"
+            )
+            for name, row in t["rewards"].items():
+                if row["all"]["n"] == 0:
+                    continue
+                parts.append(
+                    f"<tr><td class='l'>{e(name)}</td>{_summary_cells(row['satisfied'])}"
+                    f"{_summary_cells(row['violated'])}</tr>"
+                )
+            ps, pv = t["pooled"]["satisfied"], t["pooled"]["violated"]
+            parts.append(
+                f"<tr class='pool'><td class='l'>all rewards</td>{_summary_cells(ps)}{_summary_cells(pv)}</tr>"
+            )
+            parts.append("</table>")
+        if t.get("logged"):
+            parts.append(
+                "<p>Logged by the trainer (mean over logged steps and seeds):</p><table><tr>"
+                "<th class='l'>reward</th><th>steps</th><th>Dist.</th><th>Tok.</th><th>Ratio</th></tr>"
+            )
+            for name, row in t["logged"].items():
+                parts.append(
+                    f"<tr><td class='l'>{e(name)}</td><td>{row['n']}</td><td>{_pct(row['distance_share'])}"
+                    f"</td><td>{_pct(row['token_share'])}</td><td>{_num(row['ratio'])}</td></tr>"
+                )
+            parts.append("</table>")
+        if t.get("rewards"):
+            ks = report["top_k"]
+            parts.append(
+                "<p>Share of a reward's distance held by the top k tokens of a response (mean over pairs, %; "
+                "in gray the uniform assignment's min(k, T)/T):</p>"
+            )
+            parts.append(
+                "<table><tr><th class='l'>reward</th><th>pairs</th>"
+                + "".join(f"<th>top {k}</th>" for k in ks)
+                + "</tr>"
+            )
+            for name, row in t["rewards"].items():
+                cells = "".join(
+                    f"<td>{_pct(row['top_k'][k][0])} <span class='dim'>({_pct(row['top_k'][k][1])})</span></td>"
+                    for k in ks
+                )
+                n = row["top_k"][ks[0]][2] if ks else 0
+                parts.append(f"<tr><td class='l'>{e(name)}</td><td>{n}</td>{cells}</tr>")
+            parts.append("</table>")
+    parts.append(_img(images.get("top_k"), "top-k share"))
+    if images.get("replay"):
+        parts.append(
+            "<h2>Replay over training</h2><p>Mean JS distance per reward and the trainer's localization "
+            "ratio (gray: 1, no localization).</p>"
+        )
+        parts.append(_img(images.get("replay"), "replay metrics"))
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------------------------------
+# Front door
+# --------------------------------------------------------------------------------------------------
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, np.generic):
+        return _json_safe(obj.item())
+    return obj
+
+
+def build_report(
+    run_dirs: Sequence[str | Path],
+    out_dir: str | Path,
+    *,
+    threshold: float | None = None,
+    metric: str = "reward",
+    stat: str = "median-iqr",
+    smooth: int = 1,
+    top_k: Sequence[int] = DEFAULT_TOP_K,
+    min_count: int = MIN_COUNT,
+) -> Path:
+    """Write the report of ``run_dirs`` to ``out_dir`` and return the HTML path.
+
+    Args:
+        run_dirs: run folders, or folders containing run folders.
+        out_dir: output folder (created).
+        threshold: level for the steps-to-threshold table; None: 90% of the way from the lowest first to
+            the highest last value of the methods' curves (:func:`mrtpo.analysis.curves.auto_threshold`).
+        metric: metrics.jsonl key of the threshold table (``reward``, ``rewards/format/mean``, or a reward
+            name).
+        stat: ``median-iqr`` or ``mean-minmax``.
+        smooth: trailing moving-average window (logged points) applied per seed before aggregation and
+            before the threshold test (1 = none).
+        top_k: the k of the top-k table (the figure shows every k up to the largest).
+        min_count: fewest pairs behind a localization cell.
+    """
+    if stat not in C.STATS:
+        raise ValueError(f"stat must be one of {C.STATS}, got {stat!r}")
+    if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
+        raise ValueError(f"smooth={smooth!r} must be a positive integer")
+    top_k = sorted({int(k) for k in top_k})
+    if any(k < 1 for k in top_k):
+        raise ValueError(f"top_k={list(top_k)} must be positive integers")
+    runs = [load_run(p) for p in find_run_dirs(run_dirs)]
+    groups = group_by_method(runs)
+    keys = set().union(*(r.metric_keys() for r in runs)) if runs else set()
+    if not any(r.metrics for r in runs):
+        raise ValueError("no run has any row in metrics.jsonl")
+    key = C.resolve_metric(metric, keys)
+    names = list(dict.fromkeys(n for r in runs for n in r.reward_names))
+    panel_keys = [key] + [
+        f"rewards/{n}/mean" for n in names if f"rewards/{n}/mean" in keys and f"rewards/{n}/mean" != key
+    ]
+
+    def bands_for(k: str) -> dict[str, C.SeedBand]:
+        out = {}
+        for method, rs in groups.items():
+            per_seed = []
+            for r in rs:
+                steps, values = C.series(r.metrics, k)
+                if steps.size:
+                    per_seed.append((steps, C.moving_average(values, smooth)))
+            if per_seed:
+                out[method] = C.seed_band(per_seed, stat)  # type: ignore[arg-type]
+        return out
+
+    panels = {k: bands_for(k) for k in panel_keys}
+    if threshold is None:
+        threshold_value = C.auto_threshold(panels[key])
+        source = (
+            "default: 90% of the way from the lowest first to the highest last value of the method curves"
+        )
+    else:
+        threshold_value, source = float(threshold), "given"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    import matplotlib.pyplot as plt
+
+    colors = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(groups)}
+    images: dict[str, Path | None] = {}
+    images["curves"] = C.plot_curves(
+        panels,
+        out / "curves.png",
+        colors=colors,
+        stat=stat,  # type: ignore[arg-type]
+        thresholds={key: threshold_value} if threshold_value is not None else None,
+    )
+    diag_keys = [f"distance/{n}/mean" for n in names if f"distance/{n}/mean" in keys]
+    diag_keys += [f"localization/{n}/ratio" for n in names if f"localization/{n}/ratio" in keys]
+    if diag_keys:
+        diag = {k: bands_for(k) for k in diag_keys}
+        images["replay"] = C.plot_curves(
+            diag,
+            out / "replay.png",
+            colors=colors,
+            stat=stat,  # type: ignore[arg-type]
+            reference={k: 1.0 for k in diag_keys if k.endswith("/ratio")},
+        )
+    steps = steps_table(groups, key, threshold_value, smooth=smooth) if threshold_value is not None else {}
+    loc = localization_tables(groups, top_k=top_k, min_count=min_count)
+    images["top_k"] = _plot_top_k(loc, out / "top_k.png")
+
+    run_rows = []
+    for method, rs in groups.items():
+        for r in rs:
+            n_samples = sum(1 for _ in r.samples()) if r.samples_path.exists() else 0
+            last = max((int(m["step"]) for m in r.metrics), default=0)
+            run_rows.append(
+                {
+                    "method": method,
+                    "seed": r.seed,
+                    "path": str(r.path),
+                    "rows": len(r.metrics),
+                    "last_step": last,
+                    "samples": n_samples,
+                }
+            )
+    report = {
+        "runs": run_rows,
+        "metric": key,
+        "threshold": threshold_value,
+        "threshold_source": source,
+        "stat": stat,
+        "smooth": smooth,
+        "top_k": top_k,
+        "min_count": min_count,
+        "curves": {
+            k: {
+                m: {
+                    "steps": b.steps.tolist(),
+                    "center": b.center.tolist(),
+                    "lo": b.lo.tolist(),
+                    "hi": b.hi.tolist(),
+                    "count": b.count.tolist(),
+                }
+                for m, b in bands.items()
+            }
+            for k, bands in panels.items()
+        },
+        "steps_to_threshold": steps,
+        "localization": loc,
+        "images": {k: str(v) for k, v in images.items() if v is not None},
+    }
+    (out / "report.json").write_text(json.dumps(_json_safe(report), indent=1), encoding="utf-8")
+    html_path = out / "report.html"
+    html_path.write_text(_render(report, images), encoding="utf-8")
+    return html_path
