@@ -94,6 +94,9 @@ def test_method_labels():
     assert method_label({"advantage_method": "gdpo", "credit": "joint", "beta": 0.5}) == "MRTPO (joint)"
     assert method_label({"advantage_method": "gdpo", "credit": "reward", "beta": 0.25}) == "MRTPO β=0.25"
     assert method_label({"advantage_method": "gdpo", "credit": "reward", "label": "mine"}) == "mine"
+    assert method_label({"advantage_method": "gdpo", "credit": "none", "loss": "opsd"}) == "OPSD"
+    assert method_label({"advantage_method": "grpo", "credit": "cort", "beta": 0.5}) == "CoRT"
+    assert method_label({"advantage_method": "gdpo", "credit": "none", "loss": "policy"}) == "GDPO"
 
 
 def _write_run(root, name, config, rows):

@@ -87,6 +87,18 @@ def test_skipped_and_joint_rows():
     assert j.token_level[1].tolist() == pytest.approx([-0.5 * x for x in START])
 
 
+def test_record_without_replay():
+    # a response-level run writes "distances": null; the token level is then the response level
+    v = credit_view(_record(distances=None, credit="uniform", token_advantages=[0.5] * 4), beta=0.5)
+    assert v.mode == "none" and v.skipped == [True, True]
+    assert v.token_total.tolist() == v.response_total.tolist() == [0.5] * 4
+    assert v.token_level.tolist() == v.response_level.tolist()
+    assert v.logged_note == "logged token advantages: max |logged − S| = 0"
+    page = render_html([v])
+    assert "not replayed (response-level run)" in page
+    assert not [a for a in _parse(page) if a["data-panel"] == "distance"]
+
+
 @pytest.mark.parametrize(
     ("over", "message"),
     [

@@ -182,13 +182,20 @@ def credit_view(
         raise ValueError(f"{where}: tokens is empty; nothing to explain")
     adv = _number_list(record["advantages"], f"{where}: advantages", k)
     rows = record["distances"]
-    if not isinstance(rows, list) or len(rows) not in (k, 1):
+    if rows is None:  # a run without replay (response-level credit): nothing to redistribute
+        rows = [None] * k
+        mode = "none"
+    elif not isinstance(rows, list) or len(rows) not in (k, 1):
         got = len(rows) if isinstance(rows, list) else type(rows).__name__
         raise ValueError(f"{where}: distances has {got} rows; expected K={k} (one per reward) or 1 (joint)")
-    mode = "reward" if len(rows) == k else "joint"
+    else:
+        mode = "reward" if len(rows) == k else "joint"
     dist = np.zeros((len(rows), t_len), dtype=np.float64)  # [K', T]
     skipped = []
     for i, row in enumerate(rows):
+        if row is None and mode == "none":
+            skipped.append(True)
+            continue
         if row is None:
             needed = adv[i] != 0 if mode == "reward" else any(a != 0 for a in adv)
             if needed:
@@ -213,21 +220,25 @@ def credit_view(
     a = torch.tensor([adv], dtype=torch.float64)  # [1, K]
     d = torch.from_numpy(dist)[None]  # [1, K', T]
     mask = torch.ones(1, t_len, dtype=torch.bool)  # [1, T]
-    total = credit.allocate(a, d, mask, beta=beta, mode=mode)[0]  # [T]
+    core_mode = "uniform" if mode == "none" else mode  # no distances: w = 1
+    total = credit.allocate(a, d, mask, beta=beta, mode=core_mode)[0]  # [T]
     per_reward = torch.zeros(k, t_len, dtype=torch.float64)  # [K, T]
     for j in range(k):
         only = torch.zeros_like(a)
         only[0, j] = a[0, j]
-        per_reward[j] = credit.allocate(only, d, mask, beta=beta, mode=mode)[0]
+        per_reward[j] = credit.allocate(only, d, mask, beta=beta, mode=core_mode)[0]
     resp_total = credit.allocate(a, None, mask, beta=beta, mode="uniform")[0]  # [T]  Σ_k Â[k]
-    weights = credit.token_weights(d, mask, mode=mode)[0]  # [K', T]
+    weights = credit.token_weights(d, mask, mode=core_mode)[0]  # [K', T]
 
     logged, note = None, ""
     if record.get("token_advantages") is not None:
         logged = np.asarray(_number_list(record["token_advantages"], f"{where}: token_advantages", t_len))
         rec_beta, rec_credit = record.get("beta"), record.get("credit")
         diff = float(np.abs(logged - total.numpy()).max())
-        same_setting = (rec_beta is None or float(rec_beta) == beta) and rec_credit in (None, mode)
+        if mode == "none":
+            same_setting = rec_credit in (None, "none", "uniform")
+        else:
+            same_setting = (rec_beta is None or float(rec_beta) == beta) and rec_credit in (None, mode)
         if same_setting:
             note = f"logged token advantages: max |logged − S| = {diff:.3g}"
         else:
@@ -266,7 +277,15 @@ def credit_view(
         checked=checked,
         prompt=record.get("prompt"),
         response=record.get("response"),
-        notes=[str(n) for n in record.get("notes") or []],
+        notes=[str(n) for n in record.get("notes") or []]
+        + (
+            [
+                f"no replay distances in this record (credit {record.get('credit')!r}): the token-level column "
+                "equals the response level"
+            ]
+            if mode == "none"
+            else []
+        ),
     )
 
 
@@ -381,10 +400,10 @@ def _view_html(view: CreditView, index: int) -> str:
         "<th>mean d</th><th>checked tokens</th></tr>"
     )
     for j, name in enumerate(view.reward_names):
-        drow = j if view.mode == "reward" else 0
+        drow = 0 if view.mode == "joint" else j
         r = "" if view.rewards is None else _fmt(view.rewards[j])
         if view.skipped[drow]:
-            dmax = dmean = "skipped"
+            dmax = dmean = "not replayed" if view.mode == "none" else "skipped"
         else:
             dmax, dmean = _fmt(view.distances[drow].max()), _fmt(view.distances[drow].mean())
         chk = str(sum(view.checked[name])) + f" / {len(pieces)}" if name in view.checked else "—"
@@ -400,13 +419,18 @@ def _view_html(view: CreditView, index: int) -> str:
     out.append('<div class="grid">')
     out.append('<div class="colhead"></div>')
     dist_head = (
-        "replay distance d (shade: d / row max)" if view.mode == "reward" else "joint replay distance d"
+        "joint replay distance d" if view.mode == "joint" else "replay distance d (shade: d / row max)"
     )
     out.append(f'<div class="colhead">{dist_head}</div>')
     out.append(f'<div class="colhead">{html.escape(method)}: response level, Â[k] on every token</div>')
-    out.append(f'<div class="colhead">MRTPO: Â[k]·((1−β)+β·w[k,t]), β={view.beta:g}</div>')
+    if view.mode == "none":
+        out.append('<div class="colhead">token level: no distances, w = 1 (= response level)</div>')
+    else:
+        out.append(f'<div class="colhead">MRTPO: Â[k]·((1−β)+β·w[k,t]), β={view.beta:g}</div>')
 
     def dist_cell(drow: int, row_name: str, checked: list[int] | None) -> str:
+        if view.mode == "none":
+            return '<div class="cell na">not replayed (response-level run)</div>'
         if view.skipped[drow]:
             return '<div class="cell na">skipped by replay (Â = 0): no distance</div>'
         d, w = view.distances[drow], view.weights[drow]
@@ -445,15 +469,19 @@ def _view_html(view: CreditView, index: int) -> str:
         return "".join(cells)
 
     for j, name in enumerate(view.reward_names):
-        drow = j if view.mode == "reward" else 0
+        drow = 0 if view.mode == "joint" else j
         checked = view.checked.get(name)
         r = "" if view.rewards is None else f"r = {_fmt(view.rewards[j])}<br>"
-        skip = '<br><span class="dim">replay skipped</span>' if view.skipped[drow] else ""
+        skip = (
+            '<br><span class="dim">replay skipped</span>'
+            if view.skipped[drow] and view.mode != "none"
+            else ""
+        )
         out.append(
             f'<div class="label"><b>{html.escape(name)}</b><br>{r}Â = {_signed(view.advantages[j])}{skip}</div>'
         )
-        if view.mode == "reward" or j == 0:
-            out.append(dist_cell(drow, name if view.mode == "reward" else "joint", checked))
+        if view.mode != "joint" or j == 0:
+            out.append(dist_cell(drow, "joint" if view.mode == "joint" else name, checked))
         else:
             out.append('<div class="cell na">(joint: one distance row, shown above)</div>')
         out.append(adv_cells(name, view.response_level[j], view.token_level[j], checked))
@@ -557,10 +585,13 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
         )
         d_labels = []
         for r in range(v.distances.shape[0]):
-            name = v.reward_names[r] if v.mode == "reward" else "joint"
-            d_labels.append(
-                f"{name}  d (skipped)" if v.skipped[r] else f"{name}  d (max {float(top[r, 0]):.2g})"
-            )
+            name = "joint" if v.mode == "joint" else v.reward_names[r]
+            if v.mode == "none":
+                d_labels.append(f"{name}  d (not replayed)")
+            else:
+                d_labels.append(
+                    f"{name}  d (skipped)" if v.skipped[r] else f"{name}  d (max {float(top[r, 0]):.2g})"
+                )
             chk = v.checked.get(name)
             if chk:
                 cx = [t for t in x if chk[t]]

@@ -76,6 +76,8 @@ def method_key(config: dict[str, Any]) -> tuple[str, str, float | None]:
     """``(advantage_method, credit, beta)`` identifying a method; beta is None for response-level credit."""
     adv = str(config.get("advantage_method") or "?")
     credit = config.get("credit")
+    if config.get("loss") == "opsd":
+        return adv, "opsd", None
     if credit in RESPONSE_LEVEL_CREDITS:
         return adv, "uniform", None
     beta = config.get("beta", DEFAULT_BETA)
@@ -85,14 +87,18 @@ def method_key(config: dict[str, Any]) -> tuple[str, str, float | None]:
 def method_label(config: dict[str, Any]) -> str:
     """Display name of a run's method.
 
-    ``label`` from run.json when set; otherwise the response-level name (``GDPO``) for response-level
-    credit, ``MRTPO`` for reward credit on GDPO, ``MRTPO+SAW`` on another method, ``MRTPO (joint)`` /
-    ``MRTPO (shuffled)`` for the ablations, and `` β=0.25`` appended when β is not 0.5.
+    ``label`` from run.json when set; otherwise ``OPSD`` for the distillation loss (``loss: opsd``), the
+    response-level name (``GDPO``) for response-level credit (``uniform``/``none``), ``MRTPO`` for reward
+    credit on GDPO, ``MRTPO+SAW`` on another method, ``MRTPO (joint)`` / ``MRTPO (shuffled)`` for the
+    ablations, ``CoRT`` (``CoRT+GDPO`` on a method other than GRPO), and `` β=0.25`` appended when β is
+    not 0.5.
     """
     if config.get("label"):
         return str(config["label"])
     adv, credit, beta = method_key(config)
     name = ADVANTAGE_NAMES.get(adv, adv.upper())
+    if credit == "opsd":
+        return "OPSD"
     if credit == "uniform":
         return name
     base = "MRTPO" if adv == "gdpo" else f"MRTPO+{name}"
@@ -100,6 +106,8 @@ def method_label(config: dict[str, Any]) -> str:
         label = base
     elif credit in ("joint", "shuffled"):
         label = f"{base} ({credit})"
+    elif credit == "cort":
+        label = "CoRT" if adv == "grpo" else f"CoRT+{name}"
     else:
         label = f"{name}+{credit}"
     if beta is not None and beta != DEFAULT_BETA:
