@@ -50,7 +50,7 @@ from mrtpo import credit
 from mrtpo.prompt import Segment, assemble
 
 DEFAULT_TOKEN_BUDGET = 16384
-DEFAULT_CHUNK_SIZE = 256
+DEFAULT_CHUNK_SIZE = credit.DEFAULT_CHUNK_SIZE  # response rows per JS chunk
 
 # --------------------------------------------------------------------------------------------------
 # Contexts of one example
@@ -531,9 +531,10 @@ def replay(
     Contexts are scheduled request by request (requests with the same full context, i.e. the
     responses of one prompt, next to each other) and packed into micro-batches of at most
     ``token_budget`` padded tokens (rows x longest row; a row longer than the budget runs alone).
-    With ``prefix_sharing`` a micro-batch never mixes prompts, and when the model's cache allows it
-    the longest common prefix of its rows runs once (batch 1) and each row continues from a copy of
-    the cache; the result is the same as without sharing (tested to 1e-5 in fp32).
+    With ``prefix_sharing`` on a model whose cache allows it (a ``DynamicCache`` of full-attention
+    layers; sliding-window or linear-attention models run without sharing) a micro-batch never mixes
+    prompts, and the longest common prefix of its rows runs once (batch 1) and each row continues from
+    a copy of the cache; the result is the same as without sharing (tested to 1e-5 in fp32).
 
     Args:
         model: a Hugging Face causal LM (duck-typed: ``get_decoder()``/``.model``, ``lm_head``).
