@@ -335,8 +335,9 @@ def test_softcapped_logits_are_handled():
     contexts = [pre + _ids(g, 4, 97), pre + _ids(g, 2, 97)]
     response = _ids(g, 12, 97)
     ref = naive_distances(gemma, contexts, response)
-    d = R.distances(gemma, contexts, response, chunk_size=5)
-    assert (d - ref).abs().max() < 1e-5
+    out = R.replay(gemma, [R.ReplayRequest(response, contexts[0], contexts[1:])], chunk_size=5)
+    assert (out.distances[0] - ref).abs().max() < 1e-5
+    assert out.stats.prefix_passes == 0  # sliding-window layers: no prefix sharing, rows run in full
     # the cap matters here: the same hidden states without it give different distances
     hp = R.response_hidden_states(gemma, contexts[0], response)
     hq = R.response_hidden_states(gemma, contexts[1], response)
