@@ -87,6 +87,20 @@ def test_skipped_and_joint_rows():
     assert j.token_level[1].tolist() == pytest.approx([-0.5 * x for x in START])
 
 
+def test_display_tokens_spell_the_response():
+    # tokens decoded one by one lose the spaces of a word-level tokenizer; each takes the whitespace
+    # before it in the response, and a token absent from the response (<eos>) is shown as it is
+    v = credit_view(
+        _record(
+            tokens=["w25", "w18", "<eos>"], response="w25 w18", distances=[[0.1] * 3] * 2, checked_tokens={}
+        )
+    )
+    assert v.tokens == ["w25", " w18", "<eos>"]
+    # byte-level BPE markers stand for a space / newline
+    v = credit_view(_record(tokens=["a", "Ġb", "Ċ", "c"], response="a b\nc", distances=[[0.1] * 4] * 2))
+    assert v.tokens == ["a", " b", "\n", "c"]
+
+
 def test_record_without_replay():
     # a response-level run writes "distances": null; the token level is then the response level
     v = credit_view(_record(distances=None, credit="uniform", token_advantages=[0.5] * 4), beta=0.5)

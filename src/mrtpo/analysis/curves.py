@@ -196,6 +196,7 @@ def plot_curves(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     keys = list(panels)
     if not keys:
@@ -205,6 +206,7 @@ def plot_curves(
     colors = dict(colors or {})
     for i, m in enumerate(labels):
         colors.setdefault(m, cmap(i % 10))
+    styles = {m: ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))[i % 4] for i, m in enumerate(labels)}
     ncols = max(1, min(ncols, len(keys)))
     nrows = math.ceil(len(keys) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False)
@@ -220,6 +222,7 @@ def plot_curves(
                 band.center,
                 color=c,
                 lw=1.8,
+                ls=styles[method],  # distinct dashes keep coinciding curves visible
                 label=f"{method} ({n_seeds} seed{'s' * (n_seeds != 1)})",
             )
             if n_seeds > 1:
@@ -232,6 +235,7 @@ def plot_curves(
         ax.set_xlabel("step")
         ax.set_ylabel(f"{center_name} over seeds, {band_name} band", fontsize=8)
         ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.tick_params(labelsize=8)
     for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")

@@ -54,6 +54,8 @@ __all__ = [
 ]
 
 DEFAULT_BETA = 0.5
+SKIP_TOL = 1e-8
+"""A null distance row is accepted where |Â[k]| is at most this (the trainer's replay skips such pairs)."""
 
 _DIST_RGB = (217, 72, 1)  # dark orange (distance)
 _POS_RGB = (33, 102, 172)  # blue (positive advantage)
@@ -137,12 +139,29 @@ def _number_list(value: Any, name: str, size: int | None = None) -> list[float]:
 
 
 def _display_tokens(tokens: list[str], response: str | None) -> list[str]:
-    """Token strings for display: as given when they spell the response, else with the byte-level /
-    SentencePiece space and newline markers (Ġ, ▁, Ċ) turned into characters."""
-    if response is not None and "".join(tokens) == response:
+    """Token strings for display, spelling the response where possible.
+
+    As given when they join to the response. Otherwise the byte-level / SentencePiece markers (Ġ, ▁, Ċ)
+    become the characters they stand for, and, when the pieces still do not join to the response
+    (tokens decoded one by one lose the spaces of a word-level tokenizer), each token takes the
+    whitespace that precedes it in the response; a token not found there (``<eos>``, ``<unk>``) is
+    shown as it is.
+    """
+    if response is None or "".join(tokens) == response:
         return tokens
     table = str.maketrans({"Ġ": " ", "▁": " ", "Ċ": "\n", "ĉ": "\t"})
-    return [t.translate(table) for t in tokens]
+    pieces = [t.translate(table) for t in tokens]
+    if "".join(pieces) == response:
+        return pieces
+    out, pos = [], 0
+    for piece in pieces:
+        at = response.find(piece, pos) if piece else -1
+        if at >= 0 and (at == pos or response[pos:at].isspace()):
+            out.append(response[pos : at + len(piece)])
+            pos = at + len(piece)
+        else:
+            out.append(piece)
+    return out
 
 
 def credit_view(
@@ -196,8 +215,8 @@ def credit_view(
         if row is None and mode == "none":
             skipped.append(True)
             continue
-        if row is None:
-            needed = adv[i] != 0 if mode == "reward" else any(a != 0 for a in adv)
+        if row is None:  # replay skips pairs with |Â| <= 1e-8 (mrtpo.advantages.ACTIVE_TOL)
+            needed = abs(adv[i]) > SKIP_TOL if mode == "reward" else any(abs(a) > SKIP_TOL for a in adv)
             if needed:
                 which = f"advantages[{i}] = {adv[i]}" if mode == "reward" else f"advantages = {adv}"
                 raise ValueError(f"{where}: distances[{i}] is null but {which} is not 0")
@@ -318,7 +337,8 @@ def _fmt(v: float) -> str:
 
 
 def _signed(v: float) -> str:
-    return f"{v:+.3g}"
+    """Short signed value for labels; rounding noise (|v| < 5e-7, e.g. a GDPO row sum of 0) shows as +0."""
+    return f"{round(float(v), 6) + 0.0:+.3g}"
 
 
 def _piece_html(piece: str) -> str:
@@ -373,7 +393,7 @@ details pre{white-space:pre-wrap;background:#f7f7f7;padding:8px;border-radius:4p
 .cell{font-family:ui-monospace,'SFMono-Regular',Menlo,Consolas,monospace;font-size:12.5px;line-height:1.85;
  white-space:pre-wrap;word-break:break-word;padding:2px 0 6px;border-bottom:1px dotted #e2e2e2}
 .cell.na{color:#999;font-family:inherit;font-size:12px}
-.t{border-radius:2px}
+.t{border-radius:2px;box-shadow:inset -1px 0 rgba(255,255,255,.85)}
 .t.chk{text-decoration:underline;text-decoration-thickness:2px;text-underline-offset:3px}
 .empty{color:#aaa}
 .total .label b{color:#000}
@@ -412,7 +432,7 @@ def _view_html(view: CreditView, index: int) -> str:
             f"<td>{dmax}</td><td>{dmean}</td><td>{chk}</td></tr>"
         )
     out.append(
-        f"<tr><td><b>total</b></td><td></td><td>{_fmt(view.advantages.sum())}</td><td></td><td></td><td></td></tr>"
+        f"<tr><td><b>total</b></td><td></td><td>{_fmt(round(float(view.advantages.sum()), 12) + 0.0)}</td><td></td><td></td><td></td></tr>"
     )
     out.append("</table>")
 
@@ -557,7 +577,8 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
             v.distances.shape[0] * row_in + label_in + extra,
             (len(v.reward_names) + 2) * row_in + label_in,
         ]
-    width = 3.2 + 0.27 * min(tokens_per_line, max(len(v.tokens) for v in views))
+    line_len = min(tokens_per_line, max(min(len(v.tokens), max_tokens) for v in views))
+    width = 3.2 + 0.27 * line_len
     fig, axes = plt.subplots(
         len(heights),
         1,
@@ -607,24 +628,32 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
             interpolation="nearest",
             extent=(s - 0.5, e - 0.5, rows.shape[0] - 0.5, -0.5),
         )
-        a_labels = [f"{n}  MRTPO (Â={a:+.2g})" for n, a in zip(v.reward_names, v.advantages)]
-        a_labels += [f"total  {v.method.upper()} (ΣÂ={v.advantages.sum():+.2g})", "total  MRTPO S"]
+        a_labels = [f"{n}  MRTPO (Â={_signed(a)})" for n, a in zip(v.reward_names, v.advantages)]
+        a_labels += [f"total  {v.method.upper()} (ΣÂ={_signed(v.advantages.sum())})", "total  MRTPO S"]
         ax_a.set_yticks(range(len(a_labels)), a_labels, fontsize=8)
         ax_a.axhline(len(v.reward_names) - 0.5, color="black", lw=0.8)
         for ax in (ax_d, ax_a):
+            ax.set_xlim(s - 0.5, s + line_len - 0.5)  # equal cell widths on a short last line
             ax.set_xticks(x, [_tick_label(v.tokens[t]) for t in x], rotation=90, fontsize=7.5)
             ax.tick_params(length=0)
         if s == 0:
             shown = min(len(v.tokens), max_tokens)
             more = f" (first {shown} of {len(v.tokens)} tokens)" if shown < len(v.tokens) else ""
             ax_d.set_title(v.title + more, fontsize=10, loc="left")
-            ax_d.set_title("▲ checked by the verifier · gray: skipped (Â = 0)", fontsize=7.5, loc="right")
         cb_d = fig.colorbar(im_d, ax=ax_d, fraction=0.02, pad=0.01)
         cb_d.ax.tick_params(labelsize=7)
         cb_d.set_label("d / max d", fontsize=7)
         cb = fig.colorbar(im_a, ax=ax_a, fraction=0.02, pad=0.01)
         cb.ax.tick_params(labelsize=7)
         cb.set_label("token advantage", fontsize=7)
+    fig.suptitle(
+        "distance strips: d / max d per reward; ▲ a token the reward's verifier reads; gray: pair skipped (Â = 0)\n"
+        "advantage strips: MRTPO per reward, then both totals, on one color scale per response",
+        fontsize=7.5,
+        x=0.01,
+        ha="left",
+        color="0.3",
+    )
     return fig
 
 
