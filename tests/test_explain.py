@@ -79,6 +79,9 @@ def test_skipped_and_joint_rows():
     assert v.skipped == [False, True]
     assert v.token_level[1].tolist() == [0.0] * 4
     assert v.token_total.tolist() == pytest.approx(START)
+    # the trainer skips |Â| <= 1e-8 (not only 0): such a null row is accepted and gets w = 1
+    tiny = credit_view(_record(advantages=[1.0, 1e-9], distances=[[0.1, 0.3, 0.2, 0.4], None]), beta=0.5)
+    assert tiny.token_level[1].tolist() == pytest.approx([1e-9] * 4, abs=1e-15)
     # joint: one distance row shared by both rewards; w = [0.4, 1.2, 0.8, 1.6] for both, so
     # S = ΣÂ·(0.5 + 0.5·w) = 0.5·[0.7, 1.1, 0.9, 1.3]
     j = credit_view(_record(distances=[[0.1, 0.3, 0.2, 0.4]], credit="joint"), beta=0.5)
