@@ -277,6 +277,9 @@ def test_live_record_matches_replay(toy):
     assert sum(rec["token_advantages"]) / 6 == pytest.approx(sum(adv), abs=1e-5)
     v = credit_view(rec, beta=0.5)
     assert v.token_total.tolist() == pytest.approx(rec["token_advantages"], abs=1e-6)
+    assert rec["notes"] == []  # the tokenizer reproduces the response
+    odd = live_record(model, tok, ex, verifiers, "<b> apple zzz </b>", adv, beta=0.5)  # zzz -> <unk>
+    assert odd["notes"][0].startswith("warning: the tokenizer does not reproduce the response")
 
 
 def test_cli_explain_samples_and_live(toy, tmp_path, monkeypatch, capsys):

@@ -804,6 +804,13 @@ def live_record(
     if rewards is None:
         rewards = [float(v.score(example, response)) for v in verifiers]
     prompt = tokenizer.apply_chat_template(example.messages(), tokenize=False, add_generation_prompt=True)
+    notes = []
+    decoded = tokenizer.decode(ids, skip_special_tokens=False)
+    if decoded.split() != response.split():
+        notes.append(
+            f"warning: the tokenizer does not reproduce the response: its {len(ids)} tokens decode to "
+            f"{decoded[:80]!r} (unknown words, or a tokenizer that does not match the model)"
+        )
     return {
         "step": None,
         "example_id": getattr(example, "id", None),
@@ -820,4 +827,5 @@ def live_record(
         "token_advantages": s.tolist(),
         "checked_tokens": checked,
         "replay": res.stats.as_dict(),
+        "notes": notes,
     }

@@ -219,7 +219,11 @@ def _explain_live(args):
             rewards=rewards,
             progress=True,
         )
-    record["notes"] = [*notes, f"model {args.model}, task {args.task}, example {example.id}"]
+    record["notes"] = [
+        *notes,
+        *record.get("notes", []),
+        f"model {args.model}, task {args.task}, example {example.id}",
+    ]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "record.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
