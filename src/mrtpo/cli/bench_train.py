@@ -1,0 +1,304 @@
+"""``mrtpo bench train``: per-step time of MRTPO vs GDPO (both through MRTPOTrainer) vs TRL's own
+``GRPOTrainer`` in its GDPO mode (``multi_objective_aggregation="normalize_then_sum"``).
+
+Same model initialisation, data, seed and batch for the three runs, on the toy multi-constraint task.
+Completions have a fixed length (``min_new_tokens = max_completion_length``) so every run does the
+same generation and loss work whatever the policy samples. A step is timed from ``on_step_begin`` to
+``on_step_end`` (generation, scoring, advantages, replay, forward, backward, optimizer); the first
+``--warmup`` steps are dropped and the median is reported. The clock is the process CPU time on
+``--device cpu`` with one torch thread (the CPUs are usually shared: CPU time does not count other
+processes' load, and one thread does not spin-wait for a descheduled sibling) and the wall time (CUDA
+synchronised) on ``--device cuda``.
+
+The MRTPO run logs no localization ratios (analysis, not the method's cost); both mrtpo runs write no
+run files. Targets (issue 3): GDPO through mrtpo <= 1.05x TRL's GDPO; MRTPO's extra time is its replay, which
+the replay cost model predicts as ``FPE per response x (one no-grad forward over the batch's rollout
+sequences)``; the command measures that forward and prints the prediction beside the measured replay
+time and the measured MRTPO - GDPO difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run (default 8)")
+    parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out (default 2)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        help="runs per method, interleaved (trl, gdpo, mrtpo, trl, ...); step times pooled (default 2)",
+    )
+    parser.add_argument("--batch", type=int, default=16, help="responses per step (default 16)")
+    parser.add_argument("--generations", type=int, default=8, help="responses per prompt G (default 8)")
+    parser.add_argument("--max-completion-length", type=int, default=24, help="response tokens (default 24)")
+    parser.add_argument("--hidden-size", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument(
+        "--credit",
+        default="reward",
+        choices=["reward", "joint", "shuffled", "cort"],
+        help="token credit of the MRTPO run (default reward)",
+    )
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="default cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default=None, help="JSON file for the numbers")
+
+
+def _fpe_seconds(trainer, examples, args, clock) -> float:
+    """One FPE for the whole batch: a no-grad forward of the decoder over ``batch`` rollout sequences
+    (the prompt of the first example + ``max_completion_length`` tokens); median of 5."""
+    import torch
+
+    m = trainer.accelerator.unwrap_model(trainer.model)
+    prompt = trainer.processing_class.apply_chat_template(
+        examples[0].messages(), add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    prompt = list(map(int, prompt[0] if prompt and isinstance(prompt[0], list) else prompt))
+    seq = torch.tensor(
+        [prompt + [5] * args.max_completion_length] * args.batch, device=m.device
+    )  # [B, L + T]
+    body = m.get_decoder()
+    reps = []
+    with torch.no_grad():
+        body(input_ids=seq)  # warm
+        for _ in range(5):
+            t0 = clock()
+            body(input_ids=seq)
+            reps.append(clock() - t0)
+    return _median(reps)
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import tempfile
+    import time
+
+    import torch
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from mrtpo.integrations.data import example_from_row, examples_to_dataset
+    from mrtpo.integrations.trl import MRTPOConfig, MRTPOTrainer
+    from mrtpo.models.tiny import build_model
+    from mrtpo.tasks import load_task
+    from mrtpo.tasks.toy import build_toy_tokenizer
+
+    if args.repeats < 1:
+        raise ValueError(f"--repeats={args.repeats} must be >= 1")
+    if args.steps <= args.warmup:
+        raise ValueError(f"--steps={args.steps} must exceed --warmup={args.warmup}")
+    if args.batch % args.generations:
+        raise ValueError(f"--generations={args.generations} must divide --batch={args.batch}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available")
+    use_cpu = args.device == "cpu"
+    if use_cpu:
+        torch.set_num_threads(1)  # CPU time of one thread: no spin-waiting on a shared machine
+
+    task = load_task("toy", size=max(64, args.batch), seed=args.seed)
+    examples = task.load(limit=max(64, args.batch))
+    tok = build_toy_tokenizer()
+
+    def model():
+        return build_model(
+            len(tok),
+            hidden_size=args.hidden_size,
+            num_layers=args.layers,
+            seed=args.seed,
+            dtype=torch.float32,
+        )
+
+    def clock() -> float:
+        if use_cpu:
+            return time.process_time()
+        torch.cuda.synchronize()
+        return time.perf_counter()
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.times: list[float] = []
+            self.t0 = 0.0
+
+        def on_step_begin(self, a, state, control, **kw):
+            self.t0 = clock()
+
+        def on_step_end(self, a, state, control, **kw):
+            self.times.append(clock() - self.t0)
+
+    class TimedMRTPO(MRTPOTrainer):
+        """Times the replay (``_replay`` / ``_cort``) with the bench clock."""
+
+        replay_times: list[float]
+
+        def _replay(self, *a, **kw):
+            t0 = clock()
+            try:
+                return super()._replay(*a, **kw)
+            finally:
+                self.replay_times.append(clock() - t0)
+
+        def _cort(self, *a, **kw):
+            t0 = clock()
+            try:
+                return super()._cort(*a, **kw)
+            finally:
+                self.replay_times.append(clock() - t0)
+
+    common = dict(
+        per_device_train_batch_size=args.batch,
+        num_generations=args.generations,
+        max_completion_length=args.max_completion_length,
+        generation_kwargs={"min_new_tokens": args.max_completion_length},
+        max_steps=args.steps,
+        logging_steps=1,
+        report_to=[],
+        bf16=False,
+        gradient_checkpointing=False,
+        use_cpu=use_cpu,
+        save_strategy="no",
+        learning_rate=1e-4,
+        disable_tqdm=True,
+        seed=args.seed,
+        multi_objective_aggregation="normalize_then_sum",
+    )
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+
+        def reward(k):
+            def fn(prompts, completions, example, **kw):
+                exs = [example_from_row({"example": e}) for e in example]
+                return [task.verifiers(e)[k].score(e, c[-1]["content"]) for e, c in zip(exs, completions)]
+
+            fn.__name__ = task.reward_names[k]
+            return fn
+
+        runs = [
+            (
+                "trl_gdpo",
+                lambda: GRPOTrainer(
+                    model(),
+                    reward_funcs=[reward(k) for k in range(len(task.reward_names))],
+                    args=GRPOConfig(output_dir=f"{tmp}/trl", **common),
+                    train_dataset=examples_to_dataset(examples),
+                    processing_class=tok,
+                ),
+            ),
+            (
+                "gdpo",
+                lambda: MRTPOTrainer(
+                    model(),
+                    args=MRTPOConfig(
+                        output_dir=f"{tmp}/gdpo",
+                        advantage_method="gdpo",
+                        advantage_options={"eps": 1e-4},
+                        credit="none",
+                        run_files=False,
+                        **common,
+                    ),
+                    task=task,
+                    train_dataset=examples,
+                    processing_class=tok,
+                ),
+            ),
+            (
+                "mrtpo",
+                lambda: TimedMRTPO(
+                    model(),
+                    args=MRTPOConfig(
+                        output_dir=f"{tmp}/mrtpo",
+                        advantage_method="gdpo",
+                        credit=args.credit,
+                        run_files=False,
+                        log_localization=False,  # analysis logging, not part of the method's cost
+                        **common,
+                    ),
+                    task=task,
+                    train_dataset=examples,
+                    processing_class=tok,
+                ),
+            ),
+        ]
+        # process warm-up (lazy imports, thread pools, allocator), not measured
+        warm = runs[0][1]()
+        warm.args.max_steps = min(2, args.steps)
+        print("bench train: warm-up ...", flush=True)
+        warm.train()
+        del warm
+        pooled: dict[str, dict[str, list[float]]] = {
+            n: {"steps": [], "replay": [], "fpe": []} for n, _ in runs
+        }
+        for rep in range(args.repeats):
+            for name, make in runs:
+                trainer = make()
+                trainer.replay_times = []
+                timer = StepTimer()
+                trainer.add_callback(timer)
+                print(
+                    f"bench train: {name} ({args.steps} steps, run {rep + 1}/{args.repeats}) ...", flush=True
+                )
+                trainer.train()
+                hist = [h for h in trainer.state.log_history if "replay/fpe" in h][args.warmup :]
+                pooled[name]["steps"] += timer.times[args.warmup :]
+                pooled[name]["replay"] += trainer.replay_times[args.warmup :]
+                pooled[name]["fpe"] += [h["replay/fpe"] for h in hist]
+                if name == "mrtpo" and rep == 0:
+                    fpe_batch = _fpe_seconds(trainer, examples, args, clock)
+                del trainer
+        for name, p in pooled.items():
+            results[name] = {
+                "step_seconds": _median(p["steps"]),
+                "steps": p["steps"],
+                "replay_seconds": _median(p["replay"]) if p["replay"] else 0.0,
+                "replay_fpe": _median(p["fpe"]) if p["fpe"] else 0.0,
+            }
+        results["mrtpo"]["fpe_batch_seconds"] = fpe_batch
+
+    trl_t, gdpo_t, mr = results["trl_gdpo"]["step_seconds"], results["gdpo"]["step_seconds"], results["mrtpo"]
+    predicted = mr["replay_fpe"] * mr["fpe_batch_seconds"]
+    summary = {
+        "device": args.device,
+        "clock": "process_time" if use_cpu else "wall",
+        "batch": args.batch,
+        "generations": args.generations,
+        "completion_tokens": args.max_completion_length,
+        "hidden_size": args.hidden_size,
+        "layers": args.layers,
+        "credit": args.credit,
+        "runs": results,
+        "gdpo_over_trl": gdpo_t / trl_t,
+        "mrtpo_over_trl": mr["step_seconds"] / trl_t,
+        "mrtpo_over_gdpo": mr["step_seconds"] / gdpo_t,
+        "mrtpo_extra_seconds": mr["step_seconds"] - gdpo_t,
+        "replay_seconds": mr["replay_seconds"],
+        "replay_fpe_per_response": mr["replay_fpe"],
+        "predicted_replay_seconds": predicted,
+    }
+    kind = "CPU time" if use_cpu else "wall time"
+    print(
+        f"per-step {kind} (median of steps {args.warmup + 1}..{args.steps}, {args.device}, "
+        f"{args.batch} responses x {args.max_completion_length} tokens):"
+    )
+    print(f"  TRL GRPOTrainer (GDPO mode)  {trl_t * 1e3:9.1f} ms   1.000x")
+    print(f"  mrtpo GDPO (credit none)     {gdpo_t * 1e3:9.1f} ms   {gdpo_t / trl_t:.3f}x  (target <= 1.05x)")
+    print(
+        f"  mrtpo MRTPO (credit {args.credit:<7}) {mr['step_seconds'] * 1e3:9.1f} ms   "
+        f"{mr['step_seconds'] / trl_t:.3f}x"
+    )
+    print(
+        f"  MRTPO - GDPO: {summary['mrtpo_extra_seconds'] * 1e3:.1f} ms; measured replay "
+        f"{mr['replay_seconds'] * 1e3:.1f} ms; predicted replay {predicted * 1e3:.1f} ms "
+        f"({mr['replay_fpe']:.2f} FPE/response x {mr['fpe_batch_seconds'] * 1e3:.1f} ms per batch FPE)"
+    )
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(summary, f, indent=2)
+    return 0

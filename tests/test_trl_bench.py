@@ -1,0 +1,61 @@
+"""`mrtpo bench train` on a very small setting: it runs the three trainers and reports consistent ratios."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mrtpo.cli.main import main
+
+
+def test_bench_train_reports_ratios(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    rc = main(
+        [
+            "bench",
+            "train",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--repeats",
+            "1",
+            "--batch",
+            "8",
+            "--generations",
+            "4",
+            "--max-completion-length",
+            "4",
+            "--hidden-size",
+            "32",
+            "--output",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "TRL GRPOTrainer (GDPO mode)" in text and "predicted replay" in text
+    d = json.loads(out.read_text())
+    runs = d["runs"]
+    assert set(runs) == {"trl_gdpo", "gdpo", "mrtpo"}
+    for r in runs.values():
+        assert len(r["steps"]) == 1 and r["step_seconds"] > 0  # 2 steps, 1 dropped as warm-up
+    assert d["gdpo_over_trl"] == pytest.approx(
+        runs["gdpo"]["step_seconds"] / runs["trl_gdpo"]["step_seconds"]
+    )
+    assert d["mrtpo_extra_seconds"] == pytest.approx(
+        runs["mrtpo"]["step_seconds"] - runs["gdpo"]["step_seconds"]
+    )
+    # predicted replay = FPE per response x the measured cost of one FPE for the batch
+    assert d["predicted_replay_seconds"] == pytest.approx(
+        runs["mrtpo"]["replay_fpe"] * runs["mrtpo"]["fpe_batch_seconds"]
+    )
+    assert runs["trl_gdpo"]["replay_seconds"] == 0 and runs["gdpo"]["replay_fpe"] == 0
+
+
+def test_bench_train_rejects_bad_arguments(capsys):
+    assert main(["bench", "train", "--steps", "2", "--warmup", "2"]) == 2
+    assert "--steps=2 must exceed --warmup=2" in capsys.readouterr().err
+    assert main(["bench", "train", "--batch", "10", "--generations", "4"]) == 2
+    assert "must divide --batch=10" in capsys.readouterr().err
