@@ -284,7 +284,8 @@ def run(args: argparse.Namespace) -> int:
     }
     kind = "CPU time" if use_cpu else "wall time"
     print(
-        f"per-step {kind} (median of steps {args.warmup + 1}..{args.steps}, {args.device}, "
+        f"per-step {kind} (median of steps {args.warmup + 1}..{args.steps} of {args.repeats} run(s) per method, "
+        f"{args.device}, {args.hidden_size}-d x {args.layers} layers, "
         f"{args.batch} responses x {args.max_completion_length} tokens):"
     )
     print(f"  TRL GRPOTrainer (GDPO mode)  {trl_t * 1e3:9.1f} ms   1.000x")
