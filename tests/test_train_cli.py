@@ -155,6 +155,27 @@ def test_train_and_resume_continue_identically(tmp_path, capsys):
     for step in (3, 4):
         assert mb[step]["loss"] == pytest.approx(ma[step]["loss"], abs=1e-6)
         assert mb[step]["reward"] == ma[step]["reward"]
+    # resuming in place rewrites the lines of the steps after the checkpoint: one line per logged step
+    shutil.rmtree(full / "checkpoint-4")
+    rc = main(
+        [
+            "train",
+            recipe,
+            *SMALL,
+            f"--trl.output_dir={full}",
+            "--trl.max_steps=4",
+            "--trl.save_steps=2",
+            "--trl.disable_tqdm=true",
+            "--resume",
+        ]
+    )
+    assert rc == 0
+    lines = [json.loads(x) for x in (full / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines if "loss" in x] == [1, 2, 3, 4]
+    assert sorted(
+        {r["step"] for r in map(json.loads, (full / "samples.jsonl").read_text().splitlines())}
+    ) == [1, 2, 3, 4]
+    assert len((full / "samples.jsonl").read_text().splitlines()) == len(a)
     # resuming a run folder without checkpoints is a one-line error
     rc = main(["train", recipe, f"--trl.output_dir={tmp_path / 'empty'}", "--resume"])
     assert rc == 2 and "no checkpoint-* folder" in capsys.readouterr().err

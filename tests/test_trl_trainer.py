@@ -389,3 +389,21 @@ def test_constructor_rejects_bad_input(tmp_path):
         tiny_config(tmp_path, credit_beta=1.5)
     with pytest.raises(ValueError, match="set credit='none'"):
         tiny_config(tmp_path, loss="opsd")
+
+
+def test_gradient_accumulation_splits_token_advantages(tmp_path):
+    """gradient_accumulation_steps=2: one generation of 8 responses, TRL splits the [B, T] advantages into
+    two micro-batches of 4; the optimizer steps once per generation."""
+    tr = make_trainer(
+        tmp_path / "m",
+        credit="reward",
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        max_steps=2,
+    )
+    tr.train()
+    assert tr.state.global_step == 2 and len(tr.batches) == 2
+    for batch in tr.batches:
+        assert batch["token_advantages"].shape[0] == 8  # the generation batch, before TRL's split
+    losses = [h["loss"] for h in tr.state.log_history if "loss" in h]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
