@@ -11,7 +11,6 @@ import torch
 from mrtpo.credit import (
     CREDIT_MODES,
     DEFAULT_CHUNK_SIZE,
-    _f_jsd,
     _jsd_nats_rows,
     allocate,
     js_distance,
@@ -96,19 +95,14 @@ def test_cancellation_free_form_equals_textbook_in_float64():
     assert (ours[30:] == 0).all()  # identical rows: Δ = 0 exactly, so a = 0, f = 0
 
 
-def test_f_matches_definition_on_both_branches():
-    a = torch.linspace(-1, 1, 2001, dtype=torch.float64)
-    direct = torch.xlogy(1 + a, 1 + a) + torch.xlogy(1 - a, 1 - a)
-    assert torch.allclose(_f_jsd(a), direct, rtol=1e-12, atol=1e-15)
-    # f(±1) = 2 ln 2 = 1.3862943611; f(0) = 0; f(0.5) = 1.5 ln 1.5 + 0.5 ln 0.5 = 0.6081977 − 0.3465736
-    assert _f_jsd(torch.tensor([1.0, -1.0], dtype=torch.float64)).tolist() == pytest.approx(
-        [2 * math.log(2)] * 2
-    )
-    assert _f_jsd(torch.tensor([0.5], dtype=torch.float64)).item() == pytest.approx(0.2616241, abs=1e-7)
-    # small a: f(a) = a² + a⁴/6 + ..., so f(1e-4) = 1e-8 (relative error of the small branch ~1e-16)
-    assert _f_jsd(torch.tensor([1e-4], dtype=torch.float64)).item() == pytest.approx(
-        1e-8 + 1e-16 / 6, rel=1e-12
-    )
+def test_disjoint_and_one_sided_supports_hit_the_bounds():
+    # tanh(Δ/2) rounds to ±1 when one probability is negligible; the clamp keeps log1p finite and
+    # disjoint supports give JSD = ln 2 nats = 1 bit exactly up to float32 rounding.
+    lp = torch.tensor([[0.0, 0.0, -INF, -INF], [0.0, 0.0, -40.0, -40.0]])
+    lq = torch.tensor([[-INF, -INF, 0.0, 0.0], [-40.0, -40.0, 0.0, 0.0]])
+    nats = _jsd_nats_rows(lp, lq)
+    assert nats.tolist() == pytest.approx([math.log(2)] * 2, abs=1e-6)
+    assert torch.isfinite(nats).all()
 
 
 def test_hand_computed_distance():
@@ -459,3 +453,21 @@ def test_empty_response_and_int_mask():
     assert torch.equal(s_bool, s_int)
     assert (s_bool[2] == 0).all()
     assert allocate(adv.float(), dist.float(), mask).dtype == torch.float32
+
+
+def test_from_hidden_one_against_many_equals_pairwise():
+    # hidden_q [C, T, H] against hidden_p [T, H]: p is projected once per chunk and compared with every
+    # context; the result must equal C separate pairwise calls.
+    g = torch.Generator().manual_seed(3)
+    hp = torch.randn(9, 16, generator=g)
+    hq = hp + 0.3 * torch.randn(3, 9, 16, generator=g)
+    w = torch.randn(500, 16, generator=g)
+    b = torch.randn(500, generator=g)
+    mask = torch.tensor([1, 1, 0, 1, 1, 1, 1, 0, 1], dtype=torch.bool)
+    many = js_distance_from_hidden(hp, hq, w, b, mask, chunk_size=4)
+    assert many.shape == (3, 9)
+    for c in range(3):
+        assert torch.equal(many[c], js_distance_from_hidden(hp, hq[c], w, b, mask, chunk_size=4))
+    assert (many[:, ~mask] == 0).all()
+    with pytest.raises(ValueError, match=r"hidden_q \[C, \.\.\., H\]"):
+        js_distance_from_hidden(hp, hq[:, :5], w, b)

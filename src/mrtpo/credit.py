@@ -48,63 +48,45 @@ matmuls and reductions efficient. Lower it on small devices; the result does not
 
 _LN2 = math.log(2.0)
 
-# |a| below this uses f(a) = 2a·atanh(a) + log1p(−a²), above it (1+a)ln(1+a) + (1−a)ln(1−a); both
-# forms lose at most a factor ~2.7 to cancellation on their side of the split.
-_F_SPLIT = 0.5
 
+def _jsd_nats_from_logprobs(logp: Tensor, p: Tensor, logq: Tensor) -> Tensor:
+    """Jensen–Shannon divergence in nats per row, from log-probabilities (cancellation-free form).
 
-# --------------------------------------------------------------------------------------------------
-# Jensen–Shannon distance
-# --------------------------------------------------------------------------------------------------
+    DESIGN section 5 defines JSD = ½KL(p‖m) + ½KL(q‖m), m = ½(p + q). With Δ = log p − log q and
+    a = (p − q)/(p + q) = tanh(Δ/2) one has 2p/(p + q) = 1 + a and 2q/(p + q) = 1 − a, so
 
+        JSD = ½ Σ_v [p_v ln(1 + a_v) + q_v ln(1 − a_v)]
+            = ¼ Σ_v (p_v + q_v) · f(a_v),   f(a) = (1 + a) ln(1 + a) + (1 − a) ln(1 − a) ≥ 0,
 
-def _f_jsd(a: Tensor) -> Tensor:
-    """f(a) = (1 + a)·ln(1 + a) + (1 − a)·ln(1 − a) ≥ 0 for a in [−1, 1], without cancellation.
-
-    Near 0 the two terms are ≈ ±a and cancel to ≈ a²; there f is evaluated as
-    2a·atanh(a) + log1p(−a²) (= ln(1+a)+ln(1−a) + a·(ln(1+a)−ln(1−a)), the same function regrouped).
-    Near |a| = 1 that form is ∞ − ∞, and the direct form (with 0·ln 0 = 0, so f(±1) = 2 ln 2) is used.
-
-    Args:
-        a: [...] float, values in [−1, 1].
-
-    Returns:
-        [...] float, same dtype.
-    """
-    small = a.abs() < _F_SPLIT
-    ac = a.clamp(-_F_SPLIT, _F_SPLIT)
-    f_small = torch.atanh(ac).mul_(ac).mul_(2.0).add_(torch.log1p(-(ac * ac)))
-    one_p, one_m = 1.0 + a, 1.0 - a
-    f_big = torch.xlogy(one_p, one_p).add_(torch.xlogy(one_m, one_m))
-    return torch.where(small, f_small, f_big)
-
-
-def _jsd_nats_rows(logits_p: Tensor, logits_q: Tensor) -> Tensor:
-    """Jensen–Shannon divergence in nats between softmax(logits_p) and softmax(logits_q), per row.
-
-    Cancellation-free form (DESIGN section 5 defines JSD = ½KL(p‖m) + ½KL(q‖m), m = ½(p + q)). With
-    s = p + q, a = (p − q)/(p + q) = tanh(Δ/2), Δ = log p − log q, one has p = s(1+a)/2,
-    q = s(1−a)/2 and 2p/s = 1 + a, 2q/s = 1 − a, so
-
-        JSD = ½ Σ_v p_v ln(2p_v/s_v) + ½ Σ_v q_v ln(2q_v/s_v) = ¼ Σ_v s_v · f(a_v),
-        f(a) = (1 + a) ln(1 + a) + (1 − a) ln(1 − a) ≥ 0,
-
-    a sum of non-negative terms (no cancellation between ``KL(p‖m)`` and ``KL(q‖m)``). Entries where
-    both probabilities are exactly 0 (−inf logits in both) contribute 0.
+    a sum of non-negative terms: no cancellation between KL(p‖m) and KL(q‖m) across the vocabulary.
+    Inside one entry the two parts cancel to O(a²) with an absolute error O(eps·|a|·p), and since
+    the distance sqrt(JSD) grows like |a| the distance keeps an absolute error of O(eps) even when
+    p ≈ q (the textbook form, evaluated in float32, is off by ~1e-4 in distance there). Entries where
+    both probabilities are exactly 0 (−inf in both) contribute 0.
 
     Args:
-        logits_p: [R, V] float32 or float64.
-        logits_q: [R, V] same dtype.
+        logp: [R, V] log-softmax under context C.
+        p: [R, V] ``logp.exp()`` (passed in so that one p serves several q).
+        logq: [R, V] log-softmax under the other context; overwritten (used as scratch).
 
     Returns:
         [R] JSD in nats, in [0, ln 2] up to rounding.
     """
+    # a is clamped to ±(the float next to 1) so that log1p(∓a) stays finite where tanh(Δ/2) rounds to
+    # ±1 (one probability negligible beside the other; the term it multiplies is then ~eps of its
+    # partner, and f(±1) = 2 ln 2 holds to working precision).
+    a_max = 1.0 - torch.finfo(logp.dtype).eps / 2
+    a = torch.sub(logp, logq).mul_(0.5).tanh_().nan_to_num_(0.0).clamp_(-a_max, a_max)  # [R, V]
+    q = logq.exp_()  # [R, V]
+    terms = torch.log1p(a).mul_(p)  # [R, V]  p ln(1 + a)
+    terms.add_(a.neg_().log1p_().mul_(q))  # + q ln(1 − a)
+    return terms.sum(dim=-1).mul_(0.5)  # [R]
+
+
+def _jsd_nats_rows(logits_p: Tensor, logits_q: Tensor) -> Tensor:
+    """JSD in nats between softmax(logits_p) and softmax(logits_q), per row: [R, V] x [R, V] -> [R]."""
     logp = torch.log_softmax(logits_p, dim=-1)  # [R, V]
-    logq = torch.log_softmax(logits_q, dim=-1)  # [R, V]
-    s = logp.exp().add_(logq.exp())  # [R, V]  p + q
-    a = logp.sub_(logq).mul_(0.5).tanh_().nan_to_num_(0.0)  # [R, V]  tanh(Δ/2); NaN only where p = q = 0
-    del logq
-    return _f_jsd(a).mul_(s).sum(dim=-1).mul_(0.25)  # [R]
+    return _jsd_nats_from_logprobs(logp, logp.exp(), torch.log_softmax(logits_q, dim=-1))
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -135,19 +117,20 @@ def _chunked_distance(
     chunk_size: int,
     device: torch.device,
     dtype: torch.dtype,
+    n_ctx: int = 1,
 ) -> Tensor:
-    """Shared driver: ``compute(row_index [c] long) -> JSD nats [c]`` over the valid rows in chunks.
+    """Shared driver: ``compute(row_index [c] long) -> JSD nats [n_ctx, c]`` over the valid rows in chunks.
 
-    Returns [*lead] distances sqrt(clamp(JSD / ln 2, 0, 1)); masked rows are 0.
+    Returns [n_ctx, *lead] distances sqrt(clamp(JSD / ln 2, 0, 1)); masked rows are 0.
     """
-    out = torch.zeros(rows, dtype=dtype, device=device)  # [R]
+    out = torch.zeros(n_ctx, rows, dtype=dtype, device=device)  # [C, R]
     valid = _row_mask(mask, lead, device)
     index = torch.arange(rows, device=device) if valid is None else valid.nonzero().squeeze(1)  # [R_valid]
     for start in range(0, index.numel(), chunk_size):
         idx = index[start : start + chunk_size]  # [c]
-        jsd_bits = compute(idx) / _LN2  # [c]
-        out[idx] = jsd_bits.clamp_(0.0, 1.0).sqrt_()
-    return out.reshape(lead)
+        jsd_bits = compute(idx) / _LN2  # [C, c]
+        out[:, idx] = jsd_bits.clamp_(0.0, 1.0).sqrt_()
+    return out.reshape(n_ctx, *lead)
 
 
 @torch.no_grad()
@@ -207,9 +190,9 @@ def js_distance(
     dtype = _compute_dtype(torch.promote_types(logits_p.dtype, logits_q.dtype))
 
     def compute(idx: Tensor) -> Tensor:
-        return _jsd_nats_rows(flat_p[idx].to(dtype), flat_q[idx].to(dtype))  # [c]
+        return _jsd_nats_rows(flat_p[idx].to(dtype), flat_q[idx].to(dtype)).unsqueeze(0)  # [1, c]
 
-    return _chunked_distance(rows, compute, lead, mask, chunk_size, logits_p.device, dtype)
+    return _chunked_distance(rows, compute, lead, mask, chunk_size, logits_p.device, dtype)[0]
 
 
 @torch.no_grad()
@@ -231,25 +214,31 @@ def js_distance_from_hidden(
     stored in half precision (pass a float32 weight to avoid the copy; half-precision logits would be too
     coarse for distances near 0). No gradient flows (``torch.no_grad``).
 
+    One context against several: ``hidden_q`` may have one more leading axis than ``hidden_p``
+    (``[C, ..., H]`` against ``[..., H]``, the full context against C leave-one-out contexts); then each
+    chunk of ``hidden_p`` is projected and log-softmaxed once and compared with all C, and the result
+    is ``[C, ...]``.
+
     Args:
         hidden_p: [..., H] float, last hidden states (after the final norm) under context C.
-        hidden_q: [..., H] same shape, under context C_−k.
+        hidden_q: [..., H] same shape, under context C_−k; or [C, ..., H].
         weight: [V, H] float, the LM head (``lm_head.weight``).
         bias: [V] float, optional LM-head bias.
         mask: [...] bool or 0/1, optional; masked rows return 0 and are not projected.
         chunk_size: rows per chunk (default :data:`DEFAULT_CHUNK_SIZE` = 256).
 
     Returns:
-        [...] float32 (float64 for float64 inputs) distances in [0, 1].
+        [...] (or [C, ...]) float32 (float64 for float64 inputs) distances in [0, 1].
 
     Notation:
-        H hidden size, V vocabulary size; logits = hidden @ weight.T + bias.
+        H hidden size, V vocabulary size, C contexts compared with C; logits = hidden @ weight.T + bias.
     """
     _check_chunk_size(chunk_size)
-    if hidden_p.shape != hidden_q.shape:
+    many = hidden_q.dim() == hidden_p.dim() + 1 and hidden_q.shape[1:] == hidden_p.shape
+    if hidden_p.shape != hidden_q.shape and not many:
         raise ValueError(
             f"hidden_p has shape {tuple(hidden_p.shape)} but hidden_q has shape {tuple(hidden_q.shape)};"
-            " expected equal shapes [..., H]"
+            " expected equal shapes [..., H] or hidden_q [C, ..., H]"
         )
     if hidden_p.dim() < 1:
         raise ValueError(f"hidden_p has shape {tuple(hidden_p.shape)}; expected [..., H]")
@@ -263,18 +252,25 @@ def js_distance_from_hidden(
         raise ValueError("hidden states and weight must be floating point")
     lead = hidden_p.shape[:-1]
     rows = math.prod(lead)
+    n_ctx = hidden_q.shape[0] if many else 1
     flat_p = hidden_p.reshape(rows, hid)  # [R, H]
-    flat_q = hidden_q.reshape(rows, hid)  # [R, H]
+    flat_q = hidden_q.reshape(n_ctx, rows, hid)  # [C, R, H]
     dtype = _compute_dtype(torch.promote_types(hidden_p.dtype, weight.dtype))
     w = weight.to(dtype)  # [V, H]
     b = None if bias is None else bias.to(dtype)  # [V]
 
-    def compute(idx: Tensor) -> Tensor:
-        lp = torch.nn.functional.linear(flat_p[idx].to(dtype), w, b)  # [c, V]
-        lq = torch.nn.functional.linear(flat_q[idx].to(dtype), w, b)  # [c, V]
-        return _jsd_nats_rows(lp, lq)  # [c]
+    def log_probs(h: Tensor) -> Tensor:
+        return torch.log_softmax(torch.nn.functional.linear(h.to(dtype), w, b), dim=-1)  # [c, V]
 
-    return _chunked_distance(rows, compute, lead, mask, chunk_size, hidden_p.device, dtype)
+    def compute(idx: Tensor) -> Tensor:
+        logp = log_probs(flat_p[idx])  # [c, V]
+        p = logp.exp()  # [c, V]
+        return torch.stack(
+            [_jsd_nats_from_logprobs(logp, p, log_probs(flat_q[i, idx])) for i in range(n_ctx)]
+        )
+
+    out = _chunked_distance(rows, compute, lead, mask, chunk_size, hidden_p.device, dtype, n_ctx)  # [C, ...]
+    return out if many else out[0]
 
 
 # --------------------------------------------------------------------------------------------------

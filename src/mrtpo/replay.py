@@ -445,9 +445,8 @@ def _js_from_hidden(
     """
     kk, t, _ = h_q.shape
     if head.linear:
-        return credit.js_distance_from_hidden(
-            h_p.unsqueeze(0).expand_as(h_q), h_q, weight, head.bias, chunk_size=chunk_size
-        ).float()
+        # one projection + log-softmax of the full context per chunk, shared by the K' contexts
+        return credit.js_distance_from_hidden(h_p, h_q, weight, head.bias, chunk_size=chunk_size).float()
     out = torch.empty(kk, t, dtype=torch.float32, device=h_q.device)
     for s in range(0, t, chunk_size):
         lp = head.logits(h_p[s : s + chunk_size], weight)  # [c, V]
