@@ -336,17 +336,9 @@ def _tiny_model_and_tokenizer(spec: dict[str, Any], examples) -> tuple[Any, Any]
 
 
 def _hf_model_and_tokenizer(path: str, dtype: str):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from mrtpo.models.loading import load_model_and_tokenizer
 
-    p = Path(path)
-    if (path.startswith((".", "/", "~")) or p.exists()) and not p.expanduser().exists():
-        raise FileNotFoundError(f"model path {path!r} does not exist")
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype="auto" if dtype == "auto" else getattr(torch, dtype)
-    )
-    return model, tok
+    return load_model_and_tokenizer(path, dtype=dtype, device=None, eval_mode=False)
 
 
 def build_trainer(
