@@ -407,3 +407,13 @@ def test_gradient_accumulation_splits_token_advantages(tmp_path):
         assert batch["token_advantages"].shape[0] == 8  # the generation batch, before TRL's split
     losses = [h["loss"] for h in tr.state.log_history if "loss" in h]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+
+
+def test_no_reuse_when_the_rollout_pass_is_random():
+    from mrtpo.integrations.trl import _has_dropout
+
+    tok = tiny_tokenizer()
+    model = fresh_model(tok)
+    assert not _has_dropout(model)
+    model.config.attention_dropout = 0.1  # TRL's pass runs in training mode: hidden states would be noisy
+    assert _has_dropout(model)

@@ -34,8 +34,9 @@ Reuse of the rollout pass: when TRL runs its old-log-probability pass (``gradien
 not a multiple of ``steps_per_generation * num_iterations``, or vLLM importance sampling) a forward
 hook on the decoder body keeps its last hidden states, and replay does not run ``C`` again for
 responses whose full context equals the rollout prompt (CoRT then reuses TRL's log-probabilities
-instead). Otherwise replay runs ``C`` itself (1 FPE). TRL's pass runs in training mode under its
-autocast; replay runs the other contexts in eval mode.
+instead). Otherwise replay runs ``C`` itself (1 FPE). The hidden states are reused only when that pass
+is deterministic (no dropout; TRL runs it in training mode) and in the model's own precision (no
+autocast to another dtype), so they equal what replay would compute.
 
 Notation: N responses in the gathered batch, B local responses, K rewards, T response tokens.
 """
@@ -214,6 +215,16 @@ class MRTPOConfig(GRPOConfig):
             raise ValueError(f"log_samples={self.log_samples} must be >= 0")
 
 
+def _has_dropout(model) -> bool:
+    """True when a forward in training mode is random (dropout modules or attention dropout > 0): then the
+    rollout pass's hidden states are not those of a no-grad eval replay and are not reused."""
+    cfg = getattr(model, "config", None)
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    if float(getattr(text, "attention_dropout", 0.0) or 0.0) > 0:
+        return True
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+
 def _reward_column(name: str):
     """A named placeholder reward function: TRL needs K named reward functions; scoring happens in
     :meth:`MRTPOTrainer._calculate_rewards` through the verifier objects."""
@@ -308,6 +319,7 @@ class MRTPOTrainer(GRPOTrainer):
         self._scored: _Scored | None = None
         self._captured: list[torch.Tensor] | None = None
         self._warned_prompt = False
+        self._reuse_ok = not _has_dropout(self._unwrapped())
         self.last_batch: dict[str, Any] = {}
         self.run_info = dict(run_info or {})
         if args.run_files:
@@ -410,8 +422,8 @@ class MRTPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ seam 2: advantages
 
     def _generate_and_score_completions(self, inputs):
-        needs_replay = self.args.credit in ("reward", "joint", "shuffled", "cort")
-        self._captured = [] if needs_replay else None
+        reuse = self._reuse_ok and self.args.credit in ("reward", "joint", "shuffled")
+        self._captured = [] if reuse else None
         try:
             out = super()._generate_and_score_completions(inputs)
         finally:
@@ -526,9 +538,12 @@ class MRTPOTrainer(GRPOTrainer):
 
     def _reusable_hidden(self, out, contexts, scored, captured) -> list[torch.Tensor | None] | None:
         """Per response, the rollout pass's hidden states [T_j, H] when C is the rollout prompt."""
-        if not captured:
+        if not captured or not self._reuse_ok:
             return None
         hidden = torch.cat(captured, dim=0)  # [B, T, H]
+        param_dtype = next(self._unwrapped().parameters()).dtype
+        if hidden.dtype != param_dtype:  # autocast ran the pass in another precision than replay will
+            return None
         prompt_ids, prompt_mask = out["prompt_ids"], out["prompt_mask"]
         res: list[torch.Tensor | None] = []
         for j, ctx in enumerate(contexts):
