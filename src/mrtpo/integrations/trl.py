@@ -659,13 +659,18 @@ class MRTPOTrainer(GRPOTrainer):
         )
         h_s = student.hidden_states[-1][:, -t - 1 : -1]  # [B, T, H]
         unwrapped = self._unwrapped()
-        h_t = response_hidden(
-            unwrapped.get_decoder(),
-            inputs["opsd_full_ids"],
-            comp_ids,
-            cmask,
-            pad_id=self._tokenizer.pad_token_id or 0,
-        )  # [B, T, H], no grad
+        was_training = unwrapped.training
+        unwrapped.eval()  # the teacher is the deterministic policy (no dropout), stop-gradient
+        try:
+            h_t = response_hidden(
+                unwrapped.get_decoder(),
+                inputs["opsd_full_ids"],
+                comp_ids,
+                cmask,
+                pad_id=self._tokenizer.pad_token_id or 0,
+            )  # [B, T, H], no grad
+        finally:
+            unwrapped.train(was_training)
         head = unwrapped.get_output_embeddings()
         div = distill_divergence_from_hidden(
             h_s,
