@@ -82,6 +82,22 @@ def test_bad_config_field_is_one_clear_line(tmp_path, capsys):
     rc = main(["train", str(cfg), "--method.loss", "opsd"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "set credit='none'" in err[0]
+    # a model that cannot be loaded (offline hub): one line naming the field
+    rc = main(
+        [
+            "train",
+            str(cfg),
+            "--model.tiny",
+            "null",
+            "--model.path",
+            "no-such-org/no-such-model",
+            f"--trl.output_dir={tmp_path / 'x'}",
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        rc == 2 and len(err) == 1 and "field 'model.path': cannot load 'no-such-org/no-such-model'" in err[0]
+    )
     rc = main(["train", str(tmp_path / "missing.yaml")])
     assert rc == 2 and "does not exist" in capsys.readouterr().err
 

@@ -338,7 +338,11 @@ def _tiny_model_and_tokenizer(spec: dict[str, Any], examples) -> tuple[Any, Any]
 def _hf_model_and_tokenizer(path: str, dtype: str):
     from mrtpo.models.loading import load_model_and_tokenizer
 
-    return load_model_and_tokenizer(path, dtype=dtype, device=None, eval_mode=False)
+    try:
+        return load_model_and_tokenizer(path, dtype=dtype, device=None, eval_mode=False)
+    except OSError as e:  # not a local folder, and not reachable or unknown on the hub
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise FileNotFoundError(f"field 'model.path': cannot load {path!r}: {first}") from None
 
 
 def build_trainer(
