@@ -38,6 +38,11 @@ instead). Otherwise replay runs ``C`` itself (1 FPE). The hidden states are reus
 is deterministic (no dropout; TRL runs it in training mode) and in the model's own precision (no
 autocast to another dtype), so they equal what replay would compute.
 
+Limits: replay, the CoRT passes and the OPSD teacher run local no-grad forwards whose number differs
+between processes (pairs with A = 0 are skipped), which is fine for one device and DDP but would hang
+under parameter sharding that makes every forward collective (FSDP, DeepSpeed ZeRO-3). PEFT models are
+untested.
+
 Notation: N responses in the gathered batch, B local responses, K rewards, T response tokens.
 """
 
