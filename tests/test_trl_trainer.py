@@ -417,3 +417,17 @@ def test_no_reuse_when_the_rollout_pass_is_random():
     assert not _has_dropout(model)
     model.config.attention_dropout = 0.1  # TRL's pass runs in training mode: hidden states would be noisy
     assert _has_dropout(model)
+
+
+def test_checked_token_masks_from_char_spans():
+    from mrtpo.integrations.data import checked_token_masks, spans_to_token_mask, token_char_ranges
+
+    tok = tiny_tokenizer()
+    ids = tok("w1 the w2 the <eos>", add_special_tokens=False)["input_ids"]
+    text, ranges = token_char_ranges(tok, ids)
+    assert text == "w1 the w2 the"
+    # "w1 the w2 the": w1 [0, 2), the [3, 6), w2 [7, 9), the [10, 13); <eos> is special: empty range
+    assert ranges == [(0, 2), (3, 6), (7, 9), (10, 13), (13, 13)]
+    assert spans_to_token_mask(ranges, [(4, 5)]) == [0, 1, 0, 0, 0]
+    masks = checked_token_masks(tok, TinyTask().verifiers(None), None, text, ids)
+    assert masks == {0: [0, 1, 0, 1, 0]}  # HasThe reads each "the"; Long defines no spans

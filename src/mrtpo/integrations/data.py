@@ -103,3 +103,20 @@ def spans_to_token_mask(ranges: Sequence[tuple[int, int]], spans: Sequence[tuple
     for a, b in ranges:
         out.append(int(any(a < e and s < b for s, e in spans) if b > a else 0))
     return out
+
+
+def checked_token_masks(
+    tokenizer, verifiers, example: Example, text: str, ids: Sequence[int]
+) -> dict[int, list[int]]:
+    """For each verifier (column k) that defines ``checked_spans``, the [T] 0/1 mask of the response tokens
+    overlapping the character spans it reads (``text`` is the decoded response of ``ids``)."""
+    out: dict[int, list[int]] = {}
+    ranges = None
+    for k, v in enumerate(verifiers):
+        spans = v.checked_spans(example, text)
+        if spans is None:
+            continue
+        if ranges is None:
+            _, ranges = token_char_ranges(tokenizer, ids)
+        out[k] = spans_to_token_mask(ranges, spans)
+    return out

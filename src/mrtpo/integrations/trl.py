@@ -718,16 +718,14 @@ class MRTPOTrainer(GRPOTrainer):
 
     def _checked_masks(self, scored, j: int) -> dict[int, torch.Tensor]:
         """Per reward column with checked spans, the [T_j] 0/1 mask of the tokens the verifier reads."""
-        out = {}
-        ranges = None
-        for k, v in enumerate(scored.verifiers[j]):
-            spans = v.checked_spans(scored.examples[j], scored.texts[j])
-            if spans is None:
-                continue
-            if ranges is None:
-                _, ranges = data_mod.token_char_ranges(self.processing_class, scored.completion_ids[j])
-            out[k] = torch.tensor(data_mod.spans_to_token_mask(ranges, spans), dtype=torch.float32)
-        return out
+        masks = data_mod.checked_token_masks(
+            self.processing_class,
+            scored.verifiers[j],
+            scored.examples[j],
+            scored.texts[j],
+            scored.completion_ids[j],
+        )
+        return {k: torch.tensor(m, dtype=torch.float32) for k, m in masks.items()}
 
     def _log_replay_metrics(self, mode, scored, distances, stats, mask):
         """replay/{fpe, seconds, skipped}, distance/<name>/mean, localization/<name>/* (reduced over processes)."""
