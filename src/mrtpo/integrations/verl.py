@@ -1,0 +1,885 @@
+"""MRTPO on verl: advantage estimators, a reward function, the compute_advantage hook and replay.
+
+Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``trainer.use_v1=False``,
+``verl.trainer.ppo.ray_trainer.RayPPOTrainer``). The pieces and where they sit in verl's loop:
+
+1. **Data** (:mod:`mrtpo.integrations.verl_data`): one parquet row per :class:`~mrtpo.tasks.base.Example`;
+   the rollout chat messages are verl's ``prompt`` column and the whole example (tagged segments, meta)
+   travels as JSON in ``extra_info["mrtpo_example"]``, with the task name in ``extra_info["mrtpo_task"]``.
+   verl's dataset hands ``extra_info`` on to ``non_tensor_batch["extra_info"]`` (one dict per response).
+2. **Rewards** (:func:`compute_score`): a verl reward function (``reward.custom_reward_function.path=
+   pkg://mrtpo.integrations.verl``, ``name=compute_score``). It scores a response with the task's
+   verifiers and returns ``{"score": Σ_k r_k, <reward name>: r_k, ...}``; verl's reward managers put
+   the total at the last response token of ``token_level_scores`` and every key into
+   ``reward_extra_info``, which the trainer copies to ``non_tensor_batch[<reward name>]`` ([N] arrays)
+   before computing advantages.
+3. **Advantages** (:func:`register_estimators`): every method of :mod:`mrtpo.advantages` is a verl
+   advantage estimator named ``mrtpo_<method>`` (``mrtpo_grpo``, ``mrtpo_gdpo``, ``mrtpo_saw``, ...)
+   with verl's signature ``fn(token_level_rewards, response_mask, index, config, ...) -> (advantages,
+   returns)``, both ``(bs, response_length)``. It reads the reward matrix ``[N, K]`` from the
+   per-reward arrays of ``non_tensor_batch``, computes ``Â = mrtpo.advantages.compute(method, ...)``
+   ``[N, K]`` and gives each valid token ``Σ_k Â[j, k]`` (``credit="none"``) or the MRTPO token
+   advantage ``mrtpo.credit.allocate(Â, distances, response_mask, beta, mode)`` ``[N, T]``.
+4. **The hook** (:func:`compute_advantage`, :func:`install`): verl's ``compute_advantage`` passes a
+   registered estimator only ``token_level_rewards``, ``response_mask``, ``index`` and ``config``, not
+   the batch (verl's own ``gdpo`` is special-cased there). :func:`compute_advantage` has the same
+   signature and additionally passes ``non_tensor_batch`` and ``batch`` to ``mrtpo_*`` estimators; every
+   other estimator goes to verl's own function unchanged. :func:`install` registers the estimators and
+   puts the hook into ``verl.trainer.ppo.ray_trainer`` (now, or right after that module is imported).
+   ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl_plugin`` makes every verl process call it.
+5. **Replay** (:func:`replay_distances`): distances ``[N, K, T]`` of a DataProto's responses with a
+   Hugging Face causal LM (:func:`mrtpo.replay.replay`), contexts built from the examples in
+   ``extra_info``. In verl's loop it runs after the old log-probs (the policy that sampled) and before
+   ``compute_advantage``; the hook calls a ``distance_fn`` given to :func:`install` and stores the
+   result as ``batch["mrtpo_distances"]``. :func:`make_distance_fn` builds one for a model held by the
+   calling process. A ``distance_fn`` that runs on verl's actor workers (FSDP / Megatron engines in Ray)
+   is not part of this module; see docs/verl.md.
+
+Configuration: the optional node ``algorithm.mrtpo`` (:class:`VerlMRTPOConfig`), e.g.
+``+algorithm.mrtpo.credit=reward +algorithm.mrtpo.beta=0.5 +algorithm.mrtpo.options.whiten=token``.
+
+Conventions that differ from verl's built-in estimators (each tested in tests/test_verl_adapter.py):
+
+- ``mrtpo_grpo`` (weights 1) equals verl's ``grpo`` (``norm_adv_by_std_in_grpo=True``): both use the
+  unbiased group std plus eps = 1e-6, and mean 0 / std 1 for a group of one. mrtpo sets a group whose
+  summed reward is constant (std only rounding) to exactly 0; verl divides the rounding by 1e-6.
+  ``norm_adv_by_std_in_grpo=False`` (Dr. GRPO) is not supported by ``mrtpo_*`` (ValueError).
+- ``mrtpo_gdpo`` with ``options.whiten=token`` is verl's ``gdpo`` up to the whitening eps: verl's
+  ``masked_whiten`` is ``(x - mean) / sqrt(var + 1e-8)``, mrtpo's ``(x - mean) / (std + 1e-6)``; both
+  count tokens and use Bessel's correction over tokens. The default ``whiten=response`` counts each
+  response once (DESIGN section 3).
+- verl's advantages of a whitened method are shifted on every token (``masked_whiten`` over tokens of
+  the row-broadcast sum); mrtpo's are ``Σ_k Â[j, k]`` on the valid tokens and exactly 0 on padding.
+
+Notation: N responses in the batch (verl's ``bs``), K rewards, T response tokens
+(``response_length``), K' distance rows per response (K, or 1 for ``joint``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.abc
+import importlib.util
+import json
+import logging
+import math
+import sys
+import warnings
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from mrtpo import advantages as adv_registry
+from mrtpo import credit as credit_mod
+from mrtpo import replay as replay_mod
+from mrtpo.tasks.base import Example, Task
+
+logger = logging.getLogger(__name__)
+
+VERL_VERSION = "0.9.1"
+"""The verl release this adapter is written and tested against."""
+
+ESTIMATOR_PREFIX = "mrtpo_"
+"""verl estimator names are ``ESTIMATOR_PREFIX + method`` (``mrtpo_gdpo``)."""
+
+CONFIG_NODE = "mrtpo"
+"""Key of this adapter's options under verl's ``algorithm`` config."""
+
+DISTANCES_KEY = "mrtpo_distances"
+"""``batch[DISTANCES_KEY]``: replay distances [N, K', T] float32 read by credit modes that need them."""
+
+EXAMPLE_KEY = "mrtpo_example"
+"""``extra_info[EXAMPLE_KEY]``: the example (``Example.to_dict()``) as JSON text or a dict."""
+
+TASK_KEY = "mrtpo_task"
+"""``extra_info[TASK_KEY]``: the task name (``mrtpo.tasks.load_task``)."""
+
+TASK_KWARGS_KEY = "mrtpo_task_kwargs"
+"""``extra_info[TASK_KWARGS_KEY]``: JSON object of the task's constructor arguments (optional)."""
+
+RESERVED_KEYS = frozenset({"score", "acc"})
+"""Reward-info keys verl itself uses; a reward may not be named after one."""
+
+CREDITS = ("none", "reward", "joint", "shuffled", "uniform")
+_NEEDS_DISTANCES = ("reward", "joint", "shuffled")
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class VerlMRTPOConfig:
+    """Options of the ``mrtpo_*`` estimators, read from ``algorithm.mrtpo`` of verl's config.
+
+    Every field is optional; with no node at all an estimator is the response-level method with
+    default options (``credit="none"``).
+    """
+
+    credit: Literal["none", "reward", "joint", "shuffled", "uniform"] = field(
+        default="none",
+        metadata={
+            "help": "Token credit. 'none': every valid token gets the row sum Σ_k Â[j, k] (the response-level "
+            "method). 'reward' (MRTPO), 'joint', 'shuffled' need batch['mrtpo_distances'] (replay, see "
+            "install(distance_fn=...)); 'uniform' is w = 1 (equals 'none' up to rounding). The default is "
+            "'none' here because verl's Ray workers do not compute distances by themselves."
+        },
+    )
+    beta: float = field(
+        default=0.5, metadata={"help": "Allocation strength in [0, 1]: S = Σ_k Â_k ((1 - beta) + beta w_k)."}
+    )
+    options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Options of the advantage method, e.g. {eps: 1e-4}, {whiten: token} (token counts come "
+            "from response_mask), {gamma: 0.5} for sa_mrpo, {variant: sym} for dara."
+        },
+    )
+    weights: list[float] | None = field(
+        default=None,
+        metadata={"help": "Reward weights w_k in reward-key order (None: the method's default)."},
+    )
+    reward_keys: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "non_tensor_batch keys of the K per-reward scores, in column order. None: the reward "
+            "names of the task named in extra_info['mrtpo_task'] (what compute_score returns)."
+        },
+    )
+    reward_min: list[float] | None = field(
+        default=None,
+        metadata={"help": "Each reward's minimum (SAW, SA-MRPO). None: the task verifiers' declared bounds."},
+    )
+    reward_max: list[float] | None = field(
+        default=None,
+        metadata={"help": "Each reward's maximum (SA-MRPO). None: the task verifiers' declared bounds."},
+    )
+    seed: int = field(
+        default=0, metadata={"help": "Seed of credit='shuffled' (mixed with a hash of the batch's uids)."}
+    )
+
+    def __post_init__(self) -> None:
+        if self.credit not in CREDITS:
+            raise ValueError(f"algorithm.mrtpo.credit={self.credit!r} must be one of {', '.join(CREDITS)}")
+        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not 0 <= self.beta <= 1:
+            raise ValueError(f"algorithm.mrtpo.beta={self.beta!r} must be a number in [0, 1]")
+        if not isinstance(self.options, dict):
+            raise ValueError(
+                f"algorithm.mrtpo.options must be a mapping of option names; got {self.options!r}"
+            )
+        if "lengths" in self.options:
+            raise ValueError(
+                "algorithm.mrtpo.options.lengths is set by the adapter (token counts of response_mask); remove it"
+            )
+        if self.reward_keys is not None:
+            if not self.reward_keys or not all(isinstance(k, str) for k in self.reward_keys):
+                raise ValueError(
+                    f"algorithm.mrtpo.reward_keys must be a non-empty list of names; got {self.reward_keys!r}"
+                )
+            if len(set(self.reward_keys)) != len(self.reward_keys):
+                raise ValueError(f"algorithm.mrtpo.reward_keys has duplicates: {self.reward_keys}")
+
+    @classmethod
+    def from_algorithm(cls, config: Any) -> VerlMRTPOConfig:
+        """Read the ``mrtpo`` node of verl's algorithm config (a DictConfig, an AlgoConfig, a dict or None).
+
+        Unknown keys raise ValueError listing the known ones.
+        """
+        node = _get(config, CONFIG_NODE)
+        if node is None:
+            return cls()
+        values = _plain(node)
+        if not isinstance(values, dict):
+            raise ValueError(f"algorithm.mrtpo must be a mapping; got {type(node).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown key(s) {', '.join(map(repr, unknown))} under algorithm.mrtpo; known: {', '.join(sorted(known))}"
+            )
+        return cls(**values)
+
+
+def _get(config: Any, key: str, default: Any = None) -> Any:
+    """``config[key]`` of a DictConfig / dataclass / dict / None, or ``default``."""
+    if config is None:
+        return default
+    if isinstance(config, Mapping):
+        return config.get(key, default)
+    getter = getattr(config, "get", None)
+    if callable(getter):
+        try:
+            return getter(key, default)
+        except Exception:  # a struct-mode config raises on a missing key
+            return default
+    return getattr(config, key, default)
+
+
+def _plain(x: Any) -> Any:
+    """Nested Mapping / sequence (OmegaConf containers included) -> dicts and lists."""
+    if isinstance(x, Mapping):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
+        return [_plain(v) for v in x]
+    return x
+
+
+# --------------------------------------------------------------------------------------------------
+# Examples and tasks carried in extra_info
+# --------------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=32)
+def _load_task(name: str, kwargs_json: str) -> Task:
+    from mrtpo.tasks import load_task
+
+    return load_task(name, **json.loads(kwargs_json))
+
+
+def task_from_extra_info(extra_info: Mapping[str, Any] | None) -> Task:
+    """The task named by ``extra_info["mrtpo_task"]`` (built once per process and name + kwargs)."""
+    if not isinstance(extra_info, Mapping) or not extra_info.get(TASK_KEY):
+        raise ValueError(
+            f"extra_info has no '{TASK_KEY}' (the task name); build the data with "
+            "mrtpo.integrations.verl_data (python -m mrtpo.integrations.verl_data --task NAME --out DIR)"
+        )
+    kwargs = extra_info.get(TASK_KWARGS_KEY) or "{}"
+    if isinstance(kwargs, Mapping):
+        kwargs = json.dumps(_plain(kwargs), sort_keys=True)
+    return _load_task(str(extra_info[TASK_KEY]), str(kwargs))
+
+
+def example_from_extra_info(extra_info: Mapping[str, Any] | None) -> Example:
+    """The :class:`Example` stored in ``extra_info["mrtpo_example"]`` (JSON text or a dict)."""
+    if not isinstance(extra_info, Mapping) or extra_info.get(EXAMPLE_KEY) is None:
+        raise ValueError(
+            f"extra_info has no '{EXAMPLE_KEY}' (the example's segments and meta); build the data with "
+            "mrtpo.integrations.verl_data"
+        )
+    value = extra_info[EXAMPLE_KEY]
+    if isinstance(value, (str, bytes)):
+        value = json.loads(value)
+    return Example.from_dict(_plain(value))
+
+
+def _extra_infos(non_tensor_batch: Mapping[str, Any] | None, what: str) -> list[Mapping[str, Any]]:
+    if non_tensor_batch is None or "extra_info" not in non_tensor_batch:
+        raise ValueError(
+            f"{what} needs non_tensor_batch['extra_info'] (one dict per response, from the dataset)"
+        )
+    return list(non_tensor_batch["extra_info"])
+
+
+# --------------------------------------------------------------------------------------------------
+# Reward function
+# --------------------------------------------------------------------------------------------------
+
+
+def compute_score(
+    data_source: str | None = None,
+    solution_str: str = "",
+    ground_truth: Any = None,
+    extra_info: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, float]:
+    """verl reward function: the task's verifiers on one response, total plus every reward.
+
+    ``{"score": Σ_k r_k, name_1: r_1, ..., name_K: r_K}`` with the names in ``task.reward_names`` order.
+    verl's reward managers use ``score`` as the response reward and keep every key in
+    ``reward_extra_info`` (``non_tensor_batch[name]`` in the trainer), where the ``mrtpo_*``
+    estimators read the K columns. ``data_source`` and ``ground_truth`` are not used: the example and
+    the task come from ``extra_info`` (see :mod:`mrtpo.integrations.verl_data`).
+
+    Config: ``reward.custom_reward_function.path=pkg://mrtpo.integrations.verl``,
+    ``reward.custom_reward_function.name=compute_score``.
+
+    Raises:
+        ValueError: ``extra_info`` without the example or task; a verifier list that does not match the
+            task's reward names; a reward named ``score`` or ``acc``; a non-finite reward.
+    """
+    task = task_from_extra_info(extra_info)
+    ex = example_from_extra_info(extra_info)
+    verifiers = task.verifiers(ex)
+    names = [v.name for v in verifiers]
+    if names != list(task.reward_names):
+        raise ValueError(
+            f"task.verifiers(example {ex.id!r}) returns {names}; expected the reward columns {list(task.reward_names)}"
+        )
+    clash = sorted(RESERVED_KEYS & set(names))
+    if clash:
+        raise ValueError(
+            f"reward name(s) {clash} collide with verl's reward-info keys {sorted(RESERVED_KEYS)}"
+        )
+    text = solution_str if isinstance(solution_str, str) else str(solution_str)
+    out: dict[str, float] = {}
+    for v in verifiers:
+        value = float(v.score(ex, text))
+        if not math.isfinite(value):
+            raise ValueError(f"verifier {v.name!r} returned {value} for example {ex.id!r}")
+        out[v.name] = value
+    return {"score": float(sum(out.values())), **out}
+
+
+# --------------------------------------------------------------------------------------------------
+# Reward matrix and response-level advantages
+# --------------------------------------------------------------------------------------------------
+
+
+def reward_matrix(non_tensor_batch: Mapping[str, Any], keys: Sequence[str]) -> Tensor:
+    """Per-reward scores of the batch, ``[N, K] float64``: column k is ``non_tensor_batch[keys[k]]``.
+
+    Raises:
+        ValueError: a missing key (listing the available ones), columns of different lengths, or a
+            value that is not a finite number (naming key and row).
+    """
+    missing = [k for k in keys if k not in non_tensor_batch]
+    if missing:
+        raise ValueError(
+            f"per-reward score(s) {missing} not in non_tensor_batch (keys: {sorted(non_tensor_batch)}); the reward "
+            "function must return them (mrtpo.integrations.verl.compute_score does) and the trainer must copy "
+            "reward_extra_info into non_tensor_batch (verl's legacy trainer, trainer.use_v1=False, does)"
+        )
+    cols = []
+    n = None
+    for k in keys:
+        values = list(non_tensor_batch[k])
+        if n is None:
+            n = len(values)
+        elif len(values) != n:
+            raise ValueError(f"non_tensor_batch[{k!r}] has {len(values)} rows; expected N={n}")
+        col = []
+        for j, v in enumerate(values):
+            try:
+                x = float(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"non_tensor_batch[{k!r}][{j}] = {v!r} is not a number") from None
+            if not math.isfinite(x):
+                raise ValueError(f"non_tensor_batch[{k!r}][{j}] = {x} is not finite")
+            col.append(x)
+        cols.append(col)
+    return torch.tensor(cols, dtype=torch.float64).T.contiguous()  # [N, K]
+
+
+@dataclass
+class _Columns:
+    keys: list[str]
+    reward_min: list[float] | None
+    reward_max: list[float] | None
+
+
+def _columns(cfg: VerlMRTPOConfig, non_tensor_batch: Mapping[str, Any]) -> _Columns:
+    """Reward keys and bounds from the config, else from the task named in the batch's extra_info."""
+    keys, lo, hi = cfg.reward_keys, cfg.reward_min, cfg.reward_max
+    if keys is None or (lo is None or hi is None):
+        infos = non_tensor_batch.get("extra_info") if non_tensor_batch is not None else None
+        first = None if infos is None or len(infos) == 0 else infos[0]
+        if isinstance(first, Mapping) and first.get(TASK_KEY):
+            task = task_from_extra_info(first)
+            verifiers = task.verifiers(example_from_extra_info(first))
+            if keys is None:
+                keys = list(task.reward_names)
+            if [v.name for v in verifiers] == list(keys):
+                bounds = [tuple(float(b) for b in v.bounds) for v in verifiers]
+                lo = [b[0] for b in bounds] if lo is None else lo
+                hi = [b[1] for b in bounds] if hi is None else hi
+        elif keys is None:
+            hint = (
+                " (non_tensor_batch has no 'extra_info': verl's v1 trainer, trainer.use_v1=True, passes neither it "
+                "nor reward_extra_info to advantage estimators; use trainer.use_v1=False)"
+                if infos is None
+                else ""
+            )
+            raise ValueError(
+                "the mrtpo estimators need the reward columns: set algorithm.mrtpo.reward_keys, or build the data "
+                f"with mrtpo.integrations.verl_data so that extra_info['{TASK_KEY}'] names the task{hint}"
+            )
+    return _Columns(list(keys), None if lo is None else list(lo), None if hi is None else list(hi))
+
+
+def response_advantages(
+    method: str,
+    response_mask: Tensor,
+    index: Sequence[Any] | None,
+    non_tensor_batch: Mapping[str, Any] | None,
+    config: Any = None,
+) -> Tensor:
+    """Per-reward response-level advantages ``Â = mrtpo.advantages.compute(method, r, uid) -> [N, K]``.
+
+    Args:
+        method: a name of :func:`mrtpo.advantages.available` (without the ``mrtpo_`` prefix).
+        response_mask: [N, T] 0/1, for the token counts of ``options.whiten=token``.
+        index: [N] group ids (verl's ``uid``).
+        non_tensor_batch: holds the per-reward scores (see :func:`reward_matrix`) and ``extra_info``.
+        config: verl's algorithm config (its ``mrtpo`` node, :class:`VerlMRTPOConfig`), or a
+            :class:`VerlMRTPOConfig`.
+
+    Returns:
+        [N, K] float32 on the CPU, columns in reward-key order.
+    """
+    cfg = config if isinstance(config, VerlMRTPOConfig) else VerlMRTPOConfig.from_algorithm(config)
+    if non_tensor_batch is None:
+        raise ValueError(
+            f"the mrtpo estimator for {method!r} was called without non_tensor_batch: verl's compute_advantage passes "
+            "it only to its own gdpo; use mrtpo.integrations.verl.install() (or VERL_USE_EXTERNAL_MODULES="
+            "mrtpo.integrations.verl_plugin) so that mrtpo's compute_advantage hook calls the estimator"
+        )
+    if index is None:
+        raise ValueError(
+            "the mrtpo estimators need index (non_tensor_batch['uid']): the group of every response"
+        )
+    cols = _columns(cfg, non_tensor_batch)
+    rewards = reward_matrix(non_tensor_batch, cols.keys)  # [N, K]
+    n = rewards.shape[0]
+    if response_mask.dim() != 2 or response_mask.shape[0] != n:
+        raise ValueError(f"response_mask has shape {tuple(response_mask.shape)}; expected (N={n}, T)")
+    options = dict(cfg.options)
+    if options.get("whiten") == "token":
+        options["lengths"] = response_mask.detach().to("cpu", torch.float64).sum(1)  # [N]
+    return adv_registry.compute(
+        method,
+        rewards,
+        list(index),
+        weights=cfg.weights,
+        reward_min=cols.reward_min,
+        reward_max=cols.reward_max,
+        **options,
+    ).float()  # [N, K]
+
+
+# --------------------------------------------------------------------------------------------------
+# Estimators
+# --------------------------------------------------------------------------------------------------
+
+EstimatorFn = Callable[..., tuple[Tensor, Tensor]]
+"""verl's estimator signature: ``fn(token_level_rewards, response_mask, index, config, ...) -> (adv, ret)``."""
+
+_ESTIMATORS: dict[str, EstimatorFn] = {}
+
+
+def _shuffle_generator(cfg: VerlMRTPOConfig, index: Sequence[Any]) -> torch.Generator:
+    """A generator seeded by ``cfg.seed`` and a CRC of the batch's uids (reproducible, new per batch)."""
+    digest = zlib.crc32("\x1f".join(map(str, index)).encode())
+    return torch.Generator().manual_seed(int(cfg.seed) * 1_000_003 + digest)
+
+
+def token_advantages(
+    adv: Tensor, response_mask: Tensor, cfg: VerlMRTPOConfig, distances: Tensor | None, index: Sequence[Any]
+) -> Tensor:
+    """Token advantages ``[N, T]`` of per-reward advantages ``adv: [N, K]`` under ``cfg.credit``.
+
+    - ``none``: ``Σ_k Â[j, k] · m[j, t]``;
+    - ``uniform`` / ``reward`` / ``joint`` / ``shuffled``: ``mrtpo.credit.allocate(Â, distances, m, beta,
+      mode)`` (DESIGN section 5), ``distances: [N, K, T]`` (``[N, 1, T]`` for joint).
+    """
+    mask = response_mask.detach().to("cpu")
+    if cfg.credit == "none":
+        return adv.sum(1, keepdim=True) * (mask != 0).to(adv.dtype)  # [N, T]
+    if cfg.credit == "uniform":
+        return credit_mod.allocate(adv, None, mask, beta=cfg.beta, mode="uniform")
+    if distances is None:
+        raise ValueError(
+            f"algorithm.mrtpo.credit={cfg.credit!r} needs batch['{DISTANCES_KEY}'] ([N, K', T] replay distances); "
+            "give mrtpo.integrations.verl.install() a distance_fn, or set algorithm.mrtpo.credit=none for the "
+            "response-level method"
+        )
+    gen = _shuffle_generator(cfg, index) if cfg.credit == "shuffled" else None
+    return credit_mod.allocate(
+        adv, distances.detach().to("cpu", torch.float32), mask, beta=cfg.beta, mode=cfg.credit, generator=gen
+    )
+
+
+def make_estimator(method: str) -> EstimatorFn:
+    """The verl advantage estimator of mrtpo method ``method`` (cached: one function object per method).
+
+    Signature (verl's, plus the batch that :func:`compute_advantage` passes)::
+
+        fn(token_level_rewards, response_mask, index=None, config=None, non_tensor_batch=None,
+           batch=None, norm_adv_by_std_in_grpo=True, **kwargs) -> (advantages, returns)
+
+    - token_level_rewards: (bs, response_length); only its device and dtype are used (the K rewards
+      come from ``non_tensor_batch``);
+    - response_mask: (bs, response_length) 0/1;
+    - index: (bs,) group ids (``uid``);
+    - config: verl's algorithm config; its ``mrtpo`` node is :class:`VerlMRTPOConfig`;
+    - non_tensor_batch: per-reward score arrays and ``extra_info``;
+    - batch: tensors; ``batch["mrtpo_distances"]`` (bs, K', response_length) for distance credit modes.
+
+    Returns ``advantages == returns``, (bs, response_length) in the dtype of ``token_level_rewards``,
+    exactly 0 where ``response_mask`` is 0.
+    """
+    if method not in adv_registry.available():
+        raise ValueError(f"unknown advantage method {method!r}; known: {', '.join(adv_registry.available())}")
+    if method in _ESTIMATORS:
+        return _ESTIMATORS[method]
+
+    def estimator(
+        token_level_rewards: Tensor,
+        response_mask: Tensor,
+        index: Sequence[Any] | None = None,
+        config: Any = None,
+        non_tensor_batch: Mapping[str, Any] | None = None,
+        batch: Mapping[str, Any] | None = None,
+        norm_adv_by_std_in_grpo: bool = True,
+        **kwargs: Any,
+    ) -> tuple[Tensor, Tensor]:
+        if not norm_adv_by_std_in_grpo or not _get(config, "norm_adv_by_std_in_grpo", True):
+            raise ValueError(
+                "norm_adv_by_std_in_grpo=False (Dr. GRPO) is not supported by the mrtpo estimators: every "
+                "mrtpo method divides by a standard deviation (DESIGN section 3)"
+            )
+        if tuple(token_level_rewards.shape) != tuple(response_mask.shape):
+            raise ValueError(
+                f"token_level_rewards has shape {tuple(token_level_rewards.shape)} but response_mask has "
+                f"{tuple(response_mask.shape)}; expected both (bs, response_length)"
+            )
+        cfg = VerlMRTPOConfig.from_algorithm(config)
+        adv = response_advantages(method, response_mask, index, non_tensor_batch, cfg)  # [N, K]
+        distances = None
+        if batch is not None and DISTANCES_KEY in batch:
+            distances = batch[DISTANCES_KEY]
+        tok = token_advantages(adv, response_mask, cfg, distances, list(index))  # [N, T]
+        tok = tok.to(device=token_level_rewards.device, dtype=token_level_rewards.dtype)
+        return tok, tok
+
+    estimator.__name__ = f"{ESTIMATOR_PREFIX}{method}"
+    estimator.__qualname__ = estimator.__name__
+    estimator.__doc__ = f"verl advantage estimator of mrtpo method {method!r} (see make_estimator)."
+    _ESTIMATORS[method] = estimator
+    return estimator
+
+
+def estimator_names() -> list[str]:
+    """``mrtpo_<method>`` for every method of :mod:`mrtpo.advantages`."""
+    return [ESTIMATOR_PREFIX + m for m in adv_registry.available()]
+
+
+def _method_of(name: str) -> str | None:
+    if name.startswith(ESTIMATOR_PREFIX) and name[len(ESTIMATOR_PREFIX) :] in adv_registry.available():
+        return name[len(ESTIMATOR_PREFIX) :]
+    return None
+
+
+def register_estimators() -> list[str]:
+    """Register every ``mrtpo_<method>`` in verl's ``ADV_ESTIMATOR_REGISTRY``; returns the names.
+
+    Idempotent (verl accepts registering the same function object again).
+    """
+    from verl.trainer.ppo import core_algos
+
+    _check_version()
+    for name in estimator_names():
+        core_algos.register_adv_est(name)(make_estimator(_method_of(name)))
+    return estimator_names()
+
+
+def _check_version() -> None:
+    try:
+        import verl
+
+        found = getattr(verl, "__version__", "unknown")
+    except ImportError:  # pragma: no cover - callers import verl first
+        return
+    if found != VERL_VERSION:
+        warnings.warn(
+            f"mrtpo.integrations.verl is adapted to verl {VERL_VERSION}; found verl {found}. The seams it uses "
+            "(compute_advantage's signature, reward_extra_info in non_tensor_batch) may differ.",
+            stacklevel=3,
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# The compute_advantage hook
+# --------------------------------------------------------------------------------------------------
+
+DistanceFn = Callable[[Any, Tensor, str], Tensor]
+"""``distance_fn(data, advantages [N, K], mode) -> distances [N, K', T]`` (mode "reward" or "joint")."""
+
+
+def compute_advantage(
+    data: Any,
+    adv_estimator: Any,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    num_repeat: int = 1,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+    *,
+    original: Callable[..., Any] | None = None,
+    distance_fn: DistanceFn | None = None,
+) -> Any:
+    """verl's ``ray_trainer.compute_advantage`` with the DataProto passed on to ``mrtpo_*`` estimators.
+
+    For an ``mrtpo_*`` name: when the credit mode needs distances, ``batch["mrtpo_distances"]`` is absent
+    and ``distance_fn`` is given, the hook computes Â (to skip pairs with Â = 0) and stores
+    ``distance_fn(data, Â, mode)``; then it calls the estimator with ``non_tensor_batch`` and ``batch``
+    and writes ``batch["advantages"]`` and ``batch["returns"]`` ((bs, response_length)). Every other
+    name goes to ``original`` (verl's own function) with the same arguments.
+
+    Args:
+        data: verl ``DataProto`` with ``batch["token_level_rewards"]``, ``batch["response_mask"]`` (or
+            ``attention_mask`` and ``responses`` to derive it), ``non_tensor_batch["uid"]``.
+        adv_estimator: estimator name or verl ``AdvantageEstimator``.
+        gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config: as verl's function.
+        original: verl's ``compute_advantage`` (required for non-mrtpo names).
+        distance_fn: see :data:`DistanceFn`.
+
+    Returns:
+        ``data`` with ``advantages`` and ``returns``.
+    """
+    name = adv_estimator.value if isinstance(adv_estimator, Enum) else str(adv_estimator)
+    method = _method_of(name)
+    if method is None:
+        if original is None:
+            raise ValueError(
+                f"advantage estimator {name!r} is not an mrtpo estimator and no original was given"
+            )
+        return original(
+            data,
+            adv_estimator=adv_estimator,
+            gamma=gamma,
+            lam=lam,
+            num_repeat=num_repeat,
+            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+            config=config,
+        )
+    batch, ntb = data.batch, data.non_tensor_batch
+    if "response_mask" not in batch:
+        t = batch["responses"].shape[-1]
+        batch["response_mask"] = batch["attention_mask"][:, -t:]  # verl's compute_response_mask
+    if "uid" not in ntb:
+        raise ValueError(
+            "the mrtpo estimators need non_tensor_batch['uid'] (the prompt group of every response)"
+        )
+    cfg = VerlMRTPOConfig.from_algorithm(config)
+    if cfg.credit in _NEEDS_DISTANCES and DISTANCES_KEY not in batch and distance_fn is not None:
+        adv = response_advantages(method, batch["response_mask"], list(ntb["uid"]), ntb, cfg)  # [N, K]
+        mode = "joint" if cfg.credit == "joint" else "reward"
+        d = distance_fn(data, adv, mode)  # [N, K', T]
+        batch[DISTANCES_KEY] = d.to(device=batch["response_mask"].device, dtype=torch.float32)
+    fn = make_estimator(method)
+    advantages, returns = fn(
+        token_level_rewards=batch["token_level_rewards"],
+        response_mask=batch["response_mask"],
+        index=ntb["uid"],
+        config=config,
+        non_tensor_batch=ntb,
+        batch=batch,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+    )
+    batch["advantages"] = advantages
+    batch["returns"] = returns
+    return data
+
+
+HOOKED_MODULES = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils")
+"""Modules whose global ``compute_advantage`` :func:`install` replaces (the legacy trainer calls the first;
+the v1 trainer reaches it through the second, but does not put reward_extra_info into the batch)."""
+
+
+def _hook(module: Any, distance_fn: DistanceFn | None) -> None:
+    current = getattr(module, "compute_advantage", None)
+    if current is None:
+        return
+    orig = getattr(current, "__mrtpo_original__", current)
+    hooked = functools.partial(compute_advantage, original=orig, distance_fn=distance_fn)
+    hooked.__mrtpo_original__ = orig  # type: ignore[attr-defined]
+    module.compute_advantage = hooked
+
+
+class _CallbackLoader(importlib.abc.Loader):
+    """Runs ``callback(module)`` after the wrapped loader has executed the module."""
+
+    def __init__(self, loader: Any, callback: Callable[[Any], None]) -> None:
+        self._loader, self._callback = loader, callback
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        self._callback(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, is_package, ... of the wrapped loader
+        return getattr(self._loader, name)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """One-shot finder: when ``name`` is imported, wrap its loader so ``callback`` runs after it."""
+
+    def __init__(self, name: str, callback: Callable[[Any], None]) -> None:
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _CallbackLoader(spec.loader, self.callback)
+        return spec
+
+
+def after_import(name: str, callback: Callable[[Any], None]) -> None:
+    """Run ``callback(module)`` now if module ``name`` is imported, else right after its first import."""
+    if name in sys.modules:
+        callback(sys.modules[name])
+        return
+    for finder in sys.meta_path:
+        if isinstance(finder, _AfterImport) and finder.name == name:
+            sys.meta_path.remove(finder)
+            break
+    sys.meta_path.insert(0, _AfterImport(name, callback))
+
+
+def install(distance_fn: DistanceFn | None = None, modules: Sequence[str] = HOOKED_MODULES) -> list[str]:
+    """Register the ``mrtpo_*`` estimators and hook :func:`compute_advantage` into verl.
+
+    Replaces the module-level ``compute_advantage`` of each of ``modules`` (now if imported, otherwise
+    right after its import) by :func:`compute_advantage` bound to verl's original and ``distance_fn``.
+    Calling it again rebinds ``distance_fn`` (the original is kept). Must run in the process that
+    computes advantages (verl's TaskRunner); ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl_plugin``
+    arranges that for every verl process.
+
+    Returns:
+        The registered estimator names.
+    """
+    names = register_estimators()
+    for mod in modules:
+        after_import(mod, functools.partial(_hook, distance_fn=distance_fn))
+    return names
+
+
+# --------------------------------------------------------------------------------------------------
+# Replay on a DataProto
+# --------------------------------------------------------------------------------------------------
+
+
+def _response_ids(batch: Mapping[str, Any]) -> tuple[list[list[int]], int]:
+    """Valid response ids of each row and the padded response width T.
+
+    verl's layout: ``prompts`` (bs, P) left-padded, ``responses`` (bs, T) right-padded and
+    ``attention_mask`` (bs, P + T); the valid response length is ``attention_mask[:, P:].sum()``.
+    """
+    responses = batch["responses"]  # [N, T]
+    t = responses.shape[1]
+    if "attention_mask" in batch and "prompts" in batch:
+        p = batch["prompts"].shape[1]
+        lengths = batch["attention_mask"][:, p:].sum(1)  # [N]
+    else:
+        lengths = (batch["response_mask"] != 0).sum(1)
+    ids = responses.detach().cpu()
+    return [ids[j, : int(lengths[j])].tolist() for j in range(ids.shape[0])], t
+
+
+def replay_distances(
+    model: Any,
+    tokenizer: Any,
+    data: Any,
+    *,
+    reward_names: Sequence[str] | None = None,
+    advantages: Tensor | None = None,
+    mode: Literal["reward", "joint"] = "reward",
+    token_budget: int | None = replay_mod.DEFAULT_TOKEN_BUDGET,
+    chunk_size: int = replay_mod.DEFAULT_CHUNK_SIZE,
+    prefix_sharing: bool = True,
+    template_kwargs: Mapping[str, Any] | None = None,
+    progress: bool = False,
+) -> replay_mod.ReplayResult:
+    """Replay distances of a DataProto's responses: ``[N, K, T]`` (``[N, 1, T]`` for ``joint``).
+
+    Contexts come from the examples in ``non_tensor_batch["extra_info"]`` (tokenized with ``tokenizer``'s
+    chat template and ``template_kwargs``, which must match verl's ``data.apply_chat_template_kwargs``);
+    responses are ``batch["responses"][j, :L_j]`` with ``L_j`` valid tokens (``attention_mask``). Pairs
+    with ``|Â[j, k]| <= 1e-8`` are skipped (distance 0). A response whose rollout prompt, rebuilt from the
+    segments, differs from verl's ``prompts`` row is still replayed; a warning names how many differ.
+
+    Args:
+        model: a Hugging Face causal LM (the policy that sampled, e.g. the actor before its update).
+        tokenizer: its tokenizer (``pad_token_id`` pads replay micro-batches).
+        data: verl ``DataProto`` (``batch`` with ``responses``, ``prompts``, ``attention_mask``).
+        reward_names: the K reward names in column order (None: the task's ``reward_names``).
+        advantages: [N, K] response-level advantages (skipping), or None (every pair runs).
+        mode: "reward" (leave-one-out per reward) or "joint" (all rewards' segments removed at once).
+        token_budget, chunk_size, prefix_sharing, progress: options of :func:`mrtpo.replay.replay`.
+
+    Returns:
+        :class:`mrtpo.replay.ReplayResult` with ``distances: [N, K', T] float32`` padded to the batch's
+        response width T.
+    """
+    batch, ntb = data.batch, data.non_tensor_batch
+    infos = _extra_infos(ntb, "replay_distances")
+    examples = [example_from_extra_info(info) for info in infos]
+    names = (
+        list(reward_names) if reward_names is not None else list(task_from_extra_info(infos[0]).reward_names)
+    )
+    responses, t = _response_ids(batch)
+    n = len(responses)
+    if len(examples) != n:
+        raise ValueError(f"non_tensor_batch['extra_info'] has {len(examples)} rows; expected N={n}")
+    kwargs = dict(template_kwargs or {})
+    cache: dict[str, replay_mod.Contexts] = {}
+    contexts = []
+    for ex in examples:
+        key = json.dumps(ex.to_dict(), sort_keys=True, default=str)
+        if key not in cache:
+            cache[key] = replay_mod.build_contexts(tokenizer, ex.segments, names, **kwargs)
+        contexts.append(cache[key])
+    if "prompts" in batch and "attention_mask" in batch:
+        prompts = batch["prompts"].detach().cpu()
+        pmask = batch["attention_mask"][:, : prompts.shape[1]].detach().cpu().bool()
+        differ = sum(tuple(prompts[j][pmask[j]].tolist()) != contexts[j].rollout for j in range(n))
+        if differ:
+            logger.warning(
+                "replay: %d of %d rollout prompts rebuilt from the segments differ from verl's prompt ids "
+                "(chat template kwargs?); distances use the rebuilt contexts",
+                differ,
+                n,
+            )
+    active = None
+    if advantages is not None:
+        adv = torch.as_tensor(advantages).detach().cpu().float()
+        if tuple(adv.shape) != (n, len(names)):
+            raise ValueError(
+                f"advantages has shape {tuple(adv.shape)}; expected [N, K] = [{n}, {len(names)}]"
+            )
+        active = adv * (adv.abs() > adv_registry.ACTIVE_TOL)  # [N, K], 0 where the pair is skipped
+    reqs = replay_mod.make_requests(contexts, responses, mode=mode, advantages=active)
+    pad = getattr(tokenizer, "pad_token_id", None)
+    res = replay_mod.replay(
+        model,
+        reqs,
+        token_budget=token_budget,
+        prefix_sharing=prefix_sharing,
+        chunk_size=chunk_size,
+        pad_id=0 if pad is None else int(pad),
+        progress=progress,
+    )
+    d = torch.zeros(n, res.distances.shape[1], t, dtype=torch.float32)  # [N, K', T]
+    d[:, :, : res.distances.shape[2]] = res.distances.cpu()
+    return replay_mod.ReplayResult(d, res.lengths, res.stats)
+
+
+def make_distance_fn(model: Any, tokenizer: Any, **replay_options: Any) -> DistanceFn:
+    """A :data:`DistanceFn` for :func:`install` that replays with ``model`` in the calling process.
+
+    ``replay_options`` go to :func:`replay_distances` (``token_budget``, ``chunk_size``,
+    ``prefix_sharing``, ``template_kwargs``, ``progress``). The replay stats of the last call are in
+    ``data.meta_info["mrtpo/replay"]``.
+    """
+
+    def distance_fn(data: Any, advantages: Tensor, mode: str) -> Tensor:
+        res = replay_distances(model, tokenizer, data, advantages=advantages, mode=mode, **replay_options)
+        meta = getattr(data, "meta_info", None)
+        if isinstance(meta, dict):
+            meta["mrtpo/replay"] = res.stats.as_dict()
+        return res.distances
+
+    return distance_fn
