@@ -14,7 +14,8 @@ from mrtpo.cli.main import main
 from mrtpo.integrations.config import apply_overrides, load_config, parse_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+# the recipes of `mrtpo train` (recipes/ also holds configs of other launchers, e.g. verl's)
+RECIPES = [r for r in sorted((ROOT / "recipes").glob("*.yaml")) if r.read_text().startswith("# mrtpo train ")]
 
 SMALL = [
     "--task.options.size=32",
