@@ -1,0 +1,148 @@
+"""The three RL runs of the demo (GRPO, GDPO, MRTPO) through :class:`mrtpo.integrations.trl.MRTPOTrainer`.
+
+Every run starts from the same warm-start folder, trains on the same built-in toy prompts, and differs
+only in the method; runs of one seed share TRL's seed (data order and sampling). The runs are built by
+the programmatic entry :func:`mrtpo.integrations.config.train` from a config dict (the same sections
+as ``recipes/*.yaml``), so each writes a run folder in the docs/run-format.md format.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+METHODS: dict[str, dict[str, Any]] = {
+    "grpo": {"advantage_method": "grpo", "credit": "none"},
+    "gdpo": {"advantage_method": "gdpo", "credit": "none"},
+    "mrtpo": {"advantage_method": "gdpo", "credit": "reward"},
+}
+"""Method sections of the demo's runs: GRPO and GDPO give every token the response advantage
+(``credit="none"``); MRTPO is GDPO's per-reward advantages spread by per-reward replay distances."""
+
+
+@dataclass
+class RLConfig:
+    """Settings shared by every RL run of the demo (the same for all methods)."""
+
+    steps: int = field(default=40, metadata={"help": "optimizer steps per run"})
+    prompts_per_step: int = field(default=8, metadata={"help": "prompts P per step"})
+    num_generations: int = field(default=8, metadata={"help": "responses G per prompt"})
+    learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate (all methods)"})
+    credit_beta: float = field(default=0.5, metadata={"help": "MRTPO allocation strength beta"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
+    max_completion_length: int = field(
+        default=12, metadata={"help": "response token limit (9 words + eos fit)"}
+    )
+    log_samples: int = field(default=4, metadata={"help": "responses saved to samples.jsonl per step"})
+    task_size: int = field(default=4096, metadata={"help": "built-in training prompts (3–5 constraints)"})
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "prompts_per_step", "num_generations", "max_completion_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_generations < 2:
+            raise ValueError(
+                f"num_generations must be >= 2 (a group needs two responses), got {self.num_generations}"
+            )
+        if not 0.0 <= self.credit_beta <= 1.0:
+            raise ValueError(f"credit_beta must be in [0, 1], got {self.credit_beta}")
+
+
+def run_config(
+    method: str, seed: int, rl: RLConfig, warm_start_dir: str | Path, output_dir: str | Path
+) -> dict:
+    """The config dict (sections model/task/data/method/trl) of one demo run."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
+    m = dict(METHODS[method])
+    m.update(beta=rl.credit_beta, log_samples=rl.log_samples)
+    return {
+        "model": {"path": str(warm_start_dir), "dtype": "float32"},
+        "task": {"name": "toy", "options": {"seed": 0, "size": rl.task_size}},
+        "data": {"split": "train"},
+        "method": m,
+        "trl": {
+            "output_dir": str(output_dir),
+            "max_steps": rl.steps,
+            "per_device_train_batch_size": rl.prompts_per_step * rl.num_generations,
+            "num_generations": rl.num_generations,
+            "max_completion_length": rl.max_completion_length,
+            "learning_rate": rl.learning_rate,
+            "lr_scheduler_type": "constant",
+            "warmup_steps": 0,
+            "temperature": rl.temperature,
+            "beta": 0.0,
+            "logging_steps": 1,
+            "save_strategy": "no",
+            "report_to": [],
+            "use_cpu": True,
+            "bf16": False,
+            "seed": seed,
+            "data_seed": seed,
+        },
+    }
+
+
+def run_one(
+    method: str,
+    seed: int,
+    rl: RLConfig,
+    warm_start_dir: str | Path,
+    output_dir: str | Path,
+    *,
+    progress: bool = True,
+) -> dict:
+    """Train one method from the warm start (run folder in ``output_dir``).
+
+    Returns:
+        ``{"method", "seed", "run_dir", "seconds", "trainer"}``; ``trainer.model`` is the trained policy.
+    """
+    from transformers.trainer_callback import ProgressCallback
+
+    from mrtpo.integrations.config import build_trainer, load_config
+
+    t0 = time.perf_counter()
+    cfg = run_config(method, seed, rl, warm_start_dir, output_dir)
+    cfg["trl"]["disable_tqdm"] = not progress
+    trainer = build_trainer(load_config(raw=cfg))
+    # keep TRL's step bar, drop its per-step printout of every metric (they are in metrics.jsonl)
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(quiet_progress(f"{method} seed {seed}"))
+    trainer.train()
+    return {
+        "method": method,
+        "seed": seed,
+        "run_dir": str(output_dir),
+        "seconds": time.perf_counter() - t0,
+        "trainer": trainer,
+    }
+
+
+def _quiet_progress_class():
+    from transformers.trainer_callback import ProgressCallback
+
+    class QuietProgress(ProgressCallback):
+        """TRL's training bar, named after the run, without the printed log dicts."""
+
+        def __init__(self, desc: str) -> None:
+            super().__init__()
+            self.desc = desc
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            super().on_train_begin(args, state, control, **kwargs)
+            if self.training_bar is not None:
+                self.training_bar.set_description(self.desc)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if self.training_bar is not None and logs and "task/satisfaction" in logs:
+                self.training_bar.set_postfix(satisfaction=f"{logs['task/satisfaction']:.2f}")
+
+    return QuietProgress
+
+
+def quiet_progress(desc: str):
+    """A :class:`~transformers.ProgressCallback` that shows a named bar and the satisfaction, and does
+    not print the log dicts (the class is built on first use so transformers loads lazily)."""
+    return _quiet_progress_class()(desc)

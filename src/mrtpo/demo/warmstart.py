@@ -1,0 +1,283 @@
+"""Supervised warm start of the demo: a tiny model learns to copy constraint words from the prompt.
+
+The model is trained on imperfect demonstrations (:func:`mrtpo.tasks.toy.demonstrate`: each listed
+constraint met with probability ``p_meet``, 0.5 by default), so the warm-started policy knows the
+format and can copy words, but meets each constraint only about half the time when it samples: RL
+has headroom. Prompts list 2–5 constraints, so the leave-one-out contexts of 3–5-constraint prompts
+look like training prompts.
+
+Plain PyTorch: cross-entropy on the response tokens and ``<eos>`` (prompt tokens are not scored),
+AdamW with linear warm-up and cosine decay, a fresh batch of generated examples every step. Prompts
+are left-padded and responses right-padded to fixed lengths, so the response starts at the same
+position in every row. Everything is drawn from ``seed`` (``random.Random`` for the data,
+``torch.manual_seed`` for the initialisation), so a run is reproducible on the same machine and
+thread count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class WarmStartConfig:
+    """Settings of the supervised warm start."""
+
+    seed: int = field(default=0, metadata={"help": "seed of the initialisation and the generated data"})
+    steps: int = field(default=1500, metadata={"help": "optimizer steps (one fresh batch each)"})
+    batch_size: int = field(default=64, metadata={"help": "demonstrations per step"})
+    lr: float = field(default=3e-3, metadata={"help": "peak AdamW learning rate"})
+    warmup_steps: int = field(
+        default=100, metadata={"help": "linear warm-up steps, then cosine decay to 10%"}
+    )
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
+    p_meet: float = field(
+        default=0.5, metadata={"help": "probability a demonstration meets each listed constraint"}
+    )
+    min_constraints: int = field(default=2, metadata={"help": "fewest constraints in a training prompt"})
+    max_constraints: int = field(default=5, metadata={"help": "most constraints in a training prompt"})
+    hidden_size: int = field(default=64, metadata={"help": "model width d"})
+    num_layers: int = field(default=2, metadata={"help": "transformer layers"})
+    num_heads: int = field(default=4, metadata={"help": "attention heads"})
+    num_kv_heads: int = field(default=2, metadata={"help": "key/value heads"})
+    eval_examples: int = field(
+        default=256, metadata={"help": "test prompts (3–5 constraints) for the final check"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError(
+                f"steps and batch_size must be >= 1, got steps={self.steps}, batch_size={self.batch_size}"
+            )
+        if not 0.0 <= self.p_meet <= 1.0:
+            raise ValueError(f"p_meet must be in [0, 1], got {self.p_meet}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+
+
+def lr_factor(step: int, warmup: int, total: int, floor: float = 0.1) -> float:
+    """Learning-rate multiplier: ``(step + 1) / warmup`` during warm-up, then cosine from 1 to ``floor``.
+
+    ``f(s) = floor + (1 - floor) * (1 + cos(pi * (s - warmup) / max(1, total - warmup))) / 2``.
+    """
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class DemoBatcher:
+    """Builds padded token batches of (prompt, demonstration) pairs for the warm start.
+
+    Rows are ``[pad ... pad, prompt, response, <eos>, pad ...]``: prompts left-padded to
+    ``prompt_len``, responses right-padded to ``response_len`` (longest response + ``<eos>``).
+    """
+
+    def __init__(self, tokenizer, *, p_meet: float = 0.5, min_constraints: int = 2, max_constraints: int = 5):
+        from mrtpo.tasks.toy.data import CONSTRAINT_TYPES, LENGTHS
+
+        self.tok = tokenizer
+        self._vocab = tokenizer.get_vocab()
+        self.p_meet = p_meet
+        self.min_constraints, self.max_constraints = min_constraints, max_constraints
+        # longest prompt: chat frame (<|im_start|> user ... <|im_end|> <|im_start|> assistant = 5) + 2 per constraint
+        self.prompt_len = 5 + 2 * len(CONSTRAINT_TYPES)
+        self.response_len = max(LENGTHS) + 2 + 1  # words + two tags + <eos>
+
+        # the chat template rendered once around a placeholder: rendering it per row costs as much as
+        # a training step of the tiny model
+        frame = self.tok.apply_chat_template(
+            [{"role": "user", "content": "\x00"}], tokenize=False, add_generation_prompt=True
+        )
+        head, tail = frame.split("\x00")
+        self._head, self._tail = self.word_ids(head), self.word_ids(tail)
+
+    def word_ids(self, text: str) -> list[int]:
+        """Ids of a text under the word-level toy tokenizer (one token per whitespace-separated word;
+        the same ids as ``tokenizer(text)``, a test checks it, about 50 times faster)."""
+        return [self._vocab.get(w, self.tok.unk_token_id) for w in text.split()]
+
+    def prompt_ids(self, example) -> list[int]:
+        """Token ids of the rollout prompt with the generation prompt (what the policy sees)."""
+        (message,) = example.messages()
+        return [*self._head, *self.word_ids(message["content"]), *self._tail]
+
+    def encode(self, examples, responses):
+        """Tensors ``input_ids, attention_mask, labels``: each [B, prompt_len + response_len] long;
+        ``labels`` is -100 except on response tokens and ``<eos>``."""
+        import torch
+
+        pad, eos = self.tok.pad_token_id, self.tok.eos_token_id
+        width = self.prompt_len + self.response_len
+        ids = torch.full((len(examples), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        labels = torch.full_like(ids, -100)
+        for i, (ex, resp) in enumerate(zip(examples, responses, strict=True)):
+            p = self.prompt_ids(ex)
+            r = [*self.word_ids(resp), eos]
+            if len(p) > self.prompt_len or len(r) > self.response_len:
+                raise ValueError(
+                    f"example {ex.id}: prompt {len(p)} / response {len(r)} tokens exceed the batch layout"
+                )
+            start = self.prompt_len - len(p)
+            ids[i, start : self.prompt_len] = torch.tensor(p)
+            ids[i, self.prompt_len : self.prompt_len + len(r)] = torch.tensor(r)
+            mask[i, start : self.prompt_len + len(r)] = 1
+            labels[i, self.prompt_len : self.prompt_len + len(r)] = torch.tensor(r)
+        return ids, mask, labels
+
+    def sample(self, rng: random.Random, n: int):
+        """``n`` fresh examples with demonstrations, encoded (see :meth:`encode`)."""
+        from mrtpo.tasks.toy.data import demonstrate, make_example, sample_constraints
+
+        examples, responses = [], []
+        for i in range(n):
+            constraints, order = sample_constraints(
+                rng, rng.randint(self.min_constraints, self.max_constraints)
+            )
+            ex = make_example(constraints, f"sft-{i}", order)
+            examples.append(ex)
+            responses.append(demonstrate(ex, rng, self.p_meet))
+        return self.encode(examples, responses)
+
+
+def response_loss(model, ids, mask, labels):
+    """Mean next-token cross-entropy over the labelled positions.
+
+    ``loss = mean_{(b, t): labels[b, t] != -100} -log p(ids[b, t] | ids[b, < t])``.
+    """
+    import torch.nn.functional as F
+
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]  # [B, W-1, V]
+    target = labels[:, 1:]  # [B, W-1]
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1), ignore_index=-100
+    )
+
+
+def evaluate_policy(
+    model, tokenizer, examples, *, temperature: float = 1.0, seed: int = 0, batch_size: int = 128
+):
+    """Per-constraint satisfaction of sampled (``temperature > 0``) or greedy responses.
+
+    Returns ``{"satisfaction": ..., "all_met": ..., "<type>": share met among prompts listing it}``.
+    """
+    import torch
+
+    from mrtpo.eval.generation import SamplingConfig, TransformersGenerator
+    from mrtpo.tasks.toy import ToyTask, satisfaction
+
+    task = ToyTask()
+    cfg = SamplingConfig(max_new_tokens=12, temperature=temperature, batch_size=batch_size, seed=seed)
+    was_training = model.training
+    model.eval()
+    responses = TransformersGenerator(model, tokenizer, cfg).generate(
+        [e.messages() for e in examples], progress=False
+    )
+    model.train(was_training)
+    rewards = torch.tensor([[v.score(e, r) for v in task.verifiers(e)] for e, r in zip(examples, responses)])
+    out = dict(task.metrics(examples, responses, rewards))
+    for k, name in enumerate(task.reward_names):
+        rows = [j for j, e in enumerate(examples) if name in e.meta["constraints"]]
+        out[name] = float(rewards[rows, k].mean()) if rows else float("nan")
+    sat = satisfaction(examples, rewards)
+    out["satisfaction"] = sum(sat) / len(sat)
+    return out, responses
+
+
+def train_warm_start(config: WarmStartConfig, out_dir: str | Path | None = None, *, progress: bool = True):
+    """Train the warm-start model; save it (model + tokenizer + ``warmstart.json``) to ``out_dir``.
+
+    Returns:
+        ``(model, tokenizer, info)`` with ``info`` = config, seconds, final loss and the sampled and
+        greedy per-constraint satisfaction on held-out 3–5-constraint prompts.
+    """
+    import torch
+
+    from mrtpo.models.tiny import build_model
+    from mrtpo.tasks.toy import build_toy_tokenizer, generate_examples
+
+    tok = build_toy_tokenizer()
+    model = build_model(
+        len(tok),
+        hidden_size=config.hidden_size,
+        num_layers=config.num_layers,
+        num_heads=config.num_heads,
+        num_kv_heads=config.num_kv_heads,
+        max_positions=64,
+        seed=config.seed,
+        dtype=torch.float32,
+    )
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    batcher = DemoBatcher(
+        tok,
+        p_meet=config.p_meet,
+        min_constraints=config.min_constraints,
+        max_constraints=config.max_constraints,
+    )
+    rng = random.Random(config.seed)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98)
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, config.warmup_steps, config.steps))
+    steps = range(config.steps)
+    if progress:
+        from tqdm.auto import tqdm
+
+        steps = tqdm(steps, desc="warm start (SFT)", unit="step")
+    model.train()
+    t0 = time.perf_counter()
+    losses = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        for _ in steps:
+            ids, mask, labels = batcher.sample(rng, config.batch_size)
+            loss = response_loss(model, ids, mask, labels)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+            if progress and len(losses) % 50 == 0:
+                steps.set_postfix(loss=f"{sum(losses[-50:]) / 50:.3f}")
+    seconds = time.perf_counter() - t0
+    model.eval()
+    test = generate_examples(config.eval_examples, seed=10_000 + config.seed)
+    sampled, _ = evaluate_policy(model, tok, test, temperature=1.0, seed=config.seed)
+    greedy, _ = evaluate_policy(model, tok, test, temperature=0.0, seed=config.seed)
+    info = {
+        "config": asdict(config),
+        "seconds": seconds,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "final_loss": sum(losses[-50:]) / len(losses[-50:]),
+        "sampled": sampled,
+        "greedy": greedy,
+    }
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out)
+        tok.save_pretrained(out)
+        (out / "warmstart.json").write_text(json.dumps(info, indent=2))
+    return model, tok, info
+
+
+def load_warm_start(path: str | Path):
+    """``(model, tokenizer, info)`` of a folder written by :func:`train_warm_start`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "warmstart.json").exists():
+        raise FileNotFoundError(f"{path} is not a warm-start folder (no warmstart.json)")
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return model, tok, json.loads((path / "warmstart.json").read_text())

@@ -1,0 +1,112 @@
+"""The demo's supervised warm start: batch layout, loss, schedule, reproducibility from a seed."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from mrtpo.demo.warmstart import (
+    DemoBatcher,
+    WarmStartConfig,
+    load_warm_start,
+    lr_factor,
+    response_loss,
+    train_warm_start,
+)
+from mrtpo.tasks.toy import build_toy_tokenizer, generate_examples, make_example
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_toy_tokenizer()
+
+
+def test_lr_factor_hand_values():
+    # warmup 10 of 110 steps: (s + 1) / 10 while warming up, then 0.1 + 0.9 (1 + cos(pi p)) / 2
+    assert lr_factor(0, 10, 110) == pytest.approx(0.1)
+    assert lr_factor(9, 10, 110) == pytest.approx(1.0)
+    assert lr_factor(10, 10, 110) == pytest.approx(1.0)  # p = 0
+    assert lr_factor(60, 10, 110) == pytest.approx(0.55)  # p = 0.5: 0.1 + 0.9 * 0.5
+    assert lr_factor(110, 10, 110) == pytest.approx(0.1)  # p = 1
+    assert lr_factor(85, 10, 110) == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi * 0.75)) / 2)
+
+
+def test_prompt_ids_match_the_chat_template(tok):
+    b = DemoBatcher(tok)
+    rng = random.Random(0)
+    from mrtpo.tasks.toy import demonstrate
+
+    for ex in generate_examples(40, seed=2, min_constraints=2):
+        text = tok.apply_chat_template(ex.messages(), tokenize=False, add_generation_prompt=True)
+        assert b.prompt_ids(ex) == tok(text, add_special_tokens=False)["input_ids"]
+        d = demonstrate(ex, rng)
+        assert b.word_ids(d) == tok(d, add_special_tokens=False)["input_ids"]
+
+
+def test_batch_layout(tok):
+    b = DemoBatcher(tok)
+    assert (b.prompt_len, b.response_len) == (15, 10)  # 5 + 2 * 5 constraints; 7 words + 2 tags + eos
+    ex = make_example({"start": "apple", "length": 3}, "x", order=["length", "start"])
+    ids, mask, labels = b.encode([ex], ["apple stone river"])
+    assert ids.shape == mask.shape == labels.shape == (1, 25)
+    want_prompt = tok.convert_tokens_to_ids(
+        ["<|im_start|>", "user", "length", "3", "start", "apple", "<|im_end|>", "<|im_start|>", "assistant"]
+    )
+    want_resp = [*tok.convert_tokens_to_ids(["apple", "stone", "river"]), tok.eos_token_id]
+    pad = tok.pad_token_id
+    # 9 prompt tokens left-padded to 15; the response starts at position 15 in every row
+    assert ids[0].tolist() == [pad] * 6 + want_prompt + want_resp + [pad] * 6
+    assert mask[0].tolist() == [0] * 6 + [1] * 13 + [0] * 6
+    assert labels[0].tolist() == [-100] * 15 + want_resp + [-100] * 6
+
+
+def test_response_loss_matches_a_loop(tok):
+    from mrtpo.models.tiny import build_model
+
+    model = build_model(len(tok), hidden_size=32, num_layers=1, max_positions=64, seed=1, dtype=torch.float32)
+    b = DemoBatcher(tok)
+    ids, mask, labels = b.sample(random.Random(3), 4)
+    got = response_loss(model, ids, mask, labels)
+    with torch.no_grad():
+        logp = model(input_ids=ids, attention_mask=mask).logits.log_softmax(-1)  # [B, W, V]
+    terms = [
+        -logp[i, t - 1, labels[i, t]].item()
+        for i in range(ids.shape[0])
+        for t in range(1, ids.shape[1])
+        if labels[i, t] != -100
+    ]
+    assert got.item() == pytest.approx(sum(terms) / len(terms), rel=1e-5)
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="p_meet"):
+        WarmStartConfig(p_meet=1.5)
+    with pytest.raises(ValueError, match="steps"):
+        WarmStartConfig(steps=0)
+
+
+def test_warm_start_is_reproducible_from_its_seed(tmp_path):
+    torch.set_num_threads(1)
+    small = dict(steps=4, batch_size=8, warmup_steps=2, eval_examples=8)
+    m1, t1, info1 = train_warm_start(WarmStartConfig(seed=3, **small), tmp_path / "a", progress=False)
+    m2, _, info2 = train_warm_start(WarmStartConfig(seed=3, **small), tmp_path / "b", progress=False)
+    m3, _, _ = train_warm_start(WarmStartConfig(seed=4, **small), None, progress=False)
+    s1, s2, s3 = m1.state_dict(), m2.state_dict(), m3.state_dict()
+    assert all(torch.equal(s1[k], s2[k]) for k in s1)  # bit for bit
+    assert not all(torch.equal(s1[k], s3[k]) for k in s1)
+    assert info1["final_loss"] == info2["final_loss"]
+    assert info1["parameters"] == sum(p.numel() for p in m1.parameters())
+    for part in ("sampled", "greedy"):
+        assert 0.0 <= info1[part]["satisfaction"] <= 1.0
+    # the saved folder loads back to the same function
+    m4, t4, info4 = load_warm_start(tmp_path / "a")
+    ids = torch.tensor([t1.convert_tokens_to_ids(["<|im_start|>", "user", "start", "apple", "<|im_end|>"])])
+    with torch.no_grad():
+        assert torch.equal(m1(input_ids=ids).logits, m4(input_ids=ids).logits)
+    assert info4["final_loss"] == info1["final_loss"]
+    assert len(t4) == len(t1) == 70
+    with pytest.raises(FileNotFoundError):
+        load_warm_start(tmp_path / "missing")
