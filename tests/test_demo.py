@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from mrtpo.tasks.toy import CONSTRAINT_TYPES
+from mrtpo.tasks.toy.data import KEYWORDS
+
+TYPE_OF = {word: kind for kind, word in KEYWORDS.items()}  # "first" -> "start"
 
 METHODS = {"grpo": ("grpo", "none"), "gdpo": ("gdpo", "none"), "mrtpo": ("gdpo", "reward")}
 
@@ -70,7 +73,7 @@ def test_quick_demo_samples_keep_credit(quick):
         assert recs and {r["step"] for r in recs} == set(range(1, 7))
         replayed = 0
         for r in recs:
-            listed = {line.split()[0] for line in r["prompt"].split("\n\n")}
+            listed = {TYPE_OF[line.split()[1]] for line in r["prompt"].split("\n\n")}
             assert r["reward_names"] == list(CONSTRAINT_TYPES)
             for k, name in enumerate(CONSTRAINT_TYPES):
                 assert r["rewards"][k] in (0.0, 1.0)

@@ -32,6 +32,10 @@ def test_lr_factor_hand_values():
     assert lr_factor(60, 10, 110) == pytest.approx(0.55)  # p = 0.5: 0.1 + 0.9 * 0.5
     assert lr_factor(110, 10, 110) == pytest.approx(0.1)  # p = 1
     assert lr_factor(85, 10, 110) == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi * 0.75)) / 2)
+    # held at 1 until decay_start = 70, then cosine over the last 40 steps: p = (90 - 70) / 40 = 0.5
+    assert lr_factor(69, 10, 110, decay_start=70) == 1.0
+    assert lr_factor(90, 10, 110, decay_start=70) == pytest.approx(0.55)
+    assert lr_factor(110, 10, 110, decay_start=70) == pytest.approx(0.1)
 
 
 def test_prompt_ids_match_the_chat_template(tok):
@@ -53,7 +57,7 @@ def test_batch_layout(tok):
     ids, mask, labels = b.encode([ex], ["apple stone river"])
     assert ids.shape == mask.shape == labels.shape == (1, 25)
     want_prompt = tok.convert_tokens_to_ids(
-        ["<|im_start|>", "user", "length", "3", "start", "apple", "<|im_end|>", "<|im_start|>", "assistant"]
+        ["<|im_start|>", "user", "3", "words", "apple", "first", "<|im_end|>", "<|im_start|>", "assistant"]
     )
     want_resp = [*tok.convert_tokens_to_ids(["apple", "stone", "river"]), tok.eos_token_id]
     pad = tok.pad_token_id
@@ -86,11 +90,13 @@ def test_config_errors():
         WarmStartConfig(p_meet=1.5)
     with pytest.raises(ValueError, match="steps"):
         WarmStartConfig(steps=0)
+    with pytest.raises(ValueError, match="clean_steps"):
+        WarmStartConfig(steps=10, clean_steps=11)
 
 
 def test_warm_start_is_reproducible_from_its_seed(tmp_path):
     torch.set_num_threads(1)
-    small = dict(steps=4, batch_size=8, warmup_steps=2, eval_examples=8)
+    small = dict(steps=4, clean_steps=2, batch_size=8, warmup_steps=2, eval_examples=8, eval_every=2)
     m1, t1, info1 = train_warm_start(WarmStartConfig(seed=3, **small), tmp_path / "a", progress=False)
     m2, _, info2 = train_warm_start(WarmStartConfig(seed=3, **small), tmp_path / "b", progress=False)
     m3, _, _ = train_warm_start(WarmStartConfig(seed=4, **small), None, progress=False)
@@ -98,15 +104,19 @@ def test_warm_start_is_reproducible_from_its_seed(tmp_path):
     assert all(torch.equal(s1[k], s2[k]) for k in s1)  # bit for bit
     assert not all(torch.equal(s1[k], s3[k]) for k in s1)
     assert info1["final_loss"] == info2["final_loss"]
+    assert info1["curve"] == info2["curve"] and [c["step"] for c in info1["curve"]] == [2, 4]
     assert info1["parameters"] == sum(p.numel() for p in m1.parameters())
     for part in ("sampled", "greedy"):
         assert 0.0 <= info1[part]["satisfaction"] <= 1.0
     # the saved folder loads back to the same function
     m4, t4, info4 = load_warm_start(tmp_path / "a")
-    ids = torch.tensor([t1.convert_tokens_to_ids(["<|im_start|>", "user", "start", "apple", "<|im_end|>"])])
+    ids = torch.tensor([t1.convert_tokens_to_ids(["<|im_start|>", "user", "apple", "first", "<|im_end|>"])])
     with torch.no_grad():
         assert torch.equal(m1(input_ids=ids).logits, m4(input_ids=ids).logits)
     assert info4["final_loss"] == info1["final_loss"]
     assert len(t4) == len(t1) == 70
+    text = "<|im_start|> user <b> wrapped 5 words <|im_end|> <|im_start|> assistant "
+    assert t4(text)["input_ids"] == t1(text)["input_ids"]  # the word-level tokenizer, not a BPE class
+    assert t4.decode(t4("<b> apple </b>")["input_ids"]) == "<b> apple </b>"
     with pytest.raises(FileNotFoundError):
         load_warm_start(tmp_path / "missing")

@@ -64,25 +64,18 @@ def test_information_is_the_constraint_text(task):
     ex = make_example(FULL, "x", order=["wrap", "length", "start", "include", "end"])
     info = {v.name: v.information(ex) for v in task.verifiers(ex)}
     assert info == {
-        "start": "start apple",
-        "end": "end river",
-        "include": "include stone",
-        "length": "length 4",
-        "wrap": "wrap <b>",
+        "start": "apple first",
+        "end": "river last",
+        "include": "stone included",
+        "length": "4 words",
+        "wrap": "<b> wrapped",
     }
     full = ex.messages()[0]["content"]
-    assert full.split() == [
-        "wrap",
-        "<b>",
-        "length",
-        "4",
-        "start",
-        "apple",
-        "include",
-        "stone",
-        "end",
-        "river",
-    ]
+    # (built with a join, not a literal list: the prompt order is wrap, length, start, include, end)
+    assert (
+        full.split()
+        == " ".join(["<b> wrapped", "4 words", "apple first", "stone included", "river last"]).split()
+    )
     # leave-one-out context C_-k drops exactly that constraint's text
     for k in CONSTRAINT_TYPES:
         loo = ex.messages(drop=frozenset({k}))[0]["content"]

@@ -18,7 +18,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--seeds", type=int, nargs="+", default=None, help="RL seeds (default: 0 1 2; quick: 0)"
     )
-    parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: 40; quick: 6)")
+    parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: 120; quick: 6)")
     parser.add_argument(
         "--lr", type=float, default=None, help="RL learning rate, the same for every method (default: 1e-3)"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -61,7 +62,9 @@ def quick_config(output_dir: str = "mrtpo-demo-quick", **overrides: Any) -> Demo
     cfg = {
         "output_dir": output_dir,
         "seeds": (0,),
-        "warm_start": WarmStartConfig(steps=150, warmup_steps=20, eval_examples=64),
+        "warm_start": WarmStartConfig(
+            steps=120, clean_steps=80, batch_size=128, warmup_steps=20, eval_examples=64
+        ),
         "rl": RLConfig(steps=6, prompts_per_step=4, num_generations=4, log_samples=4),
         "eval_examples": 64,
         "smooth": 1,
@@ -230,6 +233,25 @@ def format_table(summary: dict[str, Any]) -> str:
         lines.append(
             f"{r['method']:<7} {r['seed']:>4} {r['satisfaction']:>11.3f} {r['all_met']:>7.3f} {tl:>10} {st:>12} {r['seconds']:>6.0f}"
         )
+    lines.append("-" * len(head))
+    for m in dict.fromkeys(r["method"] for r in rows):
+        sats = [r["satisfaction"] for r in rows if r["method"] == m]
+        steps = sorted(
+            math.inf if r["steps_to_threshold"] is None else r["steps_to_threshold"]
+            for r in rows
+            if r["method"] == m
+        )
+        med = (
+            steps[len(steps) // 2]
+            if len(steps) % 2
+            else (steps[len(steps) // 2 - 1] + steps[len(steps) // 2]) / 2
+        )
+        spread = f" ± {statistics.stdev(sats):.3f}" if len(sats) > 1 else ""
+        med_s = "not reached" if math.isinf(med) else f"{med:g}"
+        lines.append(
+            f"{m:<7} mean heldout satisfaction {statistics.mean(sats):.3f}{spread} over {len(sats)} seed(s); "
+            f"median steps to {thr}: {med_s}"
+        )
     return "\n".join(lines)
 
 
@@ -256,5 +278,10 @@ def _index_html(summary: dict[str, Any]) -> str:
         f"(temperature 1, {summary['config']['eval_examples']} prompts). Steps to threshold: first step at which "
         f"the trailing {summary['smooth']}-step mean of the training satisfaction reaches {summary['threshold']}.</p>"
         f"<pre>{html.escape(format_table(summary))}</pre>"
-        "</body></html>"
+        + (
+            f'<img src="{html.escape(files["curves.png"])}" style="max-width:100%">'
+            if files.get("curves.png")
+            else ""
+        )
+        + "</body></html>"
     )

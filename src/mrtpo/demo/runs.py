@@ -1,9 +1,9 @@
 """The three RL runs of the demo (GRPO, GDPO, MRTPO) through :class:`mrtpo.integrations.trl.MRTPOTrainer`.
 
-Every run starts from the same warm-start folder, trains on the same built-in toy prompts, and differs
-only in the method; runs of one seed share TRL's seed (data order and sampling). The runs are built by
-the programmatic entry :func:`mrtpo.integrations.config.train` from a config dict (the same sections
-as ``recipes/*.yaml``), so each writes a run folder in the docs/run-format.md format.
+Every run starts from the same warm-start folder, trains on the same built-in toy prompts at the same
+learning rate, and differs only in the method; runs of one seed share TRL's seed (data order and
+sampling). Each run is built by :func:`mrtpo.integrations.config.build_trainer` from a config dict
+(the sections of ``recipes/*.yaml``) and writes a run folder in the docs/run-format.md format.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ METHODS: dict[str, dict[str, Any]] = {
 class RLConfig:
     """Settings shared by every RL run of the demo (the same for all methods)."""
 
-    steps: int = field(default=40, metadata={"help": "optimizer steps per run"})
+    steps: int = field(default=120, metadata={"help": "optimizer steps per run"})
     prompts_per_step: int = field(default=8, metadata={"help": "prompts P per step"})
     num_generations: int = field(default=8, metadata={"help": "responses G per prompt"})
     learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate (all methods)"})
@@ -99,7 +99,7 @@ def run_one(
     Returns:
         ``{"method", "seed", "run_dir", "seconds", "trainer"}``; ``trainer.model`` is the trained policy.
     """
-    from transformers.trainer_callback import ProgressCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from mrtpo.integrations.config import build_trainer, load_config
 
@@ -107,8 +107,10 @@ def run_one(
     cfg = run_config(method, seed, rl, warm_start_dir, output_dir)
     cfg["trl"]["disable_tqdm"] = not progress
     trainer = build_trainer(load_config(raw=cfg))
-    # keep TRL's step bar, drop its per-step printout of every metric (they are in metrics.jsonl)
-    if trainer.pop_callback(ProgressCallback) is not None:
+    # a named step bar instead of the per-step printout of every metric (they are in metrics.jsonl)
+    trainer.pop_callback(ProgressCallback)
+    trainer.pop_callback(PrinterCallback)
+    if progress:
         trainer.add_callback(quiet_progress(f"{method} seed {seed}"))
     trainer.train()
     return {

@@ -1,17 +1,24 @@
 """Supervised warm start of the demo: a tiny model learns to copy constraint words from the prompt.
 
-The model is trained on imperfect demonstrations (:func:`mrtpo.tasks.toy.demonstrate`: each listed
-constraint met with probability ``p_meet``, 0.5 by default), so the warm-started policy knows the
-format and can copy words, but meets each constraint only about half the time when it samples: RL
-has headroom. Prompts list 2–5 constraints, so the leave-one-out contexts of 3–5-constraint prompts
-look like training prompts.
+The warm-started policy must know the response format and be able to copy a word from the prompt,
+yet meet each constraint only part of the time when it samples, so RL has headroom. Two phases of
+plain supervised fine-tuning on generated demonstrations (:func:`mrtpo.tasks.toy.demonstrate`):
 
-Plain PyTorch: cross-entropy on the response tokens and ``<eos>`` (prompt tokens are not scored),
-AdamW with linear warm-up and cosine decay, a fresh batch of generated examples every step. Prompts
-are left-padded and responses right-padded to fixed lengths, so the response starts at the same
-position in every row. Everything is drawn from ``seed`` (``random.Random`` for the data,
-``torch.manual_seed`` for the initialisation), so a run is reproducible on the same machine and
-thread count.
+1. ``clean_steps`` steps on demonstrations that meet every listed constraint, at the peak learning
+   rate: the model learns to copy (with imperfect demonstrations from the start, copying had not
+   emerged after 2,500 steps of 64 examples; with clean ones and 256 examples per step it emerges
+   after about 500 steps);
+2. the remaining steps on imperfect demonstrations (each listed constraint met with probability
+   ``p_meet`` = 0.5), with cosine decay of the learning rate: sampled responses then meet about a
+   third of their constraints (measured: 0.34 on held-out prompts at the defaults) while greedy
+   decoding still copies the start and include words.
+
+Prompts list 2–5 constraints, so the leave-one-out contexts of 3–5-constraint prompts look like
+training prompts. The loss is cross-entropy on the response tokens and ``<eos>`` (prompt tokens are
+not scored); AdamW; a fresh batch every step. Prompts are left-padded and responses right-padded to
+fixed lengths, so the response starts at the same position in every row. Everything is drawn from
+``seed`` (``random.Random`` for the data, ``torch.manual_seed`` for the initialisation), so a run is
+reproducible bit for bit on the same machine, torch build and thread count (a test checks it).
 """
 
 from __future__ import annotations
@@ -29,15 +36,21 @@ class WarmStartConfig:
     """Settings of the supervised warm start."""
 
     seed: int = field(default=0, metadata={"help": "seed of the initialisation and the generated data"})
-    steps: int = field(default=1500, metadata={"help": "optimizer steps (one fresh batch each)"})
-    batch_size: int = field(default=64, metadata={"help": "demonstrations per step"})
-    lr: float = field(default=3e-3, metadata={"help": "peak AdamW learning rate"})
-    warmup_steps: int = field(
-        default=100, metadata={"help": "linear warm-up steps, then cosine decay to 10%"}
+    steps: int = field(default=1400, metadata={"help": "optimizer steps (one fresh batch each)"})
+    clean_steps: int = field(
+        default=800,
+        metadata={
+            "help": "first steps on demonstrations that meet every constraint (the model learns to copy); "
+            "the rest use p_meet, and the learning rate decays over them"
+        },
     )
+    batch_size: int = field(default=256, metadata={"help": "demonstrations per step"})
+    lr: float = field(default=5e-3, metadata={"help": "peak AdamW learning rate"})
+    warmup_steps: int = field(default=50, metadata={"help": "linear warm-up steps"})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
     p_meet: float = field(
-        default=0.5, metadata={"help": "probability a demonstration meets each listed constraint"}
+        default=0.5,
+        metadata={"help": "probability a demonstration meets each listed constraint (after clean_steps)"},
     )
     min_constraints: int = field(default=2, metadata={"help": "fewest constraints in a training prompt"})
     max_constraints: int = field(default=5, metadata={"help": "most constraints in a training prompt"})
@@ -47,6 +60,12 @@ class WarmStartConfig:
     num_kv_heads: int = field(default=2, metadata={"help": "key/value heads"})
     eval_examples: int = field(
         default=256, metadata={"help": "test prompts (3–5 constraints) for the final check"}
+    )
+    eval_every: int = field(
+        default=0,
+        metadata={
+            "help": "every this many steps, record the sampled satisfaction on 64 test prompts (0: off)"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -58,16 +77,25 @@ class WarmStartConfig:
             raise ValueError(f"p_meet must be in [0, 1], got {self.p_meet}")
         if self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if not 0 <= self.clean_steps <= self.steps:
+            raise ValueError(f"clean_steps must be in [0, steps={self.steps}], got {self.clean_steps}")
 
 
-def lr_factor(step: int, warmup: int, total: int, floor: float = 0.1) -> float:
-    """Learning-rate multiplier: ``(step + 1) / warmup`` during warm-up, then cosine from 1 to ``floor``.
+def lr_factor(
+    step: int, warmup: int, total: int, decay_start: int | None = None, floor: float = 0.1
+) -> float:
+    """Learning-rate multiplier: linear warm-up, constant until ``decay_start``, cosine down to ``floor``.
 
-    ``f(s) = floor + (1 - floor) * (1 + cos(pi * (s - warmup) / max(1, total - warmup))) / 2``.
+    ``f(s) = (s + 1) / warmup`` for ``s < warmup``; ``1`` for ``s < decay_start``; then
+    ``floor + (1 - floor) * (1 + cos(pi * p)) / 2`` with ``p = (s - d) / max(1, total - d)`` (clipped
+    to 1) and ``d = max(warmup, decay_start)`` (``decay_start=None``: right after the warm-up).
     """
     if step < warmup:
         return (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    d = warmup if decay_start is None else max(warmup, decay_start)
+    if step < d:
+        return 1.0
+    progress = min(1.0, (step - d) / max(1, total - d))
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
@@ -225,18 +253,23 @@ def train_warm_start(config: WarmStartConfig, out_dir: str | Path | None = None,
     opt = torch.optim.AdamW(
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98)
     )
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, config.warmup_steps, config.steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_factor(s, config.warmup_steps, config.steps, decay_start=config.clean_steps)
+    )
     steps = range(config.steps)
     if progress:
         from tqdm.auto import tqdm
 
         steps = tqdm(steps, desc="warm start (SFT)", unit="step")
     model.train()
+    probe_set = generate_examples(64, seed=30_000 + config.seed) if config.eval_every else []
+    curve: list[dict] = []
     t0 = time.perf_counter()
     losses = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        for _ in steps:
+        for step in steps:
+            batcher.p_meet = 1.0 if step < config.clean_steps else config.p_meet
             ids, mask, labels = batcher.sample(rng, config.batch_size)
             loss = response_loss(model, ids, mask, labels)
             opt.zero_grad(set_to_none=True)
@@ -247,6 +280,9 @@ def train_warm_start(config: WarmStartConfig, out_dir: str | Path | None = None,
             losses.append(loss.item())
             if progress and len(losses) % 50 == 0:
                 steps.set_postfix(loss=f"{sum(losses[-50:]) / 50:.3f}")
+            if config.eval_every and (step + 1) % config.eval_every == 0:
+                probe, _ = evaluate_policy(model, tok, probe_set, temperature=1.0, seed=step)
+                curve.append({"step": step + 1, "loss": sum(losses[-50:]) / len(losses[-50:]), **probe})
     seconds = time.perf_counter() - t0
     model.eval()
     test = generate_examples(config.eval_examples, seed=10_000 + config.seed)
@@ -259,6 +295,7 @@ def train_warm_start(config: WarmStartConfig, out_dir: str | Path | None = None,
         "final_loss": sum(losses[-50:]) / len(losses[-50:]),
         "sampled": sampled,
         "greedy": greedy,
+        "curve": curve,
     }
     if out_dir is not None:
         out = Path(out_dir)
@@ -271,13 +308,11 @@ def train_warm_start(config: WarmStartConfig, out_dir: str | Path | None = None,
 
 def load_warm_start(path: str | Path):
     """``(model, tokenizer, info)`` of a folder written by :func:`train_warm_start`."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from mrtpo.models.loading import load_model_and_tokenizer
 
     path = Path(path)
     if not (path / "warmstart.json").exists():
         raise FileNotFoundError(f"{path} is not a warm-start folder (no warmstart.json)")
-    tok = AutoTokenizer.from_pretrained(path)
+    model, tok = load_model_and_tokenizer(str(path), dtype="float32", device="cpu")
     tok.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     return model, tok, json.loads((path / "warmstart.json").read_text())

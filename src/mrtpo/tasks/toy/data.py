@@ -3,15 +3,19 @@
 A prompt lists a few constraints on a short response made of content words, one constraint per
 segment, each segment tagged with its constraint type (the reward column that checks it):
 
-====================  ==================  ==================================================
-constraint type       prompt text         met when (content = response words minus tags)
-====================  ==================  ==================================================
-``start``             ``start apple``     the first content word is ``apple``
-``end``               ``end river``       the last content word is ``river``
-``include``           ``include stone``   ``stone`` is one of the content words
-``length``            ``length 5``        there are exactly 5 content words
-``wrap``              ``wrap <b>``        the response begins with ``<b>`` and ends with ``</b>``
-====================  ==================  ==================================================
+====================  ====================  ================================================
+constraint type       prompt text           met when (content = response words minus tags)
+====================  ====================  ================================================
+``start``             ``apple first``       the first content word is ``apple``
+``end``               ``river last``        the last content word is ``river``
+``include``           ``stone included``    ``stone`` is one of the content words
+``length``            ``5 words``           there are exactly 5 content words
+``wrap``              ``<b> wrapped``       the response begins with ``<b>`` and ends with ``</b>``
+====================  ====================  ================================================
+
+The value comes before its keyword. With that order the warm start's 2-layer model learns to copy
+the right word about twice as fast as with ``start apple`` (the keyword token, which attention finds
+by its own identity, picks up the value one position back); measured in the demo's warm start.
 
 A response looks like ``<b> apple cloud stone river </b>``. Words are whitespace separated, so a
 word-level tokenizer maps each word to one token (see :func:`build_toy_tokenizer`).
@@ -31,6 +35,15 @@ from mrtpo.tasks.base import Example
 
 CONSTRAINT_TYPES: tuple[str, ...] = ("start", "end", "include", "length", "wrap")
 """The reward columns of the task, in order (K = 5)."""
+
+KEYWORDS: dict[str, str] = {
+    "start": "first",
+    "end": "last",
+    "include": "included",
+    "length": "words",
+    "wrap": "wrapped",
+}
+"""The prompt word that names each constraint type (it follows the value)."""
 
 CONTENT_WORDS: tuple[str, ...] = tuple(
     [
@@ -99,7 +112,7 @@ def toy_words() -> list[str]:
     """Every word of the task (constraint keywords, numbers, tags, content words): 62 words, so the
     tokenizer has 70 tokens with the 8 special tokens of :mod:`mrtpo.models.tiny`."""
     return [
-        *CONSTRAINT_TYPES,
+        *(KEYWORDS[k] for k in CONSTRAINT_TYPES),
         *(str(n) for n in LENGTHS),
         *(t for pair in TAGS for t in pair),
         *CONTENT_WORDS,
@@ -114,10 +127,14 @@ def build_toy_tokenizer():
 
 
 def constraint_text(kind: str, value: Any) -> str:
-    """The prompt text of one constraint, e.g. ``constraint_text("length", 5) == "length 5"``."""
+    """The prompt text of one constraint: the value, then the keyword of its type.
+
+    >>> constraint_text("length", 5), constraint_text("start", "apple")
+    ('5 words', 'apple first')
+    """
     if kind not in CONSTRAINT_TYPES:
         raise ValueError(f"constraint type must be one of {CONSTRAINT_TYPES}, got {kind!r}")
-    return f"{kind} {value}"
+    return f"{value} {KEYWORDS[kind]}"
 
 
 def make_example(constraints: dict[str, Any], id: str, order: list[str] | None = None) -> Example:
