@@ -39,7 +39,9 @@ class DemoConfig:
     )
     eval_examples: int = field(default=256, metadata={"help": "held-out prompts for the final evaluation"})
     explain_records: int = field(default=4, metadata={"help": "MRTPO responses shown with per-token credit"})
-    threads: int = field(default=1, metadata={"help": "torch CPU threads"})
+    threads: int = field(
+        default=2, metadata={"help": "torch CPU threads (1 is faster on a machine whose cores are busy)"}
+    )
     progress: bool = field(default=True, metadata={"help": "progress bars"})
 
     def __post_init__(self) -> None:

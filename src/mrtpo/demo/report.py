@@ -13,9 +13,9 @@ SATISFACTION_KEY = "task/satisfaction"
 def pick_explain_records(run_dirs: Sequence[str | Path], n: int) -> tuple[list[dict], list[str]]:
     """Up to ``n`` MRTPO sample records to show with per-token credit, and their names.
 
-    Preference: later steps first; records whose response-level advantages have both signs (some
-    constraints met, some missed, so credit and blame must land on different tokens) and at least two
-    replayed rewards; then any replayed record.
+    Preference: records whose response-level advantages have both signs (some constraints met, some
+    missed, so credit and blame must land on different tokens) with at least two replayed rewards,
+    later steps first; then any replayed record; one response per prompt.
     """
     candidates = []
     for d in run_dirs:
@@ -36,10 +36,16 @@ def pick_explain_records(run_dirs: Sequence[str | Path], n: int) -> tuple[list[d
                 continue
             adv = rec.get("advantages") or []
             mixed = any(a > 1e-6 for a in adv) and any(a < -1e-6 for a in adv)
-            score = (mixed and replayed >= 2, replayed, rec.get("step", 0))
+            score = (mixed and replayed >= 2, rec.get("step", 0), replayed)
             candidates.append((score, f"{d.name}, step {rec.get('step')}, sample {i}", rec))
     candidates.sort(key=lambda c: c[0], reverse=True)
-    chosen = candidates[:n]
+    chosen, prompts = [], set()
+    for c in candidates:  # one response per prompt
+        if c[2].get("prompt") not in prompts:
+            prompts.add(c[2].get("prompt"))
+            chosen.append(c)
+        if len(chosen) == n:
+            break
     return [c[2] for c in chosen], [c[1] for c in chosen]
 
 
