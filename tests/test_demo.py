@@ -125,3 +125,30 @@ def test_demo_config_errors():
         DemoConfig(threshold=1.5)
     with pytest.raises(ValueError, match="num_generations"):
         RLConfig(num_generations=1)
+
+
+def test_quick_demo_reuses_a_warm_start(quick, tmp_path):
+    """--warm-start DIR skips the supervised phase; the same model gives the same held-out numbers."""
+    from mrtpo.cli.main import main
+
+    out = tmp_path / "again"
+    args = [
+        "demo",
+        "--quick",
+        "--output",
+        str(out),
+        "--no-progress",
+        "--warm-start",
+        str(quick / "warmstart"),
+    ]
+    assert main([*args, "--seeds", "1"]) == 0
+    first = json.loads((quick / "summary.json").read_text())
+    again = json.loads((out / "summary.json").read_text())
+    assert again["timings"]["warm_start"] == 0.0
+    assert not (out / "warmstart").exists()
+    assert again["heldout_warm_start"] == first["heldout_warm_start"]
+    assert [(r["method"], r["seed"]) for r in again["runs"]] == [("grpo", 1), ("gdpo", 1), ("mrtpo", 1)]
+    assert (
+        main(["demo", "--quick", "--output", str(tmp_path / "x"), "--warm-start", str(tmp_path / "none")])
+        == 2
+    )

@@ -13,7 +13,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run: short warm start, one seed, 6 RL steps (about a minute)",
+        help="smoke run: short warm start, one seed, 6 RL steps (about 20 seconds)",
     )
     parser.add_argument(
         "--seeds", type=int, nargs="+", default=None, help="RL seeds (default: 0 1 2; quick: 0)"

@@ -60,7 +60,7 @@ class DemoConfig:
 
 def quick_config(output_dir: str = "mrtpo-demo-quick", **overrides: Any) -> DemoConfig:
     """The ``--quick`` preset: a short warm start (the model does not yet copy words reliably), one
-    seed, a few RL steps; it exercises every part of the pipeline in about a minute, not the learning."""
+    seed, a few RL steps; it exercises every part of the pipeline in about 20 seconds, not the learning."""
     cfg = {
         "output_dir": output_dir,
         "seeds": (0,),
