@@ -152,3 +152,20 @@ def test_quick_demo_reuses_a_warm_start(quick, tmp_path):
         main(["demo", "--quick", "--output", str(tmp_path / "x"), "--warm-start", str(tmp_path / "none")])
         == 2
     )
+
+
+def test_toy_recipe_is_the_demo_mrtpo_run():
+    import yaml
+
+    from mrtpo.demo.runs import RLConfig, run_config
+    from mrtpo.integrations.config import load_config
+
+    path = Path(__file__).resolve().parents[1] / "recipes" / "toy_mrtpo.yaml"
+    want = run_config("mrtpo", 0, RLConfig(), "mrtpo-demo/warmstart", "runs/toy_mrtpo")
+    assert yaml.safe_load(path.read_text()) == want
+    cfg = load_config(path)
+    assert (cfg.trainer["advantage_method"], cfg.trainer["credit"], cfg.trainer["credit_beta"]) == (
+        "gdpo",
+        "reward",
+        0.5,
+    )
