@@ -98,7 +98,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
 
     # 1. warm start
     from mrtpo.demo.warmstart import evaluate_policy, load_warm_start, train_warm_start
-    from mrtpo.tasks.toy import ToyTask, generate_examples
+    from mrtpo.tasks.toy import generate_examples
 
     if config.warm_start_dir is not None:
         ws_dir = Path(config.warm_start_dir)
@@ -117,7 +117,6 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     # 2. RL runs
     from mrtpo.demo.runs import run_one
 
-    task = ToyTask()
     runs: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     bar = _bar(len(config.seeds) * len(config.methods), "RL runs", config.progress)
@@ -136,7 +135,6 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
             bar.update(1)
     bar.close()
     timings["rl"] = time.perf_counter() - t0
-    del task
 
     # 3. report
     t0 = time.perf_counter()

@@ -13,9 +13,11 @@ constraint type       prompt text           met when (content = response words m
 ``wrap``              ``<b> wrapped``       the response begins with ``<b>`` and ends with ``</b>``
 ====================  ====================  ================================================
 
-The value comes before its keyword. With that order the warm start's 2-layer model learns to copy
-the right word about twice as fast as with ``start apple`` (the keyword token, which attention finds
-by its own identity, picks up the value one position back); measured in the demo's warm start.
+The value comes before its keyword: the 2-layer warm-start model then learns to copy the right word
+sooner (the keyword token, which attention finds by its own identity, picks up the value one position
+back). Measured on clean demonstrations, 256 per step, learning rate 1e-2 with cosine decay over 700
+steps: after 700 steps the model put 0.57 of its probability on the start word at the first response
+position with value-then-keyword prompts, 0.13 with keyword-then-value prompts (``start apple``).
 
 A response looks like ``<b> apple cloud stone river </b>``. Words are whitespace separated, so a
 word-level tokenizer maps each word to one token (see :func:`build_toy_tokenizer`).
