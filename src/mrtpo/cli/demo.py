@@ -22,7 +22,13 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--lr", type=float, default=None, help="RL learning rate, the same for every method (default: 1e-3)"
     )
-    parser.add_argument("--warm-start-steps", type=int, default=None, help="supervised warm-start steps")
+    parser.add_argument(
+        "--warm-start-steps",
+        type=int,
+        default=None,
+        help="supervised warm-start steps (default: 1400, the first 800 on clean demonstrations; the clean "
+        "phase keeps its share)",
+    )
     parser.add_argument(
         "--warm-start",
         default=None,
@@ -61,7 +67,11 @@ def run(args) -> int:
     if rl:
         changes["rl"] = dataclasses.replace(cfg.rl, **rl)
     if args.warm_start_steps is not None:
-        changes["warm_start"] = dataclasses.replace(cfg.warm_start, steps=args.warm_start_steps)
+        ws = cfg.warm_start
+        if args.warm_start_steps < 1:
+            raise ValueError(f"--warm-start-steps must be >= 1, got {args.warm_start_steps}")
+        clean = round(args.warm_start_steps * ws.clean_steps / ws.steps)  # the clean phase keeps its share
+        changes["warm_start"] = dataclasses.replace(ws, steps=args.warm_start_steps, clean_steps=clean)
     cfg = dataclasses.replace(cfg, **changes)
     summary = run_demo(cfg)
     print(format_table(summary))
