@@ -11,7 +11,32 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
-WORDS = "the a of and to in is it that was for on are as with be at by this have from or one had".split()
+WORDS = [
+    "the",
+    "a",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "it",
+    "that",
+    "was",
+    "for",
+    "on",
+    "are",
+    "as",
+    "with",
+    "be",
+    "at",
+    "by",
+    "this",
+    "have",
+    "from",
+    "or",
+    "one",
+    "had",
+]
 
 
 @pytest.fixture(scope="session")

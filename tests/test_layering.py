@@ -10,7 +10,9 @@ HEAVY = ["transformers", "trl", "accelerate", "datasets", "matplotlib", "mrtpo.t
 def _loaded_after(code: str) -> set[str]:
     out = subprocess.run(
         [sys.executable, "-c", code + "\nimport sys; print('\\n'.join(sys.modules))"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return set(out.split())
 

@@ -9,7 +9,10 @@ import sys
 
 # (command words) -> (module under mrtpo.cli, one-line help)
 COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
-    ("demo",): ("demo", "train GRPO, GDPO and MRTPO on a tiny synthetic task and write a report (no downloads)"),
+    ("demo",): (
+        "demo",
+        "train GRPO, GDPO and MRTPO on a tiny synthetic task and write a report (no downloads)",
+    ),
     ("train",): ("train", "train a model from a YAML config with command-line overrides"),
     ("explain",): ("explain", "per-token credit of one response: HTML + PNG"),
     ("report",): ("report", "curves, steps-to-threshold and localization tables from training runs"),
@@ -32,7 +35,9 @@ def _available() -> dict[tuple[str, ...], tuple[str, str]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mrtpo", description="Multi-reward RL with token-level credit (MRTPO).")
+    parser = argparse.ArgumentParser(
+        prog="mrtpo", description="Multi-reward RL with token-level credit (MRTPO)."
+    )
     top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     groups: dict[str, argparse._SubParsersAction] = {}
     for words, (module, help_) in _available().items():

@@ -46,18 +46,27 @@ class TransformersGenerator:
         tok.padding_side = "left"
         if tok.pad_token_id is None:
             tok.pad_token = tok.eos_token
-        texts = [tok.apply_chat_template(list(m), tokenize=False, add_generation_prompt=True) for m in prompts]
+        texts = [
+            tok.apply_chat_template(list(m), tokenize=False, add_generation_prompt=True) for m in prompts
+        ]
         out: list[str] = []
         batches = range(0, len(texts), cfg.batch_size)
         gen_kwargs: dict[str, Any] = {"max_new_tokens": cfg.max_new_tokens, "pad_token_id": tok.pad_token_id}
         if cfg.temperature > 0:
-            gen_kwargs.update(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k or 0)
+            gen_kwargs.update(
+                do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k or 0
+            )
         else:
             gen_kwargs.update(do_sample=False)
         torch.manual_seed(cfg.seed)
         device = next(self.model.parameters()).device
         for start in _progress(batches, len(batches), "generate", progress):
-            enc = tok(texts[start : start + cfg.batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = tok(
+                texts[start : start + cfg.batch_size],
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=False,
+            )
             enc = {k: v.to(device) for k, v in enc.items()}
             with torch.no_grad():
                 ids = self.model.generate(**enc, **gen_kwargs)
@@ -80,14 +89,19 @@ class VLLMGenerator:
 
         cfg = self.config
         params = SamplingParams(
-            max_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-            top_k=cfg.top_k or -1, seed=cfg.seed,
+            max_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k or -1,
+            seed=cfg.seed,
         )
         outs = self.llm.chat([list(m) for m in prompts], params, use_tqdm=progress)
         return [o.outputs[0].text for o in outs]
 
 
-def make_generator(model: str, *, backend: str = "auto", config: SamplingConfig | None = None, dtype: str = "auto"):
+def make_generator(
+    model: str, *, backend: str = "auto", config: SamplingConfig | None = None, dtype: str = "auto"
+):
     """A generator for the model at ``model`` (local path or hub id).
 
     Args:
@@ -122,6 +136,9 @@ def add_generation_arguments(parser) -> None:
 
 def generator_from_args(args):
     cfg = SamplingConfig(
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, batch_size=args.batch_size
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        batch_size=args.batch_size,
     )
     return make_generator(args.model, backend=args.backend, config=cfg, dtype=args.dtype)

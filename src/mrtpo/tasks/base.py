@@ -119,7 +119,9 @@ class Task(abc.ABC):
         return {}
 
     @abc.abstractmethod
-    def load(self, source: str | None = None, *, split: str = "train", limit: int | None = None) -> list[Example]:
+    def load(
+        self, source: str | None = None, *, split: str = "train", limit: int | None = None
+    ) -> list[Example]:
         """Load examples from ``source`` (a path; None for the task's built-in data when it has some)."""
 
 
