@@ -68,7 +68,7 @@ def test_two_process_torchrun_gloo(tmp_path):
         "ACCELERATE_USE_CPU": "true",
     }
     proc = subprocess.run(
-        [torchrun, "--nproc_per_node=2", "--master_port=29613", str(script), str(out)],
+        [torchrun, "--standalone", "--nproc_per_node=2", str(script), str(out)],  # a free port
         capture_output=True,
         text=True,
         env=env,
