@@ -94,8 +94,16 @@ def test_config_errors():
         WarmStartConfig(steps=10, clean_steps=11)
 
 
-def test_warm_start_is_reproducible_from_its_seed(tmp_path):
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test, restored afterwards so later tests keep conftest's setting."""
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_warm_start_is_reproducible_from_its_seed(tmp_path, one_thread):
     small = dict(steps=4, clean_steps=2, batch_size=8, warmup_steps=2, eval_examples=8, eval_every=2)
     m1, t1, info1 = train_warm_start(WarmStartConfig(seed=3, **small), tmp_path / "a", progress=False)
     m2, _, info2 = train_warm_start(WarmStartConfig(seed=3, **small), tmp_path / "b", progress=False)
