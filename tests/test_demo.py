@@ -47,6 +47,7 @@ def test_quick_demo_files(quick):
 
 
 def test_quick_demo_run_folders(quick):
+    first_steps = []
     for method, (adv, credit) in METHODS.items():
         run = quick / "runs" / f"{method}-seed0"
         cfg = json.loads((run / "run.json").read_text())
@@ -61,8 +62,19 @@ def test_quick_demo_run_folders(quick):
             for name in CONSTRAINT_TYPES:
                 assert 0.0 <= r[f"rewards/{name}/mean"] <= 1.0
             assert 0.0 <= r["reward"] <= 5.0
+            # unit reward weights: the logged reward is the sum of the per-reward means
+            assert r["reward"] == pytest.approx(
+                sum(r[f"rewards/{n}/mean"] for n in CONSTRAINT_TYPES), abs=1e-6
+            )
+            assert r["task/all_met"] <= r["task/satisfaction"]  # all met means a satisfaction of 1
         has_replay = any("replay/fpe" in r for r in rows)
         assert has_replay == (credit == "reward")
+        first_steps.append(
+            {k: v for k, v in rows[0].items() if k == "reward" or k.startswith(("rewards/", "task/"))}
+        )
+    # step 1 samples from the same warm start with the same seed before any update: every method sees the
+    # same first batch, whatever its advantages
+    assert first_steps[0] == first_steps[1] == first_steps[2]
 
 
 def test_quick_demo_samples_keep_credit(quick):
