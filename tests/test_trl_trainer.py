@@ -313,6 +313,14 @@ def test_run_folder_follows_the_run_format(tmp_path):
     ):
         assert key in run
     assert run["reward_names"] == ["the", "long"] and run["reward_bounds"] == [[0.0, 1.0], [0.0, 1.0]]
+    # the configured run: tiny task, default advantage method and beta, seed 0
+    assert (run["task"], run["advantage_method"], run["credit"], run["beta"], run["seed"]) == (
+        "tiny",
+        tr.args.advantage_method,
+        "reward",
+        tr.args.credit_beta,
+        0,
+    )
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [x["step"] for x in lines if "loss" in x]
     assert steps == [1, 2]
@@ -330,8 +338,14 @@ def test_run_folder_follows_the_run_format(tmp_path):
     ):
         assert key in first, key
     assert 0.0 <= first["replay/skipped"] <= 1.0
+    # the logged reward statistics and the skipped share recomputed from step 1's batch
+    r = tr.batches[0]["rewards"]  # [B, 2]
+    assert first["rewards/the/mean"] == pytest.approx(r[:, 0].mean().item())
+    assert first["rewards/long/mean"] == pytest.approx(r[:, 1].mean().item())
+    assert first["reward"] == pytest.approx(r.sum(1).mean().item())  # unit weights
+    skipped = (tr.batches[0]["advantages"].abs() <= 1e-8).float().mean().item()  # pairs with A = 0
+    assert first["replay/skipped"] == pytest.approx(skipped)
     # the task metric equals the share of responses with both rewards, from the same batch
-    r = tr.batches[0]["rewards"]
     assert first["task/both"] == pytest.approx(float((r.sum(1) == 2).float().mean()))
     samples = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     assert {s["step"] for s in samples} == {1, 2} and len(samples) == 4
