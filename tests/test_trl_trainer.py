@@ -89,27 +89,27 @@ def fresh_model(tok, seed: int = 0):
     return build_model(len(tok), hidden_size=32, num_layers=2, seed=seed, dtype=torch.float32)
 
 
+# TrainingArguments shared by the MRTPOConfig and plain GRPOConfig runs of these tests
+TINY_ARGS = dict(
+    per_device_train_batch_size=8,
+    num_generations=4,
+    max_completion_length=6,
+    max_steps=2,
+    logging_steps=1,
+    report_to=[],
+    bf16=False,
+    gradient_checkpointing=False,
+    use_cpu=True,
+    save_strategy="no",
+    disable_tqdm=True,
+    seed=0,
+)
+
+
 def tiny_config(out, **kw):
     from mrtpo import MRTPOConfig
 
-    base = dict(
-        output_dir=str(out),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=6,
-        max_steps=2,
-        logging_steps=1,
-        report_to=[],
-        bf16=False,
-        gradient_checkpointing=False,
-        use_cpu=True,
-        save_strategy="no",
-        learning_rate=5e-3,
-        disable_tqdm=True,
-        seed=0,
-    )
-    base.update(kw)
-    return MRTPOConfig(**base)
+    return MRTPOConfig(**{**TINY_ARGS, "output_dir": str(out), "learning_rate": 5e-3, **kw})
 
 
 class Recording:
@@ -183,21 +183,10 @@ def test_gdpo_uniform_equals_trl_gdpo_mode(tmp_path):
 
     tok = tiny_tokenizer()
     args = GRPOConfig(
+        **TINY_ARGS,
         output_dir=str(tmp_path / "t"),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=6,
-        max_steps=2,
-        logging_steps=1,
-        report_to=[],
-        bf16=False,
-        gradient_checkpointing=False,
-        use_cpu=True,
-        save_strategy="no",
         learning_rate=0.5,
         optim="sgd",
-        disable_tqdm=True,
-        seed=0,
         multi_objective_aggregation="normalize_then_sum",
     )
     ref = GRPOTrainer(
