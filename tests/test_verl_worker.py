@@ -18,15 +18,15 @@ import torch
 
 pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl==0.9.1 is not installed")
 
-from verl import DataProto  # noqa: E402
+from verl import DataProto
 
-from mrtpo import advantages as adv_mod  # noqa: E402
-from mrtpo import credit as credit_mod  # noqa: E402
-from mrtpo import replay as replay_mod  # noqa: E402
-from mrtpo.integrations import verl as va  # noqa: E402
-from mrtpo.integrations import verl_data  # noqa: E402
-from mrtpo.integrations import verl_worker as vw  # noqa: E402
-from mrtpo.tasks.toy import build_toy_tokenizer, make_example  # noqa: E402
+from mrtpo import advantages as adv_mod
+from mrtpo import credit as credit_mod
+from mrtpo import replay as replay_mod
+from mrtpo.integrations import verl as va
+from mrtpo.integrations import verl_data
+from mrtpo.integrations import verl_worker as vw
+from mrtpo.tasks.toy import build_toy_tokenizer, make_example
 
 HERE = Path(__file__).parent
 KEYS = ["start", "end", "include", "length", "wrap"]
@@ -183,6 +183,16 @@ def test_ulysses_group_unset_during_replay_and_restored(tok, model):
         ulysses.set_ulysses_sequence_parallel_group(None)
 
 
+SP_CASES = (("odd", [5, 0, 7, 2, 1]), ("one", [6]))  # 3 + 2 rows on the two peers; 1 + 0 rows
+
+
+def sp_case(tok, rows):
+    """The given rows of the batch (in that order) and their GDPO advantages computed on all 8 rows."""
+    data = toy_batch(tok, rows + [r for r in range(8) if r not in rows])
+    adv = gdpo_advantages(data)[: len(rows)]
+    return data.select_idxs(torch.arange(len(rows))), adv
+
+
 SP_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
@@ -190,7 +200,7 @@ SP_SCRIPT = textwrap.dedent(
     import torch.distributed as dist
     torch.set_num_threads(1)
     sys.path.insert(0, {tests!r})
-    from test_verl_worker import toy_batch, toy_model, gdpo_advantages
+    from test_verl_worker import SP_CASES, sp_case, toy_model
     from verl.utils import ulysses
     from mrtpo.integrations import verl_worker as vw
     from mrtpo.tasks.toy import build_toy_tokenizer
@@ -203,12 +213,11 @@ SP_SCRIPT = textwrap.dedent(
     model.model.register_forward_pre_hook(lambda m, a: calls.append(1))
     group = dist.new_group([0, 1])
     out = {{"rank": rank}}
-    for name, rows in (("odd", [5, 0, 7, 2, 1]), ("one", [3])):   # 3 + 2 rows; 1 + 0 rows
-        data = toy_batch(build_toy_tokenizer(), rows + [r for r in range(8) if r not in rows])
-        data = data.select_idxs(torch.arange(len(rows)))
+    for name, rows in SP_CASES:
+        data, adv = sp_case(tok, rows)
         ulysses.set_ulysses_sequence_parallel_group(group)
         calls.clear()
-        res = vw.replay_shard(model, tok, data, advantages=gdpo_advantages(data))
+        res = vw.replay_shard(model, tok, data, advantages=adv)
         assert ulysses.get_ulysses_sequence_parallel_group() is group
         out[name] = {{"d": res.distances.tolist(), "forwards": len(calls), "pairs_run": res.stats.pairs_run}}
     with open(os.path.join(sys.argv[1], f"rank{{rank}}.json"), "w") as f:
@@ -235,11 +244,9 @@ def test_sp_split_over_two_gloo_processes_matches_one_process(tmp_path, tok, mod
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     r = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in (0, 1)]
-    for name, rows in (("odd", [5, 0, 7, 2, 1]), ("one", [3])):
-        data = toy_batch(tok, rows + [x for x in range(8) if x not in rows]).select_idxs(
-            torch.arange(len(rows))
-        )
-        single = vw.replay_shard(model, tok, data, advantages=gdpo_advantages(data))
+    for name, rows in SP_CASES:
+        data, adv = sp_case(tok, rows)
+        single = vw.replay_shard(model, tok, data, advantages=adv)
         for i in (0, 1):  # every peer returns all rows, in order, equal to one process
             torch.testing.assert_close(torch.tensor(r[i][name]["d"]), single.distances, atol=1e-5, rtol=1e-5)
             # the stats are summed over the peers: the pairs of one process
@@ -300,7 +307,7 @@ def fake_worker_group(model, tok, dp, sp, monkeypatch):
 
     class WG(WorkerGroup):
         def mrtpo_replay(self, data):
-            args, kwargs = dispatch(self, data)
+            args, _kwargs = dispatch(self, data)
             outs = [
                 vw.MRTPOActorRolloutRefWorker.mrtpo_replay(w, *(a[i] for a in args))
                 for i, w in enumerate(workers)
@@ -415,7 +422,7 @@ def test_resolve_sharding_fsdp_versions(monkeypatch, model):
     with pytest.raises(ValueError, match="sharding=none on an FSDP2 module"):
         vw.resolve_sharding(model, "none")
     monkeypatch.setattr(fu, "fsdp_version", lambda m: 1)
-    with pytest.raises(ValueError, match="does not support FSDP1.*strategy=fsdp2"):
+    with pytest.raises(ValueError, match=r"does not support FSDP1.*strategy=fsdp2"):
         vw.resolve_sharding(model, "auto")
     with pytest.raises(ValueError, match="Megatron is not supported"):
         vw._engine_module(SimpleNamespace(module=model))
@@ -462,7 +469,7 @@ def test_task_runner_maps_worker_and_installs_worker_replay(tok, model, monkeypa
     monkeypatch.setattr(vm.main_ppo_v0.TaskRunner.__ray_actor_class__, "run", fake_run)
     runner.run(config)
     assert seen["trainer"] is vm.MRTPORayPPOTrainer and vm.main_ppo_v0.RayPPOTrainer is RayPPOTrainer
-    with pytest.raises(ValueError, match="set trainer.use_v1=False"):
+    with pytest.raises(ValueError, match=r"set trainer\.use_v1=False"):
         runner.run(OmegaConf.merge(config, {"trainer": {"use_v1": True}}))
 
     # init_workers ends by hooking compute_advantage to the actor worker group

@@ -239,7 +239,7 @@ def _all_reduce_stats(stats: replay_mod.ReplayStats, group: Any) -> replay_mod.R
     dist.all_reduce(sec, op=dist.ReduceOp.MAX, group=group)
     out = replay_mod.ReplayStats()
     for k, v in zip(_SUMMED_STATS, vec.tolist()):
-        setattr(out, k, int(round(v)) if isinstance(getattr(out, k), int) else v)
+        setattr(out, k, round(v) if isinstance(getattr(out, k), int) else v)
     out.seconds = float(sec.item())
     return out
 
@@ -294,14 +294,14 @@ def replay_shard(
         )
     if mode not in ("reward", "joint"):
         raise ValueError(f"mode must be 'reward' or 'joint', got {mode!r}")
-    missing = [k for k in _SENT_KEYS if k not in data.batch.keys()]
+    missing = [k for k in _SENT_KEYS if k not in data.batch]
     if missing:
         raise ValueError(f"replay_shard: batch has no {missing} (keys: {sorted(data.batch.keys())})")
     n = len(data)
     names = _reward_names(data, reward_names)
     kk = 1 if mode == "joint" else len(names)
     t = int(data.batch["responses"].shape[1])
-    if advantages is None and ADVANTAGES_KEY in data.batch.keys():
+    if advantages is None and ADVANTAGES_KEY in data.batch:
         advantages = data.batch[ADVANTAGES_KEY]
     if advantages is not None and tuple(advantages.shape) != (n, len(names)):
         raise ValueError(
@@ -413,7 +413,7 @@ def worker_batch(
 ) -> DataProto:
     """The DataProto :meth:`MRTPOActorRolloutRefWorker.mrtpo_replay` takes: the rows of ``data`` (same
     order) with only what replay reads, plus ``Â`` [N, K] and the options in ``meta_info``."""
-    missing = [k for k in _SENT_KEYS if k not in data.batch.keys()]
+    missing = [k for k in _SENT_KEYS if k not in data.batch]
     if missing:
         raise ValueError(f"the batch has no {missing}: replay needs verl's padded prompts/responses layout")
     tensors = {k: data.batch[k] for k in _SENT_KEYS}
