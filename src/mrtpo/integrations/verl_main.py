@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +37,6 @@ from mrtpo.integrations.verl_worker import MRTPOActorRolloutRefWorker, ReplayOpt
 
 logger = logging.getLogger(__name__)
 
-PLUGIN = "mrtpo.integrations.verl_plugin"
 ACTOR_ROLES = (Role.ActorRollout, Role.ActorRolloutRef)
 
 
@@ -104,7 +102,6 @@ def run(config: Any) -> None:
     from verl.utils.device import auto_set_device
 
     check_config(config)
-    os.environ.setdefault("VERL_USE_EXTERNAL_MODULES", PLUGIN)  # a local Ray cluster inherits it
     auto_set_device(config)
     validate_config(
         config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
