@@ -205,7 +205,8 @@ SP_SCRIPT = textwrap.dedent(
     from mrtpo.integrations import verl_worker as vw
     from mrtpo.tasks.toy import build_toy_tokenizer
 
-    dist.init_process_group("gloo")
+    import datetime
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank = dist.get_rank()
     tok = build_toy_tokenizer()
     model = toy_model(tok)
@@ -220,6 +221,22 @@ SP_SCRIPT = textwrap.dedent(
         res = vw.replay_shard(model, tok, data, advantages=adv)
         assert ulysses.get_ulysses_sequence_parallel_group() is group
         out[name] = {{"d": res.distances.tolist(), "forwards": len(calls), "pairs_run": res.stats.pairs_run}}
+    # an FSDP2-sharded copy (each decoder layer and the root, as verl's fsdp2 strategy wraps it)
+    import inspect
+    from torch.distributed.fsdp import fully_shard
+    from mrtpo import replay as replay_mod
+    sharded = toy_model(tok)
+    for layer in sharded.model.layers:
+        fully_shard(layer)
+    fully_shard(sharded)
+    with torch.no_grad():
+        sharded(input_ids=torch.tensor([[1, 2, 3]]))  # the root forward verl's rollout / log-prob passes do
+    out["resolved"] = vw.resolve_sharding(sharded, "auto")
+    if "sharding" in inspect.signature(replay_mod.replay).parameters:  # mrtpo.replay with sharded replay
+        data, adv = sp_case(tok, SP_CASES[0][1])
+        ulysses.set_ulysses_sequence_parallel_group(group)
+        res = vw.replay_shard(sharded, tok, data, advantages=adv, sharding=out["resolved"])
+        out["fsdp2"] = res.distances.tolist()
     with open(os.path.join(sys.argv[1], f"rank{{rank}}.json"), "w") as f:
         json.dump(out, f)
     dist.destroy_process_group()
@@ -252,6 +269,14 @@ def test_sp_split_over_two_gloo_processes_matches_one_process(tmp_path, tok, mod
             # the stats are summed over the peers: the pairs of one process
             assert r[i][name]["pairs_run"] == single.stats.pairs_run
         assert single.distances.abs().sum() > 0
+    # FSDP2: the worker picks "gather"; where mrtpo.replay has sharded replay, the sharded model (every
+    # rank gathers once, then 3 + 2 rows of local forwards) returns what the unsharded one does
+    assert r[0]["resolved"] == r[1]["resolved"] == "gather"
+    if "fsdp2" in r[0]:
+        data, adv = sp_case(tok, SP_CASES[0][1])
+        single = vw.replay_shard(model, tok, data, advantages=adv)
+        for i in (0, 1):
+            torch.testing.assert_close(torch.tensor(r[i]["fsdp2"]), single.distances, atol=1e-5, rtol=1e-5)
     # the work is shared: rank 0 replays rows 0-2, rank 1 rows 3-4; with one row, rank 1 runs nothing
     assert r[0]["odd"]["forwards"] > 0 and r[1]["odd"]["forwards"] > 0
     assert r[0]["one"]["forwards"] > 0 and r[1]["one"]["forwards"] == 0
