@@ -313,13 +313,16 @@ class FakeEngine:
 
 
 def fake_worker_group(model, tok, dp, sp, monkeypatch):
-    """verl's WorkerGroup whose mrtpo_replay runs verl's own dispatch / collect around the worker method
-    (Ray's object store replaced by the identity)."""
+    """A WorkerGroup on which verl binds the worker class's registered methods with the RayWorkerGroup's own
+    func_generator (dispatch -> execute on every rank -> collect), the workers called in this process
+    instead of through Ray (ray.put / ray.get replaced by the identity)."""
+    import ray
     import verl.utils.ray_utils as ray_utils
-    from verl.single_controller.base.decorator import MAGIC_ATTR
     from verl.single_controller.base.worker_group import WorkerGroup
+    from verl.single_controller.ray.base import func_generator
 
     monkeypatch.setattr(ray_utils, "parallel_put", lambda data, max_workers=None: list(data))
+    monkeypatch.setattr(ray, "get", lambda refs: refs)
     workers = []
     for rank in range(dp * sp):
         w = object.__new__(vw.MRTPOActorRolloutRefWorker)
@@ -328,23 +331,22 @@ def fake_worker_group(model, tok, dp, sp, monkeypatch):
             engine=FakeEngine(model, rank % sp), model_config=SimpleNamespace(tokenizer=tok)
         )
         workers.append(w)
-    attrs = getattr(vw.MRTPOActorRolloutRefWorker.mrtpo_replay, MAGIC_ATTR)
-    dispatch, collect = attrs["dispatch_mode"]["dispatch_fn"], attrs["dispatch_mode"]["collect_fn"]
 
     class WG(WorkerGroup):
-        def mrtpo_replay(self, data):
-            args, _kwargs = dispatch(self, data)
-            outs = [
-                vw.MRTPOActorRolloutRefWorker.mrtpo_replay(w, *(a[i] for a in args))
-                for i, w in enumerate(workers)
-            ]
+        def execute_all(self, method_name, *args, **kwargs):  # RayWorkerGroup.execute_all_async's split
             self.shards = [len(a) for a in args[0]]
-            return collect(self, outs)
+            return [
+                getattr(w, method_name)(*(a[i] for a in args), **{k: v[i] for k, v in kwargs.items()})
+                for i, w in enumerate(self._workers)
+            ]
+
+        execute_rank_zero = execute_all  # bound for other registered methods; not called here
 
     wg = WG(resource_pool=None)
     wg._workers = workers
     wg._dispatch_info["actor"] = [rank // sp for rank in range(dp * sp)]  # SP peers share a DP rank
     wg._collect_info["actor"] = [rank % sp == 0 for rank in range(dp * sp)]
+    assert "mrtpo_replay" in wg._bind_worker_method(vw.MRTPOActorRolloutRefWorker, func_generator)
     return wg
 
 
