@@ -91,10 +91,17 @@ def toy_batch(tok, order=None):
     )
 
 
+def rewards_of(data):
+    """[N, K] per-reward scores of the batch (the columns compute_score returned)."""
+    ntb = data.non_tensor_batch
+    return torch.tensor([[float(ntb[k][j]) for k in KEYS] for j in range(len(data))], dtype=torch.float64)
+
+
 def gdpo_advantages(data):
-    return va.response_advantages(
-        "gdpo", data.batch["response_mask"], list(data.non_tensor_batch["uid"]), data.non_tensor_batch
-    )  # [N, K]
+    """Â [N, K] of mrtpo.advantages (what the hook computes: GDPO, the toy verifiers' bounds [0, 1])."""
+    uids = list(data.non_tensor_batch["uid"])
+    a = adv_mod.compute("gdpo", rewards_of(data), uids, reward_min=[0.0] * 5, reward_max=[1.0] * 5)
+    return a.float()
 
 
 def reference_distances(model, tok, data, adv, mode="reward"):
@@ -401,20 +408,17 @@ def test_advantage_step_with_worker_distances_equals_core(tok, model, monkeypatc
     wg = fake_worker_group(model, tok, 2, 1, monkeypatch)
     cfg = {"mrtpo": {"credit": "reward", "beta": 0.5}}
     va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distance_fn=vw.make_worker_distance_fn(wg))
-    rewards = va.reward_matrix(data.non_tensor_batch, KEYS)
-    a = adv_mod.compute(
-        "gdpo", rewards, list(data.non_tensor_batch["uid"]), reward_min=[0] * 5, reward_max=[1] * 5
-    )
+    a = gdpo_advantages(data)
     mask = data.batch["response_mask"]
-    d = reference_distances(model, tok, data, a.float())
+    d = reference_distances(model, tok, data, a)
     torch.testing.assert_close(data.batch[va.DISTANCES_KEY], d, atol=1e-6, rtol=1e-6)
-    expected = credit_mod.allocate(a.float(), d, mask, beta=0.5, mode="reward")
+    expected = credit_mod.allocate(a, d, mask, beta=0.5, mode="reward")
     torch.testing.assert_close(data.batch["advantages"], expected, atol=1e-6, rtol=1e-6)
     # the credit is redistributed within a response (not the flat response advantage), and conserved
-    flat = a.float().sum(1, keepdim=True) * mask
+    flat = a.sum(1, keepdim=True) * mask
     assert (data.batch["advantages"] - flat).abs().max() > 1e-3
     torch.testing.assert_close(
-        (data.batch["advantages"] * mask).sum(1) / mask.sum(1), a.float().sum(1), atol=1e-5, rtol=0
+        (data.batch["advantages"] * mask).sum(1) / mask.sum(1), a.sum(1), atol=1e-5, rtol=0
     )
 
 
