@@ -547,3 +547,13 @@ def test_entry_point_runs_recipe_through_verl_validation(name, monkeypatch, tmp_
     )
     assert seen["cls"] is vm.MRTPOTaskRunner
     assert seen["cfg"].algorithm.mrtpo.credit == "reward" and seen["cfg"].trainer.use_v1 is False
+
+
+def test_replay_shard_without_rows(tok, model):
+    data = toy_batch(tok).select_idxs(torch.arange(0))  # a DP rank with an empty chunk
+    res = vw.replay_shard(model, tok, data, advantages=torch.zeros(0, 5), reward_names=KEYS)
+    assert res.distances.shape == (0, 5, data.batch["responses"].shape[1]) and res.stats.forward_passes == 0
+    res = vw.replay_shard(model, tok, data, mode="joint", reward_names=KEYS)
+    assert res.distances.shape == (0, 1, data.batch["responses"].shape[1])
+    with pytest.raises(ValueError, match="needs reward_names"):
+        vw.replay_shard(model, tok, data)

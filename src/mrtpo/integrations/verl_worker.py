@@ -321,8 +321,9 @@ def replay_shard(
         group = sp_group if split_over_sp else None
         size = dist.get_world_size(group) if group is not None else 1
         if size == 1:
+            adv = advantages if n else None  # no rows: no requests (a collective replay still runs)
             res = va.replay_distances(
-                model, tokenizer, data, reward_names=names, advantages=advantages, mode=mode, **options
+                model, tokenizer, data, reward_names=names, advantages=adv, mode=mode, **options
             )
             d = res.distances if n else torch.zeros(0, kk, t)
             return replay_mod.ReplayResult(d, lengths, res.stats)
