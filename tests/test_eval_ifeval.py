@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("if_verifiable")
 
 from mrtpo.tasks.instruct import nltk_fallback
-from mrtpo.tasks.instruct.scoring import format_report, score_predictions, strip_think
+from mrtpo.eval.ifeval import format_report, score_predictions, strip_think
 
 ROWS = [
     {

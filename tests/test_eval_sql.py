@@ -7,8 +7,8 @@ import json
 import pytest
 
 from mrtpo.cli.main import main
-from mrtpo.tasks.sql import load_sql_dataset, score_predictions
-from mrtpo.tasks.sql.evaluate import format_table
+from mrtpo.eval.sql import format_table, score_predictions
+from mrtpo.tasks.sql import load_sql_dataset
 
 
 def _answer(sql: str) -> str:

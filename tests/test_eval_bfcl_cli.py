@@ -42,10 +42,6 @@ def model_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("style", ["bfcl", "toolrl"])
 def test_eval_bfcl_end_to_end(model_dir, tmp_path, capsys, style):
-    from mrtpo.cli.eval_bfcl import CATEGORIES
-    from mrtpo.tasks.tools.bfcl import CATEGORIES as KNOWN
-
-    assert CATEGORIES == KNOWN  # the light copy in the CLI module matches the task module
     out = tmp_path / "bfcl.json"
     argv = ["eval", "bfcl", "--model", str(model_dir), "--backend", "transformers", "--dtype", "float32"]
     argv += ["--categories", "simple_python", "simple_java", "live_parallel", "--limit", "2"]
@@ -55,18 +51,18 @@ def test_eval_bfcl_end_to_end(model_dir, tmp_path, capsys, style):
     assert "simple_java" in printed and "live_overall" in printed
     report = json.loads(out.read_text())
     assert report["prompt_style"] == style and report["sampling"]["max_new_tokens"] == 4
-    assert [r["id"] for r in report["rows"]] == [
+    assert [r["id"] for r in report["predictions"]] == [
         "simple_python_0", "simple_python_1", "simple_java_0", "simple_java_1",
         "live_parallel_0-0-0", "live_parallel_1-0-1",
     ]  # fmt: skip
     for cat in ("simple_python", "simple_java", "live_parallel"):
-        s = report["categories"][cat]
-        rows = [r for r in report["rows"] if r["category"] == cat]
+        s = report["metrics"]["categories"][cat]
+        rows = [r for r in report["predictions"] if r["category"] == cat]
         assert s["total"] == 2 and s["correct"] == sum(r["valid"] for r in rows)
         assert s["accuracy"] == s["correct"] / 2
     # a random 4-token output is no call list; aggregates need all their categories
-    assert report["summary"] == {"simple": None, "non_live_overall": None, "live_overall": None}
-    assert all(isinstance(r["output"], str) and not r["valid"] for r in report["rows"])
+    assert report["metrics"]["summary"] == {"simple": None, "non_live_overall": None, "live_overall": None}
+    assert all(isinstance(r["output"], str) and not r["valid"] for r in report["predictions"])
 
 
 def test_eval_bfcl_user_errors(model_dir, capsys):
