@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plugin", action="append", default=[], metavar="MODULE", help="import MODULE (or a .py file) first"
     )
-    parser.add_argument("benchmark", metavar="NAME", help="the benchmark (listed below)")
+    parser.add_argument("benchmark", metavar="NAME", nargs="?", help="the benchmark (listed below)")
     parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
 
@@ -114,8 +114,10 @@ def run(args) -> int:
     from mrtpo.eval.benchmark import BENCHMARKS
     from mrtpo.eval.plugins import load_all
 
-    args._words = ("eval", args.benchmark)  # error lines read "mrtpo eval NAME: error: ..."
     load_all([*args.plugin, *_plugins_in(args.rest)])
+    if args.benchmark is None:
+        raise ValueError(f"name a benchmark: {', '.join(BENCHMARKS.names())} (mrtpo eval --help)")
+    args._words = ("eval", args.benchmark)  # error lines read "mrtpo eval NAME: error: ..."
     cls = BENCHMARKS.get(args.benchmark)
     a = benchmark_parser(cls).parse_args(args.rest)
     if (a.model is None) == (a.responses is None):
