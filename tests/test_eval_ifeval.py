@@ -290,3 +290,39 @@ def test_ifeval_responses_round_trip_and_errors(tiny_model_dir, tmp_path, capsys
     assert f"{bad}:1: not JSON" in capsys.readouterr().err
     assert main(["eval", "ifeval"]) == 2
     assert "give exactly one of --model" in capsys.readouterr().err
+
+
+def test_responses_on_local_data_by_hand(tmp_path, capsys):
+    """Two rows sharing a prompt share its response (the official scorer's prompt -> response map)."""
+    from mrtpo.cli.main import main
+
+    data = tmp_path / "mini.jsonl"
+    rows = [
+        {"key": "a", "prompt": "Say hi.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
+        {
+            "key": "b",
+            "prompt": "Say hi.",
+            "instruction_id_list": ["change_case:english_lowercase"],
+            "kwargs": [{}],
+        },
+        {"key": "c", "prompt": "Bye?", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    responses = tmp_path / "r.jsonl"
+    responses.write_text(
+        json.dumps({"prompt": "Say hi.", "response": "Hi there"}) + "\n"  # no comma: yes; lower case: no
+        + json.dumps({"prompt": "Bye?", "response": "Bye, bye"}) + "\n"  # a comma: no
+    )  # fmt: skip
+    out = tmp_path / "o.json"
+    assert (
+        main(["eval", "ifeval", "--data", str(data), "--responses", str(responses), "--output", str(out)])
+        == 0
+    )
+    result = json.loads(out.read_text())
+    assert [(p["key"], p["strict"]) for p in result["predictions"]] == [
+        ("a", [True]),
+        ("b", [False]),
+        ("c", [False]),
+    ]
+    assert result["metrics"]["prompt_strict"] == pytest.approx(1 / 3)
+    assert "(3 prompts)" in capsys.readouterr().out

@@ -193,9 +193,9 @@ class _IfBenchmark(Benchmark):
         return self._items
 
     def read_responses(self, path: Path) -> Responses:
-        by_prompt: dict[str, str] = {}
+        by_prompt: dict[str, list[str]] = {}  # rows sharing a prompt share its response, as officially
         for it in self.load():
-            by_prompt.setdefault(it.data["row"]["prompt"], it.id)
+            by_prompt.setdefault(it.data["row"]["prompt"], []).append(it.id)
         out = Responses(path)
         for where, row in read_json_lines(path):
             if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
@@ -208,7 +208,8 @@ class _IfBenchmark(Benchmark):
                 raise ValueError(
                     f"{where}: the prompt ({row['prompt'][:60]!r}...) is not a prompt of {self.name} ({self.where})"
                 )
-            out.add(by_prompt[row["prompt"]], row["response"], where)
+            for item_id in by_prompt[row["prompt"]]:
+                out.add(item_id, row["response"], where)
         return out
 
     def write_responses(self, path: Path, items: Sequence[Item], responses: Mapping[str, str]) -> None:
