@@ -326,3 +326,7 @@ def test_responses_on_local_data_by_hand(tmp_path, capsys):
     ]
     assert result["metrics"]["prompt_strict"] == pytest.approx(1 / 3)
     assert "(3 prompts)" in capsys.readouterr().out
+    rows[1]["key"] = "a"  # two rows with one key: their verdicts could not be told apart
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["eval", "ifeval", "--data", str(data), "--responses", str(responses)]) == 2
+    assert "ifeval: two items have the id 'a'" in capsys.readouterr().err

@@ -133,6 +133,11 @@ def run(args) -> int:
     try:
         saved = bench.read_responses(Path(a.responses)) if a.responses else None
         all_items = bench.load()
+        seen: set[str] = set()
+        for it in all_items:
+            if it.id in seen:
+                raise ValueError(f"{cls.name}: two items have the id {it.id!r} (item ids must be unique)")
+            seen.add(it.id)
         items = bench.apply_limit(all_items, a.limit) if a.limit else all_items
         if not items:
             raise ValueError(f"{cls.name}: no items to evaluate")
