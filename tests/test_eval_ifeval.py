@@ -329,4 +329,4 @@ def test_responses_on_local_data_by_hand(tmp_path, capsys):
     rows[1]["key"] = "a"  # two rows with one key: their verdicts could not be told apart
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["eval", "ifeval", "--data", str(data), "--responses", str(responses)]) == 2
-    assert "ifeval: two items have the id 'a'" in capsys.readouterr().err
+    assert f"ifeval ({data}): two items have the id 'a'" in capsys.readouterr().err

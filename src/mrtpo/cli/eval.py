@@ -111,7 +111,7 @@ def _check_ids(bench, responses, all_items, items, allow_missing: bool) -> list:
 
 
 def run(args) -> int:
-    from mrtpo.eval.benchmark import BENCHMARKS
+    from mrtpo.eval.benchmark import BENCHMARKS, check_unique_ids
     from mrtpo.eval.plugins import load_all
 
     load_all([*args.plugin, *_plugins_in(args.rest)])
@@ -133,11 +133,7 @@ def run(args) -> int:
     try:
         saved = bench.read_responses(Path(a.responses)) if a.responses else None
         all_items = bench.load()
-        seen: set[str] = set()
-        for it in all_items:
-            if it.id in seen:
-                raise ValueError(f"{cls.name}: two items have the id {it.id!r} (item ids must be unique)")
-            seen.add(it.id)
+        check_unique_ids(cls.name, all_items)
         items = bench.apply_limit(all_items, a.limit) if a.limit else all_items
         if not items:
             raise ValueError(f"{cls.name}: no items to evaluate")

@@ -68,6 +68,15 @@ class Responses(dict):
         return self.lines.get(item_id, self.path)
 
 
+def check_unique_ids(name: str, items: Sequence[Item]) -> None:
+    """``ValueError`` when two items share an id (their responses and verdicts could not be told apart)."""
+    seen: set[str] = set()
+    for it in items:
+        if it.id in seen:
+            raise ValueError(f"{name}: two items have the id {it.id!r} (item ids must be unique)")
+        seen.add(it.id)
+
+
 def read_json_lines(path: str | Path):
     """Yield ``(where, row)`` for each non-empty line of a JSON-lines file, ``where`` = ``"FILE:LINE"``.
 

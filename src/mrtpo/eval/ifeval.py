@@ -38,6 +38,7 @@ from mrtpo.eval.benchmark import (
     Benchmark,
     Item,
     Responses,
+    check_unique_ids,
     read_json_lines,
     register_benchmark,
     write_json_lines,
@@ -190,6 +191,7 @@ class _IfBenchmark(Benchmark):
             self._items = [
                 Item(str(r["key"]), [{"role": "user", "content": r["prompt"]}], {"row": r}) for r in rows
             ]
+            check_unique_ids(f"{self.name} ({self.where})", self._items)
         return self._items
 
     def read_responses(self, path: Path) -> Responses:
