@@ -279,6 +279,9 @@ def test_ifeval_responses_round_trip_and_errors(tiny_model_dir, tmp_path, capsys
     assert "(4 prompts)" in capsys.readouterr().out
 
     bad = tmp_path / "bad.jsonl"
+    bad.write_text("")
+    assert main(["eval", "ifeval", "--responses", str(bad), "--allow-missing"]) == 2
+    assert f"{bad}: none of the 541 items selected has a response" in capsys.readouterr().err
     bad.write_text(saved.read_text() + json.dumps({"prompt": "Write a poem.", "response": "x"}) + "\n")
     assert main(["eval", "ifeval", "--responses", str(bad), "--limit", "4"]) == 2
     assert f"{bad}:5: the prompt ('Write a poem.'...) is not a prompt of ifeval" in capsys.readouterr().err

@@ -105,6 +105,8 @@ def _check_ids(bench, responses, all_items, items, allow_missing: bool) -> list:
             f"{path}: no response for {len(missing)} of {len(items)} items (first: {missing[0]!r}); "
             f"--allow-missing scores only the {len(items) - len(missing)} answered"
         )
+    if len(missing) == len(items):
+        raise ValueError(f"{path}: none of the {len(items)} items selected has a response")
     if missing:
         print(f"eval {bench.name}: {len(missing)} items without a response are left out", file=sys.stderr)
     return [it for it in items if it.id in responses]
