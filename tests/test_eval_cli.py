@@ -207,3 +207,24 @@ def test_python_dash_m_mrtpo_from_outside_the_package(tmp_path):
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "word count: 50.0% of 2"
+
+
+def test_entry_point_plugins(tmp_path, monkeypatch, clean_registry):
+    """An installed package's entry point in the group `mrtpo.benchmarks` names the module to import."""
+    import importlib.metadata
+
+    _write_plugin(tmp_path, "user_wc_ep", "user-wc-ep")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ep = importlib.metadata.EntryPoint(
+        name="wc", value="user_wc_ep:WordCount", group=plugins.ENTRY_POINT_GROUP
+    )
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(
+        importlib.metadata,
+        "entry_points",
+        lambda **kw: [ep] if kw.get("group") == plugins.ENTRY_POINT_GROUP else real(**kw),
+    )
+    assert plugins.entry_point_modules() == ["user_wc_ep"]
+    assert "user-wc-ep" not in BENCHMARKS
+    plugins.load_all()
+    assert BENCHMARKS.get("user-wc-ep").description == "answer in exactly N words"
