@@ -30,9 +30,9 @@ SMALL = [
 
 def test_parse_overrides_and_resume_flag():
     pairs, resume = parse_overrides(
-        ["--method.beta", "0.3", "--trl.max_steps=4", "--resume", "--data.limit", "null"]
+        ["--method.credit_beta", "0.3", "--trl.max_steps=4", "--resume", "--data.limit", "null"]
     )
-    assert pairs == [("method.beta", 0.3), ("trl.max_steps", 4), ("data.limit", None)]
+    assert pairs == [("method.credit_beta", 0.3), ("trl.max_steps", 4), ("data.limit", None)]
     assert resume is True
     assert parse_overrides(["--resume", "runs/x/checkpoint-2"])[1] == "runs/x/checkpoint-2"
     assert apply_overrides({"a": {"b": 1}}, [("a.c.d", [1, 2])]) == {"a": {"b": 1, "c": {"d": [1, 2]}}}
@@ -104,9 +104,11 @@ def test_bad_config_field_is_one_clear_line(tmp_path, capsys):
 
 
 def test_print_config_applies_overrides(tmp_path, capsys):
-    rc = main(["train", str(ROOT / "recipes" / "tiny_cpu.yaml"), "--print-config", "--method.beta", "0.25"])
+    rc = main(
+        ["train", str(ROOT / "recipes" / "tiny_cpu.yaml"), "--print-config", "--method.credit_beta", "0.25"]
+    )
     out = yaml.safe_load(capsys.readouterr().out)
-    assert rc == 0 and out["method"]["beta"] == 0.25 and out["task"]["name"] == "toy"
+    assert rc == 0 and out["method"]["credit_beta"] == 0.25 and out["task"]["name"] == "toy"
 
 
 def _params(folder: Path) -> torch.Tensor:
