@@ -57,6 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print the resolved config (overrides applied, every default filled in) and exit",
     )
     parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's; 1 is faster when other work loads the cores)",
+    )
+    parser.add_argument(
         "overrides",
         nargs=argparse.REMAINDER,
         metavar="--section.key VALUE",
@@ -93,6 +99,16 @@ def run(args: argparse.Namespace) -> int:
     from mrtpo.integrations.config import TrainingInterrupted, load_config, parse_overrides, train
 
     rest = list(args.overrides)
+    threads = args.threads
+    if "--threads" in rest:  # given after the overrides
+        i = rest.index("--threads")
+        threads, rest = int(rest[i + 1]), rest[:i] + rest[i + 2 :]
+    if threads is not None:
+        import torch
+
+        if threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
     print_config = args.print_config
     if "--print-config" in rest:
         rest.remove("--print-config")

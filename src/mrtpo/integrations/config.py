@@ -419,7 +419,6 @@ class RunConfig:
                 trainer[f.name] = coerced
         if "output_dir" not in trainer:
             errors.append("field 'trl.output_dir' is required (the run folder)")
-        errors.extend(_environment_errors(model, trainer))
         if errors:
             raise ValueError("invalid config: " + "; ".join(errors))
         return cls(model=model, task=task, data=data, trainer=trainer, raw=raw)
@@ -435,6 +434,14 @@ class RunConfig:
             if m and m.group(1) in {f.name for f in trainer_fields().values()}:
                 msg = f"field '{field_key(m.group(1))}': {m.group(2)}"
             raise ValueError("invalid config: " + msg) from None
+
+    def check_environment(self) -> None:
+        """Raise one ValueError naming each field that asks for what is not installed here (a tracker,
+        vLLM, Liger kernels) or not possible with this model (a KL reference model for ``model.tiny``).
+        Run before training; a config can be validated on a machine that could not run it."""
+        errors = _environment_errors(self.model, self.trainer)
+        if errors:
+            raise ValueError("invalid config: " + "; ".join(errors))
 
     def resolved(self) -> dict[str, Any]:
         """The config with every default filled in (what ``--print-config`` shows)."""
@@ -615,6 +622,7 @@ def build_trainer(
     from mrtpo.integrations.trl import MRTPOTrainer
 
     args = config.trainer_config()
+    config.check_environment()
     if task is None:
         task = load_task_spec(config.task["name"], config.task["options"])
     d = config.data
@@ -667,7 +675,8 @@ def _prepare_run_folder(out: Path, overwrite: bool) -> None:
     if not out.is_dir() or not any(out.iterdir()):
         return
     if not overwrite:
-        held = sorted(p.name for p in out.iterdir())
+        first = ("run.json", "metrics.jsonl", "samples.jsonl", "model.safetensors")
+        held = sorted((p.name for p in out.iterdir()), key=lambda n: (n not in first, n))
         n_ckpt = sum(1 for h in held if h.startswith("checkpoint-"))
         shown = [h for h in held if not h.startswith("checkpoint-")][:4]
         if n_ckpt:
@@ -771,6 +780,7 @@ def train(
         resume = _resume_target(out, resume, log)
     else:
         cfg.trainer_config()  # a bad field fails before anything is deleted
+        cfg.check_environment()
         _prepare_run_folder(out, overwrite)
     trainer = build_trainer(cfg, **build_kwargs)
     stopper = _interrupt_callback()
