@@ -393,3 +393,12 @@ def test_custom_task_module_class_from_the_readme(tmp_path, monkeypatch, capsys)
     assert run["task"] == "two_words" and run["reward_names"] == ["apple", "river"]
     step = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert {"rewards/apple/mean", "rewards/river/mean"} <= set(step)
+
+
+def test_report_labels_read_credit_beta_and_the_old_beta_key():
+    from mrtpo.analysis.runs import method_key, method_label
+
+    new = {"advantage_method": "gdpo", "credit": "reward", "credit_beta": 0.25}
+    old = {"advantage_method": "gdpo", "credit": "reward", "beta": 0.25}  # run folders of earlier versions
+    assert method_label(new) == method_label(old) == "MRTPO β=0.25"
+    assert method_key(new) == method_key(old) == ("gdpo", "reward", 0.25)
