@@ -357,6 +357,8 @@ def test_rerun_refuses_unless_resume_or_overwrite_and_the_final_model_loads(tmp_
     err = _one_line_error(capsys, ["train", recipe, *args, "--trl.max_steps=1"])
     assert f"run folder '{out}' is not empty (" in err and "add --resume" in err and "--overwrite" in err
     assert (out / "metrics.jsonl").read_text() == before
+    err = _one_line_error(capsys, ["train", recipe, *args, "--resume", "--overwrite"])
+    assert "--resume continues the run folder and --overwrite starts it again: give one" in err
     # --overwrite starts again: the old run files, model and logs are gone
     assert main(["train", recipe, *args, "--trl.max_steps=1", "--overwrite"]) == 0
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

@@ -115,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
         print_config = True
     overwrite = "--overwrite" in rest
     pairs, resume = parse_overrides([t for t in rest if t != "--overwrite"])
+    if resume and overwrite:
+        raise ValueError("--resume continues the run folder and --overwrite starts it again: give one")
     cfg = load_config(args.config, pairs)
     if print_config:
         import yaml
