@@ -31,6 +31,7 @@ import difflib
 import enum
 import importlib
 import importlib.util
+import os
 import re
 import shutil
 import sys
@@ -686,6 +687,8 @@ def _prepare_run_folder(out: Path, overwrite: bool) -> None:
             "--overwrite to delete its run files and checkpoints and start again, or choose another "
             "--trl.output_dir"
         )
+    if int(os.environ.get("RANK", "0")) != 0:  # several processes (accelerate launch): the first deletes
+        return
     for pattern in RUN_FILES:
         for p in out.glob(pattern):
             if p.is_dir() and not p.is_symlink():
