@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.format_help = lazy_format_help
 
 
-def _resume_command(args: argparse.Namespace, rest: list[str]) -> str:
+def _resume_command(args: argparse.Namespace, rest: list[str], threads: int | None) -> str:
     kept, skip = [], False
     for tok in rest:
         if skip:
@@ -92,6 +92,8 @@ def _resume_command(args: argparse.Namespace, rest: list[str]) -> str:
         if tok.startswith("--resume=") or tok == "--overwrite":
             continue
         kept.append(tok)
+    if threads is not None:
+        kept += ["--threads", str(threads)]
     return shlex.join(["mrtpo", "train", args.config, *kept, "--resume"])
 
 
@@ -130,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     except TrainingInterrupted as e:
         where = f"saved {e.checkpoint}" if e.checkpoint else "no checkpoint was written"
         print(
-            f"mrtpo train: interrupted at step {e.step}; {where}; resume with: {_resume_command(args, rest)}",
+            f"mrtpo train: interrupted at step {e.step}; {where}; resume with: {_resume_command(args, rest, threads)}",
             file=sys.stderr,
         )
         return 130
@@ -146,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(
                 f"mrtpo train: interrupted; kept {folder} (later steps are lost); resume with: "
-                f"{_resume_command(args, rest)}",
+                f"{_resume_command(args, rest, threads)}",
                 file=sys.stderr,
             )
         return 130
