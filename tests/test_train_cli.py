@@ -30,9 +30,9 @@ SMALL = [
 
 def test_parse_overrides_and_resume_flag():
     pairs, resume = parse_overrides(
-        ["--method.beta", "0.3", "--trl.max_steps=4", "--resume", "--data.limit", "null"]
+        ["--method.credit_beta", "0.3", "--trl.max_steps=4", "--resume", "--data.limit", "null"]
     )
-    assert pairs == [("method.beta", 0.3), ("trl.max_steps", 4), ("data.limit", None)]
+    assert pairs == [("method.credit_beta", 0.3), ("trl.max_steps", 4), ("data.limit", None)]
     assert resume is True
     assert parse_overrides(["--resume", "runs/x/checkpoint-2"])[1] == "runs/x/checkpoint-2"
     assert apply_overrides({"a": {"b": 1}}, [("a.c.d", [1, 2])]) == {"a": {"b": 1, "c": {"d": [1, 2]}}}
@@ -104,9 +104,11 @@ def test_bad_config_field_is_one_clear_line(tmp_path, capsys):
 
 
 def test_print_config_applies_overrides(tmp_path, capsys):
-    rc = main(["train", str(ROOT / "recipes" / "tiny_cpu.yaml"), "--print-config", "--method.beta", "0.25"])
+    rc = main(
+        ["train", str(ROOT / "recipes" / "tiny_cpu.yaml"), "--print-config", "--method.credit_beta", "0.25"]
+    )
     out = yaml.safe_load(capsys.readouterr().out)
-    assert rc == 0 and out["method"]["beta"] == 0.25 and out["task"]["name"] == "toy"
+    assert rc == 0 and out["method"]["credit_beta"] == 0.25 and out["task"]["name"] == "toy"
 
 
 def _params(folder: Path) -> torch.Tensor:
@@ -196,3 +198,209 @@ def test_train_and_resume_continue_identically(tmp_path, capsys):
     # resuming a run folder without checkpoints is a one-line error
     rc = main(["train", recipe, f"--trl.output_dir={tmp_path / 'empty'}", "--resume"])
     assert rc == 2 and "no checkpoint-* folder" in capsys.readouterr().err
+
+
+def _one_line_error(capsys, argv) -> str:
+    rc = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    return err[0]
+
+
+def test_every_bad_setting_is_one_line_naming_the_field(tmp_path, capsys):
+    import importlib.util
+
+    recipe = str(ROOT / "recipes" / "tiny_cpu.yaml")
+    base = ["train", recipe, f"--trl.output_dir={tmp_path / 'x'}"]
+    cases = [
+        (["--trl.use_vllm", "true"], "field 'trl.use_vllm': vllm is not installed (pip install vllm", "vllm"),
+        (
+            ["--trl.use_liger_kernel", "true"],
+            "field 'trl.use_liger_kernel': liger-kernel is not",
+            "liger_kernel",
+        ),
+        (["--trl.report_to", "wandb"], "field 'trl.report_to': 'wandb' needs the wandb package", "wandb"),
+        (
+            ["--trl.report_to", "[trackio]"],
+            "'trackio' needs the trackio package (pip install trackio)",
+            "trackio",
+        ),
+        (["--trl.beta", "0.5"], "field 'trl.beta': 0.5 (TRL's KL coefficient) loads a reference model", None),
+        (["--method.credit_beta", "2"], "field 'method.credit_beta': 2.0 must be a number in [0, 1]", None),
+        (["--method.opsd.beta", "1.5"], "field 'method.opsd.beta': 1.5 must be in (0, 1)", None),
+        (["--method.beta", "0.3"], "field 'method.beta' is now 'method.credit_beta'", None),
+        (["--method.opsd_beta", "0.3"], "field 'method.opsd_beta' is now 'method.opsd.beta'", None),
+        (["--trl.save_strategy", "nope"], "field 'trl.save_strategy': 'nope' is not one of no, steps", None),
+        (
+            ["--task.name", "toyy"],
+            "field 'task.name': unknown task 'toyy' (did you mean 'toy'?); known: ",
+            None,
+        ),
+        (["--task.name", "mypkg.mytask"], "a task of your own is given as module:Class", None),
+        (["--task.name", "no_such_pkg_x:MyTask"], "cannot import module 'no_such_pkg_x'", None),
+        (
+            ["--task.name", "json:JSONDecoder"],
+            "'json:JSONDecoder' is not a subclass of mrtpo.tasks.Task",
+            None,
+        ),
+    ]
+    for extra, expected, module in cases:
+        if module is not None and importlib.util.find_spec(module) is not None:
+            continue  # installed here: nothing to report
+        assert expected in _one_line_error(capsys, [*base, *extra]), extra
+    known = _one_line_error(capsys, [*base, "--task.name", "toyy"]).split("known: ")[1]
+    assert {"sql", "toy", "tools"} <= set(known.split(";")[0].split(", "))
+    # YAML reads `no` as false: a text/enum field takes it back as "no"
+    args = load_config(recipe, [("trl.save_strategy", False)]).trainer_config()
+    assert args.save_strategy == "no"
+    # a hub id that is not available offline: one line with what to give instead
+    from mrtpo.models.loading import load_model_and_tokenizer
+
+    with pytest.raises(FileNotFoundError, match=r"not a local folder .* mrtpo-demo/warmstart"):
+        load_model_and_tokenizer("no-such-org/no-such-model")
+    # a bad JSON line in data.source names file:line
+    bad = tmp_path / "rows.jsonl"
+    bad.write_text('{"instruction": "a", "input": "", "output": "b"}\n{"instruction": }\n')
+    err = _one_line_error(
+        capsys, [*base, "--task.name", "tools", "--task.options", "{}", f"--data.source={bad}"]
+    )
+    assert f"{bad}:2: not a JSON line (Expecting value, column 17)" in err
+
+
+def test_mrtpo_lists_commands_version_and_train_fields(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert all(f"    {c} " in out for c in ("demo", "train", "explain", "report", "eval", "bench"))
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip().startswith("mrtpo 0.")
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    for group in (
+        "method (mrtpo.MRTPOConfig):",
+        "trl: TRL's GRPOConfig:",
+        "trl: transformers' TrainingArguments:",
+    ):
+        assert group in out
+    for name in ("credit_beta", "opsd.divergence", "cort.ramp_steps", "num_generations", "learning_rate"):
+        assert f" {name}," in out or f" {name}\n" in out
+    # --print-config: the resolved config, defaults included
+    assert main(["train", str(ROOT / "recipes" / "tiny_cpu.yaml"), "--print-config"]) == 0
+    cfg = yaml.safe_load(capsys.readouterr().out)
+    assert cfg["method"]["opsd"] == {"divergence": "jsd", "beta": 0.5} and cfg["method"]["loss"] == "policy"
+    assert cfg["trl"]["num_generations"] == 8 and cfg["trl"]["max_grad_norm"] == 1.0  # recipe value, default
+
+
+def test_method_section_is_derived_from_mrtpo_config():
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from mrtpo import MRTPOConfig
+    from mrtpo.integrations.config import trainer_fields
+
+    fields = trainer_fields()
+    ours = {f.name for f in dataclasses.fields(MRTPOConfig)} - {
+        f.name for f in dataclasses.fields(GRPOConfig)
+    }
+    method = {f.name: key for key, f in fields.items() if f.section == "method"}
+    assert set(method) == {n for n in ours if not n.startswith("_")}
+    assert method["credit_beta"] == "method.credit_beta" and method["opsd_beta"] == "method.opsd.beta"
+    assert method["cort_ramp_steps"] == "method.cort.ramp_steps"
+    assert fields["trl.beta"].name == "beta" and fields["trl.learning_rate"].hint is float
+    cfg = load_config(
+        raw={
+            "model": {"tiny": {}},
+            "task": {"name": "toy"},
+            "method": {
+                "loss": "opsd",
+                "credit": "none",
+                "opsd": {"divergence": "forward_kl", "beta": "0.25"},
+            },
+            "trl": {"output_dir": "x", "learning_rate": "1e-5", "use_cpu": True, "report_to": []},
+        }
+    )
+    args = cfg.trainer_config()
+    assert (args.opsd_divergence, args.opsd_beta, args.learning_rate) == ("forward_kl", 0.25, 1e-5)
+
+
+def test_rerun_refuses_unless_resume_or_overwrite_and_the_final_model_loads(tmp_path, capsys):
+    from transformers import AutoModelForCausalLM
+
+    from mrtpo.integrations.config import train
+    from mrtpo.models.loading import load_model_and_tokenizer
+
+    recipe = str(ROOT / "recipes" / "tiny_cpu.yaml")
+    out = tmp_path / "run"
+    args = [*SMALL, f"--trl.output_dir={out}", "--trl.disable_tqdm=true", "--trl.save_strategy=no"]
+    trainer = train(recipe, parse_overrides([*args, "--trl.max_steps=2"])[0])
+    # the final model and tokenizer, loadable by from_pretrained and mrtpo's loader
+    model, tok = load_model_and_tokenizer(str(out), device="cpu")
+    plain = AutoModelForCausalLM.from_pretrained(out)
+    for (name, p), q in zip(trainer.model.state_dict().items(), model.state_dict().values(), strict=True):
+        assert torch.equal(p, q) and torch.equal(p, plain.state_dict()[name]), name
+    ids = tok("apple first", return_tensors="pt").input_ids
+    assert tok.convert_ids_to_tokens(ids[0].tolist()) == ["apple", "first"]
+    assert model.generate(ids, max_new_tokens=2, do_sample=False).shape == (1, ids.shape[1] + 2)
+    # TensorBoard (the recipe's report_to): event files with the training loss of both steps
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = (out / "runs").glob("*/events.out.tfevents.*")
+    acc = EventAccumulator(str(events.parent))
+    acc.Reload()
+    loss = [e.step for e in acc.Scalars("train/loss")]
+    assert loss == [1, 2]
+    # a rerun into the run folder refuses, keeping its history
+    before = (out / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    err = _one_line_error(capsys, ["train", recipe, *args, "--trl.max_steps=1"])
+    assert f"run folder '{out}' is not empty (" in err and "add --resume" in err and "--overwrite" in err
+    assert (out / "metrics.jsonl").read_text() == before
+    err = _one_line_error(capsys, ["train", recipe, *args, "--resume", "--overwrite"])
+    assert "--resume continues the run folder and --overwrite starts it again: give one" in err
+    # --overwrite starts again: the old run files, model and logs are gone
+    assert main(["train", recipe, *args, "--trl.max_steps=1", "--overwrite"]) == 0
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [1]
+    assert len(list((out / "runs").glob("*/events.out.tfevents.*"))) == 1
+
+
+README_TASK_RE = r"```python\n(# my_task\.py.*?)```"
+
+
+def test_custom_task_module_class_from_the_readme(tmp_path, monkeypatch, capsys):
+    """The README's custom task (two verifiers), used from the CLI as task.name module:Class."""
+    import re
+
+    code = re.search(README_TASK_RE, (ROOT / "README.md").read_text(), re.S).group(1)
+    (tmp_path / "my_task.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run"
+    rc = main(
+        [
+            "train",
+            str(ROOT / "recipes" / "tiny_cpu.yaml"),
+            *SMALL[2:],
+            "--task.name=my_task:TwoWords",
+            "--task.options={}",
+            "--trl.max_steps=1",
+            "--trl.report_to=[]",
+            "--trl.disable_tqdm=true",
+            f"--trl.output_dir={out}",
+        ]
+    )
+    assert rc == 0, capsys.readouterr().err
+    run = json.loads((out / "run.json").read_text())
+    assert run["task"] == "two_words" and run["reward_names"] == ["apple", "river"]
+    step = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert {"rewards/apple/mean", "rewards/river/mean"} <= set(step)
+
+
+def test_report_labels_read_credit_beta_and_the_old_beta_key():
+    from mrtpo.analysis.runs import method_key, method_label
+
+    new = {"advantage_method": "gdpo", "credit": "reward", "credit_beta": 0.25}
+    old = {"advantage_method": "gdpo", "credit": "reward", "beta": 0.25}  # run folders of earlier versions
+    assert method_label(new) == method_label(old) == "MRTPO β=0.25"
+    assert method_key(new) == method_key(old) == ("gdpo", "reward", 0.25)

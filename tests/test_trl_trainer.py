@@ -295,7 +295,7 @@ def test_run_folder_follows_the_run_format(tmp_path):
         "model",
         "advantage_method",
         "credit",
-        "beta",
+        "credit_beta",
         "seed",
         "reward_names",
         "reward_bounds",
@@ -303,7 +303,7 @@ def test_run_folder_follows_the_run_format(tmp_path):
         assert key in run
     assert run["reward_names"] == ["the", "long"] and run["reward_bounds"] == [[0.0, 1.0], [0.0, 1.0]]
     # the configured run: tiny task, default advantage method and beta, seed 0
-    assert (run["task"], run["advantage_method"], run["credit"], run["beta"], run["seed"]) == (
+    assert (run["task"], run["advantage_method"], run["credit"], run["credit_beta"], run["seed"]) == (
         "tiny",
         tr.args.advantage_method,
         "reward",

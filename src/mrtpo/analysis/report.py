@@ -2,7 +2,7 @@
 (DESIGN section 8; the paper's Figures 4, 5, 6 and Table 4).
 
 Input: run folders in the format of docs/run-format.md. Runs are grouped into methods by run.json's
-``advantage_method`` + ``credit`` (+ ``beta``) (:func:`mrtpo.analysis.runs.group_by_method`); the runs
+``advantage_method`` + ``credit`` (+ ``credit_beta``) (:func:`mrtpo.analysis.runs.group_by_method`); the runs
 of a method are its seeds.
 
 Output (``out_dir``):

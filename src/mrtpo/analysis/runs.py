@@ -2,7 +2,8 @@
 
 A run folder holds ``run.json`` (the resolved config), ``metrics.jsonl`` (one object per logged step)
 and ``samples.jsonl`` (a few saved responses with their per-token credit). Runs are grouped into
-methods by ``run.json``'s ``advantage_method`` + ``credit`` (+ ``beta``), and the runs of one method are
+methods by ``run.json``'s ``advantage_method`` + ``credit`` (+ ``credit_beta``; ``beta`` in run folders
+of earlier versions), and the runs of one method are
 its seeds (``seed``). An optional ``label`` in ``run.json`` overrides the method's display name.
 
 Standard library only.
@@ -73,14 +74,15 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def method_key(config: dict[str, Any]) -> tuple[str, str, float | None]:
-    """``(advantage_method, credit, beta)`` identifying a method; beta is None for response-level credit."""
+    """``(advantage_method, credit, credit_beta)`` identifying a method; the allocation strength is None for
+    response-level credit (run.json's ``credit_beta``, or ``beta`` in run folders of earlier versions)."""
     adv = str(config.get("advantage_method") or "?")
     credit = config.get("credit")
     if config.get("loss") == "opsd":
         return adv, "opsd", None
     if credit in RESPONSE_LEVEL_CREDITS:
         return adv, "uniform", None
-    beta = config.get("beta", DEFAULT_BETA)
+    beta = config.get("credit_beta", config.get("beta", DEFAULT_BETA))
     return adv, str(credit), None if beta is None else float(beta)
 
 

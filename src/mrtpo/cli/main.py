@@ -31,10 +31,22 @@ def _available() -> dict[tuple[str, ...], tuple[str, str]]:
     return out
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mrtpo")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="mrtpo", description="Multi-reward RL with token-level credit (MRTPO)."
+        prog="mrtpo",
+        description="Multi-reward RL with token-level credit (MRTPO).",
+        epilog="Run `mrtpo COMMAND --help` for a command's options.",
     )
+    parser.add_argument("--version", action="version", version=f"mrtpo {_version()}")
     top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     groups: dict[str, argparse._SubParsersAction] = {}
     for words, (module, help_) in _available().items():
@@ -53,14 +65,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:  # `mrtpo` alone: the commands
+        parser.print_help()
+        return 0
     args = parser.parse_args(argv)
     mod = importlib.import_module(f"mrtpo.cli.{args._module}")
+    name = f"mrtpo {' '.join(args._words)}"
     try:
         return int(mod.run(args) or 0)
-    except (ValueError, FileNotFoundError, KeyError) as e:  # user errors: one clear line, no traceback
+    except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:  # user errors: one line
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"mrtpo {' '.join(args._words)}: error: {msg}", file=sys.stderr)
+        print(f"{name}: error: {' '.join(str(msg).split())}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

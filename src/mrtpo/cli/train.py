@@ -1,45 +1,158 @@
-"""``mrtpo train CONFIG.yaml [--section.key VALUE ...] [--resume [CHECKPOINT]]``.
+"""``mrtpo train CONFIG.yaml [--section.key VALUE ...] [--resume [CHECKPOINT]] [--overwrite]``.
 
 Trains with :class:`mrtpo.MRTPOTrainer` from a YAML config (see ``recipes/`` and
 :mod:`mrtpo.integrations.config`). Writes the run folder (``trl.output_dir``): run.json, metrics.jsonl,
-samples.jsonl and TRL checkpoints. ``--resume`` continues from the latest checkpoint of the run folder
-(or the one named) with its optimizer state, scheduler, RNG and data order.
+samples.jsonl, TRL checkpoints and, at the end, the final model and tokenizer. A non-empty run folder
+is refused unless ``--resume`` (continue from its newest complete checkpoint, or the one named, with its
+optimizer state, scheduler, RNG and data order) or ``--overwrite`` (start again) is given. Ctrl-C saves
+a checkpoint after the current step and prints the command that resumes.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
+import textwrap
+
+
+def fields_help() -> str:
+    """The config fields one may set, grouped (method: mrtpo's; trl: TRL's GRPOConfig, then transformers'
+    TrainingArguments), names only."""
+    from transformers import TrainingArguments
+
+    from mrtpo.integrations.config import DATA_KEYS, MODEL_KEYS, TASK_KEYS, TINY_KEYS, trainer_fields
+
+    base = {f for f in TrainingArguments.__dataclass_fields__}
+    fields = trainer_fields().values()
+    groups = [
+        ("model", [*(k for k in MODEL_KEYS if k != "tiny"), *(f"tiny.{k}" for k in TINY_KEYS)]),
+        ("task", list(TASK_KEYS)),
+        ("data", list(DATA_KEYS)),
+        ("method (mrtpo.MRTPOConfig)", [f.path for f in fields if f.section == "method"]),
+        (
+            "trl: TRL's GRPOConfig",
+            sorted(f.path for f in fields if f.section == "trl" and f.name not in base),
+        ),
+        (
+            "trl: transformers' TrainingArguments",
+            sorted(f.path for f in fields if f.section == "trl" and f.name in base),
+        ),
+    ]
+    lines = ["config fields (--section.key VALUE; defaults: --print-config):"]
+    for title, names in groups:
+        lines.append(f"  {title}:")
+        lines.extend(
+            textwrap.wrap(", ".join(names), width=100, initial_indent="    ", subsequent_indent="    ")
+        )
+    return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("config", help="YAML config (sections model, task, data, method, trl)")
     parser.add_argument(
-        "--print-config", action="store_true", help="print the resolved config (overrides applied) and exit"
+        "--print-config",
+        action="store_true",
+        help="print the resolved config (overrides applied, every default filled in) and exit",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's; 1 is faster when other work loads the cores)",
     )
     parser.add_argument(
         "overrides",
         nargs=argparse.REMAINDER,
         metavar="--section.key VALUE",
-        help="overrides, e.g. --method.beta 0.3 --trl.max_steps=10; --resume [CHECKPOINT] resumes",
+        help="overrides, e.g. --method.credit_beta 0.3 --trl.max_steps=10; --resume [CHECKPOINT] continues "
+        "the run folder; --overwrite starts it again",
     )
+    format_help = parser.format_help
+
+    def lazy_format_help() -> str:  # the field list imports TRL: only when help is asked for
+        if parser.epilog is None:
+            parser.epilog = fields_help()
+        return format_help()
+
+    parser.format_help = lazy_format_help
+
+
+def _resume_command(args: argparse.Namespace, rest: list[str], threads: int | None) -> str:
+    kept, skip = [], False
+    for tok in rest:
+        if skip:
+            skip = False
+            if not tok.startswith("--"):
+                continue
+        if tok == "--resume":
+            skip = True
+            continue
+        if tok.startswith("--resume=") or tok == "--overwrite":
+            continue
+        kept.append(tok)
+    if threads is not None:
+        kept += ["--threads", str(threads)]
+    return shlex.join(["mrtpo", "train", args.config, *kept, "--resume"])
 
 
 def run(args: argparse.Namespace) -> int:
-    from mrtpo.integrations.config import load_config, parse_overrides, train
+    from mrtpo.integrations.config import TrainingInterrupted, load_config, parse_overrides, train
 
     rest = list(args.overrides)
+    threads = args.threads
+    if "--threads" in rest:  # given after the overrides
+        i = rest.index("--threads")
+        threads, rest = int(rest[i + 1]), rest[:i] + rest[i + 2 :]
+    if threads is not None:
+        import torch
+
+        if threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
     print_config = args.print_config
     if "--print-config" in rest:
         rest.remove("--print-config")
         print_config = True
-    pairs, resume = parse_overrides(rest)
+    overwrite = "--overwrite" in rest
+    pairs, resume = parse_overrides([t for t in rest if t != "--overwrite"])
+    if resume and overwrite:
+        raise ValueError("--resume continues the run folder and --overwrite starts it again: give one")
     cfg = load_config(args.config, pairs)
     if print_config:
         import yaml
 
-        print(yaml.safe_dump(cfg.raw, sort_keys=False).rstrip())
+        print(yaml.safe_dump(cfg.resolved(), sort_keys=False).rstrip())
         return 0
     cfg.trainer_config()  # cross-field checks before any model is loaded
-    trainer = train(cfg, resume=resume)
-    print(f"mrtpo train: {trainer.state.global_step} steps; run folder {trainer.args.output_dir}")
+    out = cfg.trainer["output_dir"]
+    try:
+        trainer = train(cfg, resume=resume, overwrite=overwrite)
+    except TrainingInterrupted as e:
+        where = f"saved {e.checkpoint}" if e.checkpoint else "no checkpoint was written"
+        print(
+            f"mrtpo train: interrupted at step {e.step}; {where}; resume with: {_resume_command(args, rest, threads)}",
+            file=sys.stderr,
+        )
+        return 130
+    except KeyboardInterrupt:
+        from mrtpo.integrations.checkpoints import pick_checkpoint
+
+        folder, _ = pick_checkpoint(out)
+        if folder is None:
+            print(
+                f"mrtpo train: interrupted; no complete checkpoint in {out}, nothing to resume",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                f"mrtpo train: interrupted; kept {folder} (later steps are lost); resume with: "
+                f"{_resume_command(args, rest, threads)}",
+                file=sys.stderr,
+            )
+        return 130
+    print(
+        f"mrtpo train: {trainer.state.global_step} steps; run folder and final model: {trainer.args.output_dir}"
+    )
     return 0

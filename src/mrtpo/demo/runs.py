@@ -57,7 +57,7 @@ def run_config(
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
     m = dict(METHODS[method])
-    m.update(beta=rl.credit_beta, log_samples=rl.log_samples)
+    m.update(credit_beta=rl.credit_beta, log_samples=rl.log_samples)
     return {
         "model": {"path": str(warm_start_dir), "dtype": "float32"},
         "task": {"name": "toy", "options": {"seed": 0, "size": rl.task_size}},

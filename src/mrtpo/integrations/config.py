@@ -3,15 +3,18 @@
 A config has five sections (see ``recipes/*.yaml``)::
 
     model:  {path: <local folder or hub id>, dtype: auto}     or  {tiny: {hidden_size: 64, ...}}
-    task:   {name: sql, options: {...}}                        # mrtpo.tasks.load_task(name, **options)
+    task:   {name: sql, options: {...}}          # a built-in task, or module:Class of your own
     data:   {source: <path or null>, split: train, limit: null, eval_split: null, eval_limit: null}
-    method: {advantage_method: gdpo, options: {...}, credit: reward, beta: 0.5, ...}   # mrtpo's fields
-    trl:    {output_dir: runs/x, learning_rate: 1e-6, num_generations: 8, ...}          # GRPOConfig fields
+    method: {advantage_method: gdpo, advantage_options: {...}, credit: reward, credit_beta: 0.5, ...,
+             opsd: {divergence: jsd, beta: 0.5}, cort: {ramp_steps: 50}}
+    trl:    {output_dir: runs/x, learning_rate: 1e-6, num_generations: 8, ...}   # GRPOConfig fields
 
-``method.beta`` is the allocation strength (``MRTPOConfig.credit_beta``) and ``method.options`` the
-advantage method's options (``advantage_options``); every other method key has its ``MRTPOConfig``
-name. ``trl`` takes any ``GRPOConfig`` / ``TrainingArguments`` field (TRL's own ``beta`` is the KL
-coefficient). Overrides address a key by its dotted path: ``--method.beta 0.3``, ``--trl.max_steps=10``;
+The ``method`` section is derived from :class:`~mrtpo.integrations.trl.MRTPOConfig`: every field it adds
+to TRL's ``GRPOConfig`` under its own name, except the options of a baseline (``opsd_*``, ``cort_*``),
+which sit in that baseline's subsection (``opsd_beta`` is ``method.opsd.beta``). ``trl`` takes any
+``GRPOConfig`` / ``TrainingArguments`` field (TRL's own ``beta`` is the KL coefficient; the allocation
+strength is ``method.credit_beta``). Values are checked and converted from the fields' type hints.
+Overrides address a key by its dotted path: ``--method.credit_beta 0.3``, ``--trl.max_steps=10``;
 values are parsed as YAML. Every unknown or ill-typed field is reported at once, in one line, naming
 each field (with the nearest known name).
 
@@ -21,9 +24,18 @@ every word in the loaded examples (plus ``model.tiny.words``): a CPU smoke run, 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import difflib
+import enum
+import importlib
+import importlib.util
+import os
+import re
+import shutil
+import sys
+import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,25 +48,47 @@ MODEL_KEYS = ("path", "dtype", "tiny")
 TINY_KEYS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "seed", "words")
 TASK_KEYS = ("name", "options")
 DATA_KEYS = ("source", "split", "limit", "eval_split", "eval_limit")
-# method key -> MRTPOConfig field
-METHOD_ALIASES = {"beta": "credit_beta", "options": "advantage_options"}
-METHOD_FIELDS = (
-    "advantage_method",
-    "options",
-    "credit",
-    "beta",
-    "loss",
-    "cort_ramp_steps",
-    "opsd_divergence",
-    "opsd_beta",
-    "replay_token_budget",
-    "replay_chunk_size",
-    "replay_prefix_sharing",
-    "run_files",
-    "log_samples",
-    "log_localization",
-)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# method keys of earlier versions -> their name now
+RENAMED = {
+    "beta": "credit_beta",
+    "options": "advantage_options",
+    "opsd_divergence": "opsd.divergence",
+    "opsd_beta": "opsd.beta",
+    "cort_ramp_steps": "cort.ramp_steps",
+}
+# trl.report_to names -> the package each needs (transformers' integrations)
+TRACKERS = {
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "wandb": ("wandb", "wandb"),
+    "trackio": ("trackio", "trackio"),
+    "mlflow": ("mlflow", "mlflow"),
+    "comet_ml": ("comet_ml", "comet-ml"),
+    "clearml": ("clearml", "clearml"),
+    "dvclive": ("dvclive", "dvclive"),
+    "neptune": ("neptune", "neptune"),
+    "swanlab": ("swanlab", "swanlab"),
+    "codecarbon": ("codecarbon", "codecarbon"),
+}
+# what `--overwrite` deletes in a run folder: the run files, checkpoints, TensorBoard logs, final model
+RUN_FILES = (
+    "run.json",
+    "metrics.jsonl",
+    "samples.jsonl",
+    "runs",
+    "checkpoint-*",
+    "model*.safetensors*",
+    "pytorch_model*.bin*",
+    "config.json",
+    "generation_config.json",
+    "tokenizer*",
+    "special_tokens_map.json",
+    "chat_template.*",
+    "vocab.*",
+    "merges.txt",
+    "training_args.bin",
+    "README.md",
+)
 
 
 def _nearest(name: str, known: Sequence[str]) -> str:
@@ -76,10 +110,10 @@ def _load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def parse_overrides(argv: Sequence[str]) -> tuple[list[tuple[str, Any]], str | bool | None]:
-    """``["--method.beta", "0.3", "--trl.max_steps=4", "--resume"]`` -> pairs and the resume target.
+    """``["--method.credit_beta", "0.3", "--trl.max_steps=4", "--resume"]`` -> pairs and the resume target.
 
-    ``--resume`` alone means the latest checkpoint in ``trl.output_dir`` (True); ``--resume PATH`` a
-    checkpoint folder. Values are YAML scalars (``0.3`` a float, ``[1, 2]`` a list, ``null`` None).
+    ``--resume`` alone means the latest complete checkpoint in ``trl.output_dir`` (True); ``--resume
+    PATH`` a checkpoint folder. Values are YAML scalars (``0.3`` a float, ``[1, 2]`` a list, ``null`` None).
     """
     pairs: list[tuple[str, Any]] = []
     resume: str | bool | None = None
@@ -128,17 +162,53 @@ def apply_overrides(raw: dict[str, Any], pairs: Sequence[tuple[str, Any]]) -> di
     return out
 
 
-def _coerce(value: Any, default: Any, hint: Any) -> tuple[Any, str | None]:
-    """Coerce YAML scalars to a field's type where unambiguous; return (value, error or None)."""
-    origin = typing.get_origin(hint)
-    if default is None and isinstance(value, str):  # optional numbers: "1e-3" from YAML 1.1 / the CLI
-        for kind in (int, float):
-            if kind in typing.get_args(hint):
-                try:
-                    return kind(value), None
-                except ValueError:
-                    pass
+# ---------------------------------------------------------------------------- fields and types
+
+
+def _is_union(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+def _enum_in(hint: Any) -> type[enum.Enum] | None:
+    for h in typing.get_args(hint) if _is_union(hint) else (hint,):
+        if isinstance(h, type) and issubclass(h, enum.Enum):
+            return h
+    return None
+
+
+def _coerce(value: Any, hint: Any) -> tuple[Any, str | None]:
+    """Check ``value`` against a field's type hint, converting YAML scalars where unambiguous.
+
+    Returns ``(value, None)`` or ``(value, error)``. YAML 1.1 reads ``1e-6`` as a string (converted to a
+    number for numeric fields) and ``no``/``yes`` as booleans (converted back for text / enum fields,
+    e.g. ``save_strategy: no``).
+    """
+    if hint is typing.Any or hint is None:
         return value, None
+    kind = _enum_in(hint)
+    if kind is not None:  # e.g. SaveStrategy | str: the enum's values are the choices
+        if value is None and _is_union(hint) and type(None) in typing.get_args(hint):
+            return None, None
+        if isinstance(value, bool):
+            value = "yes" if value else "no"
+        choices = [e.value for e in kind]
+        if isinstance(value, kind) or value in choices:
+            return value, None
+        return value, f"{value!r} is not one of {', '.join(map(str, choices))}"
+    if _is_union(hint):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None, None
+        errors = []
+        for h in args:
+            if h is type(None):
+                continue
+            v, err = _coerce(value, h)
+            if err is None:
+                return v, None
+            errors.append(err)
+        return value, errors[0] if errors else None
+    origin = typing.get_origin(hint)
     if origin is typing.Literal:
         choices = typing.get_args(hint)
         return (
@@ -146,32 +216,107 @@ def _coerce(value: Any, default: Any, hint: Any) -> tuple[Any, str | None]:
             if value in choices
             else (value, f"{value!r} is not one of {', '.join(map(str, choices))}")
         )
-    if isinstance(default, bool):
+    if hint is bool:
         return (value, None) if isinstance(value, bool) else (value, f"{value!r} is not true/false")
-    if isinstance(default, int) and not isinstance(default, bool):
+    if hint is int:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-            if value is None and type(None) in typing.get_args(hint):
-                return value, None
+            if isinstance(value, str):
+                try:
+                    return int(value), None
+                except ValueError:
+                    pass
             return value, f"{value!r} is not an integer"
         return int(value), None
-    if isinstance(default, float):
+    if hint is float:
         if isinstance(value, str):
             try:
-                return float(value), None  # YAML 1.1 reads 1e-6 as a string
+                return float(value), None
             except ValueError:
                 return value, f"{value!r} is not a number"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            if value is None and type(None) in typing.get_args(hint):
-                return value, None
             return value, f"{value!r} is not a number"
         return float(value), None
+    if hint is str:
+        if isinstance(value, bool):
+            return ("yes" if value else "no"), None
+        if isinstance(value, (int, float)):
+            return str(value), None
+        return (value, None) if isinstance(value, str) else (value, f"{value!r} is not a string")
+    if hint is list or origin is list:
+        return (value, None) if isinstance(value, (list, tuple)) else (value, f"{value!r} is not a list")
+    if hint is dict or origin is dict:
+        return (value, None) if isinstance(value, dict) else (value, f"{value!r} is not a mapping")
     return value, None
 
 
-def _config_fields() -> dict[str, dataclasses.Field]:
+def _config_class():
     from mrtpo.integrations.trl import MRTPOConfig
 
-    return {f.name: f for f in dataclasses.fields(MRTPOConfig) if f.init and not f.name.startswith("_")}
+    return MRTPOConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """A trainer field as the config addresses it: ``path`` under ``section`` maps to ``name``."""
+
+    section: str  # "method" or "trl"
+    path: str  # "credit_beta", "opsd.beta", "learning_rate"
+    name: str  # the MRTPOConfig attribute
+    hint: Any
+    default: Any
+    help: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.section}.{self.path}"
+
+
+def trainer_fields() -> dict[str, Field]:
+    """Every MRTPOConfig field by config key (``method.credit_beta``, ``method.opsd.beta``, ``trl.seed``).
+
+    Derived from the dataclass: fields MRTPOConfig adds to GRPOConfig form the ``method`` section, a
+    field named ``<sub>_<rest>`` with ``<sub>`` in ``MRTPOConfig.METHOD_SUBSECTIONS`` sits at
+    ``method.<sub>.<rest>``, and every other field is ``trl.<name>``.
+    """
+    from trl import GRPOConfig
+
+    cls = _config_class()
+    hints = typing.get_type_hints(cls)
+    base = {f.name for f in dataclasses.fields(GRPOConfig)}
+    out: dict[str, Field] = {}
+    for f in dataclasses.fields(cls):
+        if not f.init or f.name.startswith("_"):
+            continue
+        section, path = ("trl", f.name) if f.name in base else ("method", f.name)
+        if section == "method":
+            for sub in cls.METHOD_SUBSECTIONS:
+                if f.name.startswith(sub + "_"):
+                    path = f"{sub}.{f.name[len(sub) + 1 :]}"
+        default = f.default if f.default is not dataclasses.MISSING else None
+        if f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        fld = Field(section, path, f.name, hints.get(f.name), default, str(f.metadata.get("help", "")))
+        out[fld.key] = fld
+    return out
+
+
+def field_key(name: str) -> str:
+    """The config key of the MRTPOConfig attribute ``name`` (``opsd_beta`` -> ``method.opsd.beta``)."""
+    for key, f in trainer_fields().items():
+        if f.name == name:
+            return key
+    return name
+
+
+def _flatten(section: dict[str, Any], subsections: Sequence[str]) -> list[tuple[str, Any]]:
+    """``{credit: reward, opsd: {beta: 0.3}}`` -> ``[("credit", "reward"), ("opsd.beta", 0.3)]``."""
+    out = []
+    for key, value in section.items():
+        if key in subsections and isinstance(value, dict):
+            out.extend((f"{key}.{k}", v) for k, v in value.items())
+        else:
+            out.append((str(key), value))
+    return out
 
 
 @dataclasses.dataclass
@@ -230,7 +375,9 @@ class RunConfig:
         check_keys("task", TASK_KEYS)
         task = dict(sections["task"])
         if not isinstance(task.get("name"), str) or not task.get("name"):
-            errors.append("field 'task.name' is required (e.g. sql, instruct, tools, toy)")
+            errors.append(
+                "field 'task.name' is required (e.g. sql, instruct, tools, toy, or mypkg.mod:MyTask)"
+            )
         task.setdefault("options", {})
         if not isinstance(task["options"], dict):
             errors.append("field 'task.options' must be a mapping of the task's constructor arguments")
@@ -244,38 +391,33 @@ class RunConfig:
                 errors.append(f"field 'data.{key}': {v!r} is not a positive integer")
         if data["source"] is not None:
             data["source"] = str(data["source"])
-        # method + trl -> MRTPOConfig fields
-        fields = _config_fields()
-        hints = typing.get_type_hints(_mrtpo_config_class())
-        method_fields = {METHOD_ALIASES.get(k, k) for k in METHOD_FIELDS}
+        # method + trl -> MRTPOConfig fields, checked against their type hints
+        fields = trainer_fields()
+        subsections = _config_class().METHOD_SUBSECTIONS
+        method_keys = [f.path for f in fields.values() if f.section == "method"]
+        trl_keys = {f.path for f in fields.values() if f.section == "trl"}
         trainer: dict[str, Any] = {}
-        for key, value in sections["method"].items():
-            name = METHOD_ALIASES.get(key, key)
-            if key not in METHOD_FIELDS:
-                where = (
-                    " (a TRL field: put it under 'trl')" if key in fields and key not in method_fields else ""
-                )
-                errors.append(f"unknown field 'method.{key}'{where or _nearest(key, METHOD_FIELDS)}")
-                continue
-            trainer[name] = value
-        trl_known = [n for n in fields if n not in method_fields]
-        for key, value in sections["trl"].items():
-            if key not in fields or key in method_fields:
-                if key in method_fields or key in METHOD_ALIASES:
-                    errors.append(f"field 'trl.{key}' belongs in the 'method' section")
-                else:
-                    errors.append(f"unknown field 'trl.{key}'{_nearest(key, trl_known)}")
-                continue
-            trainer[key] = value
-        for name, value in list(trainer.items()):
-            f = fields[name]
-            default = f.default if f.default is not dataclasses.MISSING else None
-            coerced, err = _coerce(value, default, hints.get(name))
-            if err:
-                sec = "method" if name in method_fields else "trl"
-                key = {v: k for k, v in METHOD_ALIASES.items()}.get(name, name) if sec == "method" else name
-                errors.append(f"field '{sec}.{key}': {err}")
-            trainer[name] = coerced
+        for sec in ("method", "trl"):
+            entries = _flatten(sections[sec], subsections if sec == "method" else ())
+            known = method_keys if sec == "method" else sorted(trl_keys)
+            for path, value in entries:
+                f = fields.get(f"{sec}.{path}")
+                if f is None:
+                    if sec == "method" and path in RENAMED:
+                        errors.append(f"field 'method.{path}' is now 'method.{RENAMED[path]}'")
+                    elif sec == "method" and path in trl_keys:
+                        errors.append(f"unknown field 'method.{path}' (a TRL field: put it under 'trl')")
+                    elif sec == "trl" and (path in method_keys or path in RENAMED):
+                        errors.append(f"field 'trl.{path}' belongs in the 'method' section")
+                    elif sec == "method" and path in subsections:
+                        errors.append(f"field 'method.{path}' must be a mapping of the {path} options")
+                    else:
+                        errors.append(f"unknown field '{sec}.{path}'{_nearest(path, known)}")
+                    continue
+                coerced, err = _coerce(value, f.hint)
+                if err:
+                    errors.append(f"field '{f.key}': {err}")
+                trainer[f.name] = coerced
         if "output_dir" not in trainer:
             errors.append("field 'trl.output_dir' is required (the run folder)")
         if errors:
@@ -284,18 +426,83 @@ class RunConfig:
 
     def trainer_config(self):
         """The :class:`~mrtpo.integrations.trl.MRTPOConfig`; its own cross-field errors name the field."""
-        from mrtpo.integrations.trl import MRTPOConfig
-
+        cls = _config_class()
         try:
-            return MRTPOConfig(**self.trainer)
+            return cls(**self.trainer)
         except (ValueError, TypeError) as e:
-            raise ValueError("invalid config: " + " ".join(str(e).split())) from None
+            msg = " ".join(str(e).split())
+            m = re.match(r"(\w+)=(.*)", msg)
+            if m and m.group(1) in {f.name for f in trainer_fields().values()}:
+                msg = f"field '{field_key(m.group(1))}': {m.group(2)}"
+            raise ValueError("invalid config: " + msg) from None
+
+    def check_environment(self) -> None:
+        """Raise one ValueError naming each field that asks for what is not installed here (a tracker,
+        vLLM, Liger kernels) or not possible with this model (a KL reference model for ``model.tiny``).
+        Run before training; a config can be validated on a machine that could not run it."""
+        errors = _environment_errors(self.model, self.trainer)
+        if errors:
+            raise ValueError("invalid config: " + "; ".join(errors))
+
+    def resolved(self) -> dict[str, Any]:
+        """The config with every default filled in (what ``--print-config`` shows)."""
+        args = self.trainer_config()
+        values = args.to_dict()
+        method: dict[str, Any] = {}
+        trl: dict[str, Any] = {}
+        for f in trainer_fields().values():
+            value = getattr(args, f.name) if f.section == "method" else values.get(f.name)
+            node = method if f.section == "method" else trl
+            *subs, last = f.path.split(".")
+            for sub in subs:
+                node = node.setdefault(sub, {})
+            node[last] = _plain(value)
+        return {"model": self.model, "task": self.task, "data": self.data, "method": method, "trl": trl}
 
 
-def _mrtpo_config_class():
-    from mrtpo.integrations.trl import MRTPOConfig
+def _plain(value: Any) -> Any:
+    """A YAML-safe copy (enums by value, other objects by their text)."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
 
-    return MRTPOConfig
+
+def _environment_errors(model: dict[str, Any], trainer: dict[str, Any]) -> list[str]:
+    """Fields that ask for what is not installed or not possible with this model: one message each."""
+    errors = []
+    report_to = trainer.get("report_to")
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    for name in names:
+        if name in TRACKERS:
+            module, package = TRACKERS[name]
+            if importlib.util.find_spec(module) is None:
+                errors.append(
+                    f"field 'trl.report_to': {name!r} needs the {package} package (pip install {package}), "
+                    f"or remove it from trl.report_to"
+                )
+    if trainer.get("use_vllm") is True and importlib.util.find_spec("vllm") is None:
+        errors.append(
+            "field 'trl.use_vllm': vllm is not installed (pip install vllm; it needs a GPU); "
+            "set trl.use_vllm false to generate with transformers"
+        )
+    if trainer.get("use_liger_kernel") is True and importlib.util.find_spec("liger_kernel") is None:
+        errors.append(
+            "field 'trl.use_liger_kernel': liger-kernel is not installed (pip install liger-kernel; "
+            "it needs a GPU); set trl.use_liger_kernel false"
+        )
+    beta = trainer.get("beta")
+    if model.get("tiny") is not None and isinstance(beta, (int, float)) and beta > 0:
+        errors.append(
+            f"field 'trl.beta': {beta} (TRL's KL coefficient) loads a reference model from model.path; "
+            "model.tiny runs with trl.beta 0 only (the allocation strength is method.credit_beta)"
+        )
+    return errors
 
 
 def load_config(
@@ -345,6 +552,59 @@ def _hf_model_and_tokenizer(path: str, dtype: str):
         raise FileNotFoundError(f"field 'model.path': cannot load {path!r}: {first}") from None
 
 
+def load_task_spec(name: str, options: dict[str, Any] | None = None):
+    """Build the task named by ``task.name``: a built-in name (``toy``) or ``module:Class``, an importable
+    :class:`~mrtpo.tasks.base.Task` subclass of your own (``mypkg.tasks:MyTask``), with ``options``."""
+    from mrtpo.tasks import TASKS, Task, load_task
+
+    options = dict(options or {})
+    if ":" in name:
+        module_name, _, class_name = name.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise ValueError(
+                f"field 'task.name': cannot import module {module_name!r} of {name!r} ({e}); "
+                "is its package installed or on PYTHONPATH?"
+            ) from None
+        cls = getattr(module, class_name, None)
+        if cls is None:
+            raise ValueError(f"field 'task.name': module {module_name!r} has no {class_name!r}")
+        if not (isinstance(cls, type) and issubclass(cls, Task)):
+            raise ValueError(f"field 'task.name': {name!r} is not a subclass of mrtpo.tasks.Task")
+    else:
+        if name not in TASKS:
+            _import_builtin_tasks()
+        if name not in TASKS:
+            hint = "; a task of your own is given as module:Class (e.g. mypkg.tasks:MyTask)"
+            raise ValueError(
+                f"field 'task.name': unknown task {name!r}{_nearest(name, TASKS.names())}; "
+                f"known: {', '.join(TASKS.names())}{hint}"
+            )
+        return _construct(lambda: load_task(name, **options))
+    return _construct(lambda: cls(**options))
+
+
+def _construct(make):
+    try:
+        return make()
+    except TypeError as e:
+        raise ValueError(f"invalid config: field 'task.options': {e}") from None
+
+
+def _import_builtin_tasks() -> None:
+    """Import every task package under ``mrtpo.tasks`` so the registry lists them (they register on
+    import; a task whose extra is not installed is left out)."""
+    import pkgutil
+
+    import mrtpo.tasks as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.ispkg:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(f"mrtpo.tasks.{info.name}")
+
+
 def build_trainer(
     config: RunConfig,
     *,
@@ -361,14 +621,11 @@ def build_trainer(
     would load (programmatic use: the demo passes its own warm-started model).
     """
     from mrtpo.integrations.trl import MRTPOTrainer
-    from mrtpo.tasks import load_task
 
     args = config.trainer_config()
+    config.check_environment()
     if task is None:
-        try:
-            task = load_task(config.task["name"], **config.task["options"])
-        except TypeError as e:
-            raise ValueError(f"invalid config: field 'task.options': {e}") from None
+        task = load_task_spec(config.task["name"], config.task["options"])
     d = config.data
     if train_examples is None:
         train_examples = task.load(d["source"], split=d["split"], limit=d["limit"])
@@ -400,35 +657,155 @@ def build_trainer(
     )
 
 
+class RunFolderNotEmpty(ValueError):
+    """``trl.output_dir`` holds an earlier run and neither resume nor overwrite was asked for."""
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped on Ctrl-C (SIGINT) after saving a checkpoint.
+
+    Attributes: ``step`` (the last optimizer step), ``checkpoint`` (its folder), ``trainer``.
+    """
+
+    def __init__(self, step: int, checkpoint: Path | None, trainer) -> None:
+        super().__init__(f"interrupted at step {step}")
+        self.step, self.checkpoint, self.trainer = step, checkpoint, trainer
+
+
+def _prepare_run_folder(out: Path, overwrite: bool) -> None:
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not overwrite:
+        first = ("run.json", "metrics.jsonl", "samples.jsonl", "model.safetensors")
+        held = sorted((p.name for p in out.iterdir()), key=lambda n: (n not in first, n))
+        n_ckpt = sum(1 for h in held if h.startswith("checkpoint-"))
+        shown = [h for h in held if not h.startswith("checkpoint-")][:4]
+        if n_ckpt:
+            shown.append(f"{n_ckpt} checkpoint(s)")
+        raise RunFolderNotEmpty(
+            f"run folder {str(out)!r} is not empty ({', '.join(shown)}): add --resume to continue that run, "
+            "--overwrite to delete its run files and checkpoints and start again, or choose another "
+            "--trl.output_dir"
+        )
+    if int(os.environ.get("RANK", "0")) != 0:  # several processes (accelerate launch): the first deletes
+        return
+    for pattern in RUN_FILES:
+        for p in out.glob(pattern):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+
+
+def _resume_target(out: Path, resume: str | bool, log) -> str:
+    from mrtpo.integrations.checkpoints import checkpoint_problems, pick_checkpoint
+
+    if isinstance(resume, str):
+        if not Path(resume).is_dir():
+            raise FileNotFoundError(f"checkpoint folder {resume!r} does not exist")
+        problems = checkpoint_problems(resume)
+        if problems:
+            raise ValueError(
+                f"checkpoint {resume!r} cannot be resumed exactly: {', '.join(problems)}; "
+                "give a complete checkpoint-N folder (or --resume alone: the newest complete one)"
+            )
+        return resume
+    folder, skipped = pick_checkpoint(out)
+    if folder is None:
+        if not skipped:
+            raise FileNotFoundError(f"--resume: no checkpoint-* folder in {str(out)!r}")
+        raise ValueError(
+            f"--resume: no complete checkpoint in {str(out)!r} ("
+            + "; ".join(f"{p.name}: {', '.join(pr)}" for p, pr in skipped)
+            + ")"
+        )
+    for p, problems in skipped:
+        log(f"{p.name} is incomplete ({', '.join(problems)}): resuming from {folder.name} instead")
+    return str(folder)
+
+
+def _interrupt_callback():
+    from transformers import TrainerCallback
+
+    class StopOnInterrupt(TrainerCallback):
+        """After the first SIGINT: finish the current optimizer step, save a checkpoint, stop."""
+
+        requested = False
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.requested:
+                control.should_save = True
+                control.should_training_stop = True
+
+    return StopOnInterrupt()
+
+
 def train(
     config: RunConfig | dict | str | Path,
     overrides: Sequence[tuple[str, Any]] = (),
     *,
     resume: str | bool | None = None,
+    overwrite: bool = False,
+    save_final: bool = True,
+    log=None,
     **build_kwargs,
 ):
     """Train from a config (a :class:`RunConfig`, a raw dict or a YAML path); returns the trainer.
 
+    The run folder (``trl.output_dir``) must be empty or absent, unless ``resume`` (continue it) or
+    ``overwrite`` (delete its run files, checkpoints, logs and model first). At the end the model and
+    tokenizer are saved into it (``trainer.save_model()``; loadable with ``from_pretrained``).
+
+    Ctrl-C (SIGINT, in the main thread) stops after the current optimizer step, saves a checkpoint and
+    raises :class:`TrainingInterrupted`; a second Ctrl-C stops at once (KeyboardInterrupt).
+
     Args:
         overrides: dotted ``(key, value)`` pairs applied on top of the config.
-        resume: True for the latest checkpoint in ``trl.output_dir``, a checkpoint folder, or None.
+        resume: True for the newest complete checkpoint in ``trl.output_dir`` (incomplete newer ones are
+            skipped and named through ``log``), a checkpoint folder (refused when incomplete), or None.
+        overwrite: start again in a non-empty run folder.
+        save_final: save the final model and tokenizer into ``trl.output_dir``.
+        log: a ``str -> None`` for notices (default: print to stderr).
         build_kwargs: see :func:`build_trainer` (model, tokenizer, task, train_examples, ...).
     """
+    import signal
+    import threading
+
+    log = log or (lambda msg: print(f"mrtpo train: {msg}", file=sys.stderr, flush=True))
     if isinstance(config, RunConfig):
         cfg = load_config(raw=config.raw, overrides=overrides)
     elif isinstance(config, dict):
         cfg = load_config(raw=config, overrides=overrides)
     else:
         cfg = load_config(config, overrides)
-    if isinstance(resume, str):
-        if not Path(resume).is_dir():
-            raise FileNotFoundError(f"checkpoint folder {resume!r} does not exist")
-    elif resume:
-        from transformers.trainer_utils import get_last_checkpoint
-
-        out = cfg.trainer["output_dir"]
-        if not Path(out).is_dir() or get_last_checkpoint(out) is None:
-            raise FileNotFoundError(f"--resume: no checkpoint-* folder in {out!r}")
+    out = Path(cfg.trainer["output_dir"])
+    if resume:
+        resume = _resume_target(out, resume, log)
+    else:
+        cfg.trainer_config()  # a bad field fails before anything is deleted
+        cfg.check_environment()
+        _prepare_run_folder(out, overwrite)
     trainer = build_trainer(cfg, **build_kwargs)
-    trainer.train(resume_from_checkpoint=resume or None)
+    stopper = _interrupt_callback()
+    trainer.add_callback(stopper)
+
+    def on_sigint(signum, frame):
+        if stopper.requested:
+            raise KeyboardInterrupt
+        stopper.requested = True
+        log("Ctrl-C: stopping after this step and saving a checkpoint (Ctrl-C again to stop at once)")
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
+    try:
+        trainer.train(resume_from_checkpoint=resume or None)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
+    if stopper.requested:
+        step = trainer.state.global_step
+        folder = out / f"checkpoint-{step}"
+        raise TrainingInterrupted(step, folder if folder.is_dir() else None, trainer)
+    if save_final:
+        trainer.save_model()
     return trainer

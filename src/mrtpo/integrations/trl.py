@@ -56,6 +56,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from accelerate.utils import gather
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import RepeatSampler
 
 from mrtpo import advantages as adv_registry
 from mrtpo import credit as credit_mod
@@ -89,11 +90,14 @@ class MRTPOConfig(GRPOConfig):
     """TRL's ``GRPOConfig`` plus the multi-reward method, token credit and the baselines.
 
     TRL's own ``beta`` is the KL coefficient to a reference model; the allocation strength of DESIGN
-    section 5 is ``credit_beta`` here (``method.beta`` in YAML configs). TRL's ``reward_weights`` are
-    the weights w_k of the advantage methods.
+    section 5 is ``credit_beta`` (the same name in YAML configs, on the command line, in run.json and in
+    reports). TRL's ``reward_weights`` are the weights w_k of the advantage methods.
     """
 
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "advantage_options"]
+    METHOD_SUBSECTIONS: ClassVar[tuple[str, ...]] = ("opsd", "cort")
+    """Baselines whose options (fields ``<name>_*``) form a subsection of a config's ``method``
+    section: ``opsd_beta`` is ``method.opsd.beta`` (:mod:`mrtpo.integrations.config`)."""
 
     advantage_method: str = field(
         default="gdpo",
@@ -230,6 +234,30 @@ def _has_dropout(model) -> bool:
     return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
 
+class EpochRepeatSampler(RepeatSampler):
+    """TRL's ``RepeatSampler`` whose permutation is a function of (seed, epoch).
+
+    TRL's sampler draws each epoch's permutation from one generator seeded once, so the order of epoch
+    ``e`` depends on how many times the sampler was iterated before. A resumed run builds a fresh
+    sampler and, in epoch ``e >= 1``, would replay epoch 0's order. Here the Trainer's ``set_epoch``
+    (called before every epoch, including the resumed one) fixes the epoch, and iterating reseeds the
+    generator and skips the permutations of the earlier epochs: the same order as an uninterrupted TRL
+    run, whether or not the run was resumed.
+    """
+
+    epoch: int = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        if self.shuffle and self.seed is not None:
+            self.generator.manual_seed(self.seed)
+            for _ in range(self.epoch):
+                torch.randperm(self.num_samples, generator=self.generator)
+        return super().__iter__()
+
+
 def _reward_column(name: str):
     """A named placeholder reward function: TRL needs K named reward functions; scoring happens in
     :meth:`MRTPOTrainer._calculate_rewards` through the verifier objects."""
@@ -363,7 +391,7 @@ class MRTPOTrainer(GRPOTrainer):
             "advantage_method": a.advantage_method,
             "advantage_options": a.advantage_options or {},
             "credit": a.credit,
-            "beta": a.credit_beta,
+            "credit_beta": a.credit_beta,
             "loss": a.loss,
             "seed": a.seed,
             "reward_names": self.reward_names,
@@ -376,6 +404,20 @@ class MRTPOTrainer(GRPOTrainer):
 
     def _unwrapped(self):
         return self.accelerator.unwrap_model(self.model)
+
+    def _get_train_sampler(self, dataset=None):
+        """TRL's sampler, made resumable across epochs (:class:`EpochRepeatSampler`)."""
+        base = super()._get_train_sampler(dataset)
+        if type(base) is not RepeatSampler:
+            return base
+        return EpochRepeatSampler(
+            data_source=base.data_source,
+            mini_repeat_count=base.mini_repeat_count,
+            batch_size=base.batch_size,
+            repeat_count=base.repeat_count,
+            shuffle=base.shuffle,
+            seed=base.seed,
+        )
 
     # ------------------------------------------------------------------ seam 1: rewards
 

@@ -12,6 +12,15 @@ def _check_path(name_or_path: str) -> None:
         raise FileNotFoundError(f"model path {name_or_path!r} does not exist")
 
 
+def _offline_error(name_or_path: str, e: OSError) -> FileNotFoundError:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return FileNotFoundError(
+        f"model {name_or_path!r} is not a local folder and could not be fetched from the Hugging Face hub "
+        f"({first}); give a folder saved with save_pretrained (e.g. the final model of a `mrtpo train` run, "
+        "or mrtpo-demo/warmstart after `mrtpo demo`)"
+    )
+
+
 def load_tokenizer(name_or_path: str):
     """The tokenizer saved at ``name_or_path``.
 
@@ -26,7 +35,12 @@ def load_tokenizer(name_or_path: str):
     cfg = Path(name_or_path).expanduser() / "tokenizer_config.json"
     if cfg.is_file() and json.loads(cfg.read_text()).get("tokenizer_class") == "TokenizersBackend":
         return PreTrainedTokenizerFast.from_pretrained(name_or_path)
-    return AutoTokenizer.from_pretrained(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path)
+    except OSError as e:  # a hub id that is not cached and cannot be downloaded (offline), or unknown
+        if Path(name_or_path).expanduser().is_dir():
+            raise
+        raise _offline_error(name_or_path, e) from None
 
 
 def load_model_and_tokenizer(
@@ -47,6 +61,7 @@ def load_model_and_tokenizer(
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}")
     tokenizer = load_tokenizer(name_or_path)
+    _check_weights(name_or_path)
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
     if device == "auto":
@@ -54,3 +69,40 @@ def load_model_and_tokenizer(
     if device is not None:
         model = model.to(device)
     return (model.eval() if eval_mode else model), tokenizer
+
+
+def safetensors_problem(path: str | Path) -> str | None:
+    """Why the ``.safetensors`` file at ``path`` cannot be read whole (None when it can).
+
+    Reads only the header: 8 bytes of little-endian header length, the JSON header, and the tensors'
+    data offsets; the file must be exactly as long as the header says (a save cut short is shorter).
+    """
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with p.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return f"{p.name} is truncated ({size} bytes)"
+            n = int.from_bytes(head, "little")
+            if n > size - 8:
+                return f"{p.name} is truncated (header of {n} bytes, file of {size})"
+            header = json.loads(f.read(n))
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        return f"{p.name} cannot be read ({type(e).__name__})"
+    if not isinstance(header, dict):
+        return f"{p.name} has no valid header"
+    end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    if size != 8 + n + end:
+        return f"{p.name} is truncated or corrupt ({size} bytes, {8 + n + end} expected)"
+    return None
+
+
+def _check_weights(name_or_path: str) -> None:
+    folder = Path(name_or_path).expanduser()
+    if not folder.is_dir():
+        return
+    for f in sorted(folder.glob("*.safetensors")):
+        problem = safetensors_problem(f)
+        if problem:
+            raise ValueError(f"model {name_or_path!r}: {problem}; save the model again or use another folder")

@@ -53,7 +53,7 @@ def _read_json(path: Path, what: str) -> Any:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from None
+        raise ValueError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
 
 
 def _keys_from_tables(tables_path: Path | None) -> dict[str, tuple[tuple, tuple]]:

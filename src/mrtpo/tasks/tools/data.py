@@ -126,7 +126,13 @@ def _json_rows(path: Path) -> list[dict]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        data = [json.loads(line) for line in text.splitlines() if line.strip()]
+        data = []
+        for n, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    data.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{n}: not a JSON line ({e.msg}, column {e.colno})") from None
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):

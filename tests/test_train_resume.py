@@ -1,0 +1,221 @@
+"""`mrtpo train`: exact resume across epochs, checkpoints cut short by SIGKILL, Ctrl-C (SIGINT)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from mrtpo.cli.main import main
+from mrtpo.integrations.checkpoints import checkpoint_problems, pick_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = str(ROOT / "recipes" / "tiny_cpu.yaml")
+# 4 prompts, 2 per step: an epoch is 2 optimizer steps
+SMALL = [
+    "--task.options.size=32",
+    "--data.limit=4",
+    "--trl.per_device_train_batch_size=8",
+    "--trl.num_generations=4",
+    "--trl.max_completion_length=6",
+    "--trl.logging_steps=1",
+    "--trl.report_to=[]",
+    "--trl.disable_tqdm=true",
+    "--model.tiny.hidden_size=32",
+    "--method.log_samples=8",
+]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def _prompts(run: Path) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for line in (run / "samples.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        out.setdefault(r["step"], []).append(r["prompt"])
+    return out
+
+
+def _metrics(run: Path) -> dict[int, dict]:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in rows if "loss" in r}
+
+
+def test_sampler_order_is_a_function_of_the_epoch():
+    """EpochRepeatSampler after set_epoch(e) yields what TRL's sampler yields on its (e+1)-th pass."""
+    from trl.trainer.utils import RepeatSampler
+
+    from mrtpo.integrations.trl import EpochRepeatSampler
+
+    kw = dict(data_source=list(range(10)), mini_repeat_count=2, batch_size=3, repeat_count=1, seed=7)
+    trl_sampler = RepeatSampler(**kw)
+    passes = [list(trl_sampler) for _ in range(3)]
+    assert passes[0] != passes[1]  # TRL reshuffles every pass
+    for epoch in (2, 0, 1):  # any order, any fresh instance: the epoch alone fixes the permutation
+        ours = EpochRepeatSampler(**kw)
+        ours.set_epoch(epoch)
+        assert list(ours) == passes[epoch]
+
+
+def test_resume_across_an_epoch_boundary_equals_the_uninterrupted_run(tmp_path):
+    """5 steps (epochs of 2 steps) vs the same run resumed from its step-3 checkpoint: steps 4 (epoch 1)
+    and 5 (epoch 2) see the same prompts and rewards, and the weights end equal."""
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    common = [*SMALL, "--trl.max_steps=5", "--trl.save_steps=3"]
+    assert main(["train", RECIPE, *common, f"--trl.output_dir={full}"]) == 0
+    resumed.mkdir()
+    shutil.copytree(full / "checkpoint-3", resumed / "checkpoint-3")
+    assert main(["train", RECIPE, *common, f"--trl.output_dir={resumed}", "--resume"]) == 0
+    a, b = _prompts(full), _prompts(resumed)
+    assert sorted(b) == [4, 5] and all(len(b[s]) == 8 for s in b)
+    assert a[4] == b[4] and a[5] == b[5]
+    assert a[4] != a[2]  # epoch 1 is not epoch 0 again (TRL reshuffles every epoch)
+    ma, mb = _metrics(full), _metrics(resumed)
+    for step in (4, 5):
+        assert mb[step]["reward"] == ma[step]["reward"]
+        assert mb[step]["loss"] == ma[step]["loss"]
+    wa, wb = _weights(full / "checkpoint-5"), _weights(resumed / "checkpoint-5")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    w3 = _weights(full / "checkpoint-3")
+    assert max((wa[k] - w3[k]).abs().max().item() for k in wa) > 1e-4  # steps 4-5 did train
+    # the final model saved at the end is the step-5 weights
+    assert all(torch.equal(wa[k], _weights(full)[k]) for k in wa)
+
+
+KILL_DURING_SAVE = """
+import os, signal, sys
+from transformers import Trainer
+original = Trainer._save_optimizer_and_scheduler
+def save(self, output_dir):
+    if output_dir.endswith("checkpoint-4"):  # weights written, optimizer not yet: killed mid-save
+        os.kill(os.getpid(), signal.SIGKILL)
+    return original(self, output_dir)
+Trainer._save_optimizer_and_scheduler = save
+from mrtpo.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigkill_during_a_checkpoint_save_then_resume(tmp_path, capsys):
+    run = tmp_path / "run"
+    common = [*SMALL, "--trl.max_steps=5", "--trl.save_steps=2", f"--trl.output_dir={run}"]
+    script = tmp_path / "kill_during_save.py"
+    script.write_text(KILL_DURING_SAVE)
+    proc = subprocess.run(
+        [sys.executable, str(script), "train", RECIPE, *common],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert (run / "checkpoint-4" / "model.safetensors").is_file()
+    assert checkpoint_problems(run / "checkpoint-4")[:1] == ["no trainer_state.json"]
+    assert "no optimizer.pt (the optimizer would restart)" in checkpoint_problems(run / "checkpoint-4")
+    assert checkpoint_problems(run / "checkpoint-2") == []
+    assert pick_checkpoint(run)[0] == run / "checkpoint-2"
+    # naming the partial checkpoint is refused in one line
+    rc = main(["train", RECIPE, *common, f"--resume={run / 'checkpoint-4'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "cannot be resumed exactly: no trainer_state.json" in err[0]
+    # --resume takes the newest complete checkpoint and says so
+    rc = main(["train", RECIPE, *common, "--resume"])
+    err = capsys.readouterr().err
+    assert rc == 0
+    assert "checkpoint-4 is incomplete (no trainer_state.json, " in err
+    assert "resuming from checkpoint-2 instead" in err
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4, 5]  # one line per step: 3-4 rewritten
+    assert checkpoint_problems(run / "checkpoint-4") == []  # saved again, complete
+
+
+def test_incomplete_or_truncated_checkpoints_are_refused_in_one_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    common = [*SMALL, "--trl.max_steps=2", "--trl.save_steps=2", f"--trl.output_dir={run}"]
+    assert main(["train", RECIPE, *common]) == 0
+    capsys.readouterr()
+    ckpt = run / "checkpoint-2"
+    cases = {
+        "no_optimizer": ("optimizer.pt", "no optimizer.pt (the optimizer would restart)"),
+        "no_rng": ("rng_state.pth", "no rng_state.pth"),
+        "truncated_weights": ("model.safetensors", "model.safetensors is truncated"),
+    }
+    for name, (file, message) in cases.items():
+        bad = tmp_path / name
+        shutil.copytree(ckpt, bad)
+        if name == "truncated_weights":
+            data = (bad / file).read_bytes()
+            (bad / file).write_bytes(data[: len(data) // 2])
+        else:
+            (bad / file).unlink()
+        rc = main(["train", RECIPE, *common, "--trl.max_steps=3", f"--resume={bad}"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and message in err[0], (name, err)
+    # a model folder with truncated weights: the CLI's one-line error, not a traceback
+    final = tmp_path / "final"
+    shutil.copytree(run, final, ignore=shutil.ignore_patterns("checkpoint-*"))
+    data = (final / "model.safetensors").read_bytes()
+    (final / "model.safetensors").write_bytes(data[:-100])
+    rc = main(
+        [
+            "train",
+            RECIPE,
+            *SMALL,
+            "--model.tiny=null",
+            f"--model.path={final}",
+            f"--trl.output_dir={tmp_path / 'x'}",
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "model.safetensors is truncated or corrupt" in err[0]
+
+
+def test_ctrl_c_saves_a_checkpoint_and_prints_the_resume_command(tmp_path):
+    run = tmp_path / "run"
+    args = [*SMALL, "--trl.max_steps=500", "--trl.save_strategy=no", f"--trl.output_dir={run}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mrtpo.cli.main", "train", RECIPE, *args],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "training ended before the signal"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    step = max(json.loads(x)["step"] for x in metrics.read_text().splitlines())
+    assert 2 <= step < 500
+    folder = run / f"checkpoint-{step}"
+    assert last.startswith(
+        f"mrtpo train: interrupted at step {step}; saved {folder}; resume with: mrtpo train "
+    )
+    assert last.endswith(" --resume") and "--trl.max_steps=500" in last
+    assert checkpoint_problems(folder) == []
+    assert not (run / "model.safetensors").exists()  # no "final" model for an interrupted run
