@@ -461,3 +461,12 @@ def test_workers_die_with_a_killed_parent(db, tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_workers_that_cannot_start_fail_the_queries_without_raising(db, monkeypatch):
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    with SandboxPool(2, timeout=1.0) as p:
+        results = p.map([(db, "SELECT 1")] * 3)
+    assert [(r.ok, r.kind, r.error) for r in results] == [
+        (False, "crashed", "sandbox workers fail to start")
+    ] * 3

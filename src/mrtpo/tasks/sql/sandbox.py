@@ -365,7 +365,16 @@ class SandboxPool:
                     if ready:
                         w = ready.pop()
                     else:  # start no more workers than there are waiting jobs
-                        w = self._checkout(block=not (busy or starting), spawn=len(starting) < len(queue))
+                        try:
+                            w = self._checkout(block=not (busy or starting), spawn=len(starting) < len(queue))
+                        except OSError:  # the worker process cannot be started (no memory, fds, ...)
+                            failed_starts += 1
+                            if failed_starts > 3 * self.workers:
+                                while queue:
+                                    results[queue.popleft()] = _fail(
+                                        "crashed", "sandbox workers fail to start"
+                                    )
+                            break
                         if w is None:
                             break
                         if not w.ready:
