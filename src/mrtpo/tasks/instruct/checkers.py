@@ -42,9 +42,10 @@ Hostile responses. A verdict never raises on model output and takes bounded time
 - a response longer than :data:`MAX_CHECKED_CHARS` (20,000) characters is not given to any checker:
   its verdict is not followed, with a reason. The longest text a bundled IFEval / IFBench constraint
   asks for is 1,200 words (about 8,000 characters of English); the cap bounds the time of the slowest
-  checkers, which tokenize with NLTK (linear, but about 0.1-0.2 ms per sentence: ~2 s at the cap on a
-  text of 10,000 one-character sentences). ``check`` / ``check_loose`` / :func:`follows_verdict` take
-  ``max_chars`` to score longer responses (e.g. saved responses of an evaluation) at that cost.
+  checkers, which tokenize with NLTK sentence by sentence (seconds on a text of 10,000 one-character
+  sentences at the cap; ``mrtpo bench verifiers`` measures every checker). ``check`` / ``check_loose``
+  / :func:`follows_verdict` take ``max_chars`` to score longer responses (e.g. saved responses of an
+  evaluation) at that cost.
 """
 
 from __future__ import annotations
