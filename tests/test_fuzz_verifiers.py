@@ -115,6 +115,7 @@ def check_verifiers(verifiers, example, response, bound: float) -> list[float]:
         value = timed(bound, v.score, example, response)
         lo, hi = v.bounds
         assert lo <= value <= hi, (v.name, value)
+        assert timed(bound, v, [response], [example]) == [value]  # the batch entry point agrees
         spans = timed(bound, v.checked_spans, example, response)
         assert spans is None or all(0 <= a <= b <= len(response) for a, b in spans), (v.name, spans)
         values.append(value)
