@@ -373,3 +373,103 @@ def test_ifbench_verdicts_equal_official(monkeypatch):
         )
         compared += len(mine["strict"])
     assert compared >= 300 and unavailable <= 6
+
+
+# --------------------------------------------------------------------------------------------------
+# Hostile responses: no exception, a reason, bounded time, quiet logs
+
+CRASHING = [  # (id, kwargs, response, the exception the upstream checker raises on it)
+    ("format:quote_unquote", {}, "...", IndexError),
+    ("custom:csv_city", {}, "a\rb", Exception),  # csv.Error
+    ("detectable_format:json_format", {}, "[" * 1000, RecursionError),
+]
+
+
+@pytest.mark.parametrize(("iid", "kw", "response", "exc"), CRASHING, ids=[c[0] for c in CRASHING])
+def test_a_failing_upstream_checker_gives_not_followed_with_a_reason(iid, kw, response, exc, caplog):
+    from mrtpo.tasks.base import Example
+    from mrtpo.tasks.instruct import ConstraintVerifier
+
+    with pytest.raises(exc):  # the upstream code itself raises
+        checkers.build_checker(iid, kw).check_following(response)
+    checkers._reported.discard((iid, exc.__name__))
+    checkers._reported.discard((iid, "Error"))
+    with caplog.at_level("DEBUG", logger="mrtpo.tasks.instruct"):
+        assert check(iid, kw, response) is False
+        assert check_loose(iid, kw, response) is False
+        ok, reason = checkers.follows_verdict(checkers.build_checker(iid, kw), response)
+    assert not ok and reason.startswith(f"{iid}: checker error ")
+    records = [r for r in caplog.records if r.name == "mrtpo.tasks.instruct"]
+    # logged once at WARNING, then at DEBUG; never the response itself
+    assert [r.levelname for r in records][:1] == ["WARNING"] and len(records) >= 2
+    assert all(r.levelname == "DEBUG" for r in records[1:])
+    assert all(response not in r.getMessage() or len(response) <= 3 for r in records)
+    v = ConstraintVerifier("c0", iid, kw)
+    verdict = v.verdict(Example(id="x", segments=[]), response)
+    assert verdict.value == 0.0 and "checker error" in verdict.reason
+
+
+# the super-linear upstream regexes: (id, kwargs, text); each took seconds upstream at these sizes
+SLOW_UPSTREAM = [
+    ("detectable_content:number_placeholders", {"num_placeholders": 1}, "[" * 48_000),
+    ("detectable_format:number_bullet_lists", {"num_bullets": 2}, "Question 1" + "\n" * 48_000),
+    ("detectable_content:postscript", {"postscript_marker": "P.S."}, "\n" * 64_000),
+    ("detectable_format:title", {}, "<<" * 32_000),
+]
+
+
+@pytest.mark.parametrize(("iid", "kw", "text"), SLOW_UPSTREAM, ids=[c[0] for c in SLOW_UPSTREAM])
+def test_quadratic_upstream_checkers_answer_in_linear_time(iid, kw, text):
+    import time
+
+    t0 = time.perf_counter()
+    assert check(iid, kw, text) is False
+    assert check_loose(iid, kw, text) is False
+    assert time.perf_counter() - t0 < 1.0  # ~1 ms here (upstream: 7-15 s at these sizes)
+    # and the same verdicts as upstream on short texts with the same shape, and on typical ones
+    small = text[:200]
+    ch = checkers.build_checker(iid, kw)
+    assert checkers._check_following(ch, small) == ch.check_following(small)
+
+
+@pytest.mark.parametrize(
+    ("iid", "kw", "text"),
+    [
+        ("detectable_content:number_placeholders", {"num_placeholders": 2}, "[a] and [b\n] [c]"),
+        ("detectable_content:number_placeholders", {"num_placeholders": 3}, "[a] and [b\n] [c]"),
+        ("detectable_content:number_placeholders", {"num_placeholders": 2}, "[[x]] [\n]]"),
+        ("detectable_format:number_bullet_lists", {"num_bullets": 3}, "* a\n  * b\n- c\n**bold**\n"),
+        ("detectable_format:number_bullet_lists", {"num_bullets": 2}, "*\n\n* x\n -\n"),
+        ("detectable_format:number_bullet_lists", {"num_bullets": 1}, "\n\n  \n*x"),
+        ("detectable_content:postscript", {"postscript_marker": "P.S."}, "Hi.\n\n  p. s. bye"),
+        ("detectable_content:postscript", {"postscript_marker": "P.P.S"}, "x\nP.P.S y"),
+        ("detectable_content:postscript", {"postscript_marker": "Note:"}, "a\n  NOTE: b"),
+        ("detectable_format:title", {}, "<<A title>> text"),
+        ("detectable_format:title", {}, "<< >> <<>> <<<>>"),
+        ("detectable_format:title", {}, "<<a>>>\n<<\nb>>"),
+    ],
+)
+def test_linear_checkers_agree_with_upstream(iid, kw, text):
+    ch = checkers.build_checker(iid, kw)
+    assert checkers._check_following(ch, text) == ch.check_following(text)
+
+
+def test_over_long_response_is_not_checked():
+    n = checkers.MAX_CHECKED_CHARS + 1
+    ok, reason = checkers.follows_verdict(
+        checkers.build_checker(END, {"end_phrase": "x"}), "a" * (n - 1) + "x"
+    )
+    assert not ok and reason == f"{END}: response has {n} characters, over max_chars={n - 1}; not checked"
+    assert check(END, {"end_phrase": "x"}, "a" * (n - 2) + "x")  # at the limit it is checked
+
+
+def test_language_detection_does_not_log_the_response_at_error(caplog):
+    digits = "1234567890" * 50  # langdetect finds no features and upstream logs the text at ERROR
+    with caplog.at_level("DEBUG"):
+        check("language:response_language", {"language": "en"}, digits)
+        check("change_case:english_capital", {}, "123 " * 100)
+        check("change_case:english_lowercase", {}, "123 " * 100)
+    assert not [r for r in caplog.records if r.levelno >= 30 and r.name == "root"]
+    upstream = [r for r in caplog.records if r.name == "mrtpo.tasks.instruct.upstream"]
+    assert upstream and all(r.levelname == "DEBUG" for r in upstream)
+    assert all(digits not in r.getMessage() and len(r.getMessage()) < 400 for r in upstream)

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -112,7 +118,7 @@ def test_run_query_default_pool(db):
         "WITH t AS (SELECT 1) INSERT INTO items SELECT 999, 'x', 1.0",
         "WITH t AS (SELECT 1) UPDATE items SET price = 0",
         "SELECT load_extension('/tmp/evil')",
-        "SELECT * FROM pragma_table_info('items')",
+        "SELECT * FROM pragma_user_version",  # only schema-describing pragmas (pragma_table_info) run
         "SELECT fts3_tokenizer('simple')",
     ],
 )
@@ -275,5 +281,192 @@ def test_one_pathological_query_does_not_stall_the_rest(pool, db):
 def test_pool_argument_errors():
     with pytest.raises(ValueError, match=r"SandboxPool.workers must be >= 1, got 0"):
         SandboxPool(0)
-    with pytest.raises(ValueError, match=r"SandboxPool.timeout must be > 0"):
+    with pytest.raises(ValueError, match=r"SandboxPool.timeout must be in \(0, 86400\] seconds, got 0"):
         SandboxPool(1, timeout=0)
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match=r"SandboxPool.timeout must be in"):
+            SandboxPool(1, timeout=bad)
+
+
+# -- hostile input and faults --------------------------------------------------------------------------
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def test_comment_stripping_is_linear():
+    sql = "SELECT 1" + ";--\n" * 20_000  # 80,000 characters: took > 14 s with a per-statement rescan
+    t0 = time.perf_counter()
+    assert check_query(sql) is None
+    assert check_query("SELECT 1; SELECT 2" + ";--\n" * 20_000) == (
+        "only one statement is allowed; got 2 separated by ';'"
+    )
+    assert check_query(";--\n" * 20_000) == "empty query"
+    assert check_query("SELECT '" + "''" * 40_000 + "'") is None  # escaped quotes, one pass
+    assert time.perf_counter() - t0 < 2.0  # linear: ~20 ms here; generous for a loaded CI machine
+
+
+def test_comment_heavy_query_runs(pool, db):
+    r = pool.run(db, "SELECT count(*) FROM items" + ";--\n" * 20_000)
+    assert r.ok and r.rows == [(200,)]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e300, -1.0, 0.0, "5", None, True])
+def test_bad_timeouts_are_a_clear_error_at_the_call(pool, db, bad):
+    if bad is None:  # None means the pool's default
+        assert pool.run(db, "SELECT 1", timeout=bad).rows == [(1,)]
+        return
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match=r"timeout must be (in \(0, 86400\] seconds|a number of seconds)"):
+        run_query(db, "SELECT 1", timeout=bad, pool=pool)
+    assert time.monotonic() - t0 < 1.0  # refused before anything runs
+    assert run_query(db, "SELECT 1", timeout=86_400, pool=pool).rows == [(1,)]  # the largest accepted
+
+
+def test_table_valued_functions_are_allowed_and_writes_stay_refused(pool, db, db_dir):
+    before = _digest(db)
+    files = sorted(os.listdir(db_dir))
+    assert pool.run(db, "SELECT count(*) FROM json_each('[1,2]')").rows == [(2,)]
+    assert pool.run(db, "SELECT sum(value) FROM json_each('[1,2,39]')").rows == [(42,)]
+    assert pool.run(db, """SELECT key FROM json_tree('{"a": {"b": 1}}') WHERE type = 'integer'""").rows == [
+        ("b",)
+    ]
+    assert pool.run(db, "SELECT name FROM pragma_table_info('items') ORDER BY cid").rows == [
+        ("id",),
+        ("name",),
+        ("price",),
+    ]
+    for sql in (
+        "WITH a AS (SELECT 1) UPDATE sqlite_master SET sql = 'x'",
+        "WITH a AS (SELECT 1) UPDATE items SET price = 0",
+        "WITH a AS (SELECT 1) INSERT INTO items SELECT * FROM json_each('[1]')",
+        "SELECT * FROM pragma_journal_mode('delete')",  # a pragma that sets something
+        "SELECT * FROM pragma_user_version",
+    ):
+        r = pool.run(db, sql)
+        assert not r.ok and r.kind in ("refused", "error"), (sql, r)
+    assert _digest(db) == before and sorted(os.listdir(db_dir)) == files
+
+
+def test_a_changed_database_is_reopened(pool, tmp_path):
+    path = tmp_path / "grow.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (x)")
+    con.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(100)])
+    con.commit()
+    # both workers open it (immutable) and keep the connection
+    assert [r.rows for r in pool.map([(path, "SELECT count(*) FROM t")] * 4)] == [[(100,)]] * 4
+    con.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(5000)])
+    con.commit()
+    con.close()
+    assert [r.rows for r in pool.map([(path, "SELECT count(*) FROM t")] * 4)] == [[(5100,)]] * 4
+    # replaced by another file (new inode, same size): seen as well
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE t (x)")
+    con.executemany("INSERT INTO t VALUES (?)", [(-i,) for i in range(5100)])
+    con.commit()
+    con.close()
+    os.replace(other, path)
+    assert [r.rows for r in pool.map([(path, "SELECT min(x) FROM t")] * 4)] == [[(-5099,)]] * 4
+
+
+def test_wal_database_with_rows_only_in_the_wal(pool, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    writer = sqlite3.connect(src / "w.sqlite")
+    writer.execute("PRAGMA journal_mode = WAL")
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.execute("CREATE TABLE t (x)")
+    writer.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(10)])
+    writer.commit()  # committed, still only in w.sqlite-wal while the writer stays open
+    try:
+        assert os.path.getsize(src / "w.sqlite-wal") > 0
+        files = sorted(os.listdir(src))
+        digests = {f: _digest(src / f) for f in files}
+        assert pool.run(src / "w.sqlite", "SELECT count(*), sum(x) FROM t").rows == [(10, 45)]
+        writer.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(10, 20)])
+        writer.commit()
+        assert pool.run(src / "w.sqlite", "SELECT count(*) FROM t").rows == [(20,)]  # reopened
+        assert sorted(os.listdir(src)) == files  # nothing created beside the database
+        assert _digest(src / "w.sqlite") == digests["w.sqlite"]
+    finally:
+        writer.close()
+
+
+def _run_script(code: str, tmp_path: Path, *, stdin: bool = False) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    if stdin:  # like a notebook: __main__ has no file
+        return subprocess.run(
+            [sys.executable, "-"], input=code, env=env, capture_output=True, text=True, timeout=120
+        )
+    script = tmp_path / "plain_script.py"
+    script.write_text(code)
+    return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("stdin", [False, True], ids=["script-without-main-guard", "no-main-file"])
+def test_works_from_a_script_without_main_guard(db, tmp_path, stdin):
+    code = textwrap.dedent(
+        f"""
+        print("top level runs")
+        from mrtpo.tasks.sql import run_queries, run_query
+        print(run_query({str(db)!r}, "SELECT count(*) FROM items").rows)
+        print([r.rows for r in run_queries([({str(db)!r}, "SELECT max(id) FROM items")] * 3)])
+        """
+    )
+    out = _run_script(code, tmp_path, stdin=stdin)
+    assert out.returncode == 0, out.stderr
+    # the caller's module ran once: workers never re-import it
+    assert out.stdout.splitlines() == ["top level runs", "[(200,)]", "[[(200,)], [(200,)], [(200,)]]"]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] in ("Z", "X")  # a zombie is dead
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_die_with_a_killed_parent(db, tmp_path):
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from mrtpo.tasks.sql import SandboxPool
+        pool = SandboxPool(2, timeout=30).start()
+        print(*[w.process.pid for w in pool._idle], flush=True)
+        pool.map([({str(db)!r}, {INFINITE_COUNT!r})] * 2)
+        """
+    )
+    script = tmp_path / "victim.py"
+    script.write_text(code)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        env={**os.environ, "PYTHONPATH": SRC},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2 and not any(_gone(p) for p in pids)
+        time.sleep(0.5)  # both workers are now inside the 30 s query
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        t0 = time.monotonic()
+        while not all(_gone(p) for p in pids) and time.monotonic() - t0 < 10:
+            time.sleep(0.05)
+        assert all(_gone(p) for p in pids), "workers outlived their parent"
+        assert time.monotonic() - t0 < 10  # the watchdog polls every 0.1 s; 10 s is only a hang guard
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_workers_that_cannot_start_fail_the_queries_without_raising(db, monkeypatch):
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    with SandboxPool(2, timeout=1.0) as p:
+        results = p.map([(db, "SELECT 1")] * 3)
+    assert [(r.ok, r.kind, r.error) for r in results] == [
+        (False, "crashed", "sandbox workers fail to start")
+    ] * 3

@@ -262,6 +262,17 @@ def test_verifiers_never_raise_on_model_output(dev, task):
     assert all(row[2] == 0.0 for row in rewards)
 
 
+def test_comment_heavy_sql_is_scored_quickly(dev, task):
+    # SELECT 1 followed by 20,000 empty commented statements: the static check was quadratic (> 14 s)
+    import time
+
+    response = "<think>x</think><answer>```sql\nSELECT 1" + ";--\n" * 20_000 + "\n```</answer>"
+    t0 = time.perf_counter()
+    fmt, executable, execution = task.score([dev[1]], [response])[0]
+    assert (fmt, executable, execution) == (1.0, 1.0, 0.0)
+    assert time.perf_counter() - t0 < 5.0  # ~0.1 s; the bound is only a hang guard under CI load
+
+
 def test_load_task_by_name():
     t = load_task("sql", timeout=1.0)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -97,26 +98,64 @@ REF_RESP = "<think> r </think>\n<response> answer </response>"
 REF_BOTH = REF_CALL + "\n<response> done </response>"
 
 
-@pytest.mark.parametrize(
-    ("response", "reference", "expected"),
-    [
-        (calls_text({"name": "g", "parameters": {}}), REF_CALL, 1.0),
-        ("  \n" + calls_text(F1) + "\n ", REF_CALL, 1.0),  # surrounding whitespace is stripped
-        (calls_text(F1).replace("</think>\n", "</think>"), REF_CALL, 0.0),  # blocks need a newline
-        (calls_text(F1) + "\n<response> x </response>", REF_CALL, 0.0),  # tag absent from the reference
-        ("<think> a </think>" + calls_text(F1), REF_CALL, 0.0),  # <think> twice
-        ("<think> a </think>\n<tool_call>\nf(x=1)\n</tool_call>", REF_CALL, 0.0),  # not JSON
-        ('<think> a </think>\n<tool_call>\n["f"]\n</tool_call>', REF_CALL, 0.0),  # JSON, not an object
-        ("<think> a </think>\n<tool_call>\n\n</tool_call>", REF_CALL, 0.0),  # no call line
-        (calls_text(F1).split("\n", 1)[1], REF_CALL, 0.0),  # no <think>
-        ("<think> a </think>\n<response> b </response>", REF_RESP, 1.0),
-        (calls_text(F1), REF_RESP, 0.0),
-        (calls_text(F1) + "\n<response> b </response>", REF_BOTH, 1.0),
-        ("<think> a </think>\n<response> b </response>\n" + calls_text(F1).split("\n", 1)[1], REF_BOTH, 0.0),
-    ],
-)
-def test_format_reward(response, reference, expected):
-    assert format_reward(response, reference) == expected
+REF_THINK = "<think> nothing to do </think>"
+CALL_F = calls_text(F1).split("\n", 1)[1]  # the <tool_call> block of calls_text(F1)
+
+# (response, reference, ToolRL's format reward, the strict reward), computed by hand from ToolRL's rule:
+# the stripped response must match ^<think>.*?</think>\n<tool_call>\n.*?\n</tool_call>$ (re.DOTALL) or
+# its <response> / both / think-only sibling, picked by the tags found anywhere in the reference; the
+# blocks of that pattern (not <think>) must occur once each. The strict rule also parses each call line.
+FORMAT_CASES = [
+    (calls_text({"name": "g", "parameters": {}}), REF_CALL, 1.0, 1.0),
+    ("  \n" + calls_text(F1) + "\n ", REF_CALL, 1.0, 1.0),  # surrounding whitespace is stripped
+    (calls_text(F1).replace("</think>\n", "</think>"), REF_CALL, 0.0, 0.0),  # blocks need a newline
+    (calls_text(F1) + "\n<response> x </response>", REF_CALL, 0.0, 0.0),  # must end with </tool_call>
+    ("<think> a </think>" + calls_text(F1), REF_CALL, 1.0, 0.0),  # <think> twice: ToolRL does not count it
+    ("<think> a </think>\n<tool_call>\nf(x=1)\n</tool_call>", REF_CALL, 1.0, 0.0),  # unparsable call
+    ('<think> a </think>\n<tool_call>\n["f"]\n</tool_call>', REF_CALL, 1.0, 0.0),  # JSON, not an object
+    ("<think> a </think>\n<tool_call>\n\n</tool_call>", REF_CALL, 1.0, 0.0),  # \n.*?\n with .*? empty
+    ("<think> a </think>\n<tool_call>\n</tool_call>", REF_CALL, 0.0, 0.0),  # one newline: no \n.*?\n
+    (CALL_F, REF_CALL, 0.0, 0.0),  # no <think>
+    ("<think> use <tool_call> </think>\n" + CALL_F, REF_CALL, 0.0, 0.0),  # <tool_call> occurs twice
+    (calls_text(F1) + "\n</tool_call>", REF_CALL, 0.0, 0.0),  # </tool_call> twice
+    # a <response> inside the call block is not counted when the reference has no <response>
+    (
+        '<think> a </think>\n<tool_call>\n{"name": "f"} <response>x</response>\n</tool_call>',
+        REF_CALL,
+        1.0,
+        0.0,
+    ),
+    ("<think> a </think>\n<response> b </response>", REF_RESP, 1.0, 1.0),
+    ("<think> a </think>\n<response> b </response>\n", REF_RESP, 1.0, 1.0),
+    (calls_text(F1), REF_RESP, 0.0, 0.0),
+    ("<think> a </think>\n<response> b <response> </response>", REF_RESP, 0.0, 0.0),  # <response> twice
+    (calls_text(F1) + "\n<response> b </response>", REF_BOTH, 1.0, 1.0),
+    ("<think> a </think>\n<tool_call>\n{bad\n</tool_call>\n<response> b </response>", REF_BOTH, 1.0, 0.0),
+    ("<think> a </think>\n<response> b </response>\n" + CALL_F, REF_BOTH, 0.0, 0.0),
+    ("<think> a </think>", REF_THINK, 1.0, 1.0),
+    ("<think> a </think> b </think>", REF_THINK, 1.0, 0.0),  # .*? reaches the last </think>
+    ("<think> a </think>\n<response> b </response>", REF_THINK, 0.0, 0.0),  # must end with </think>
+    # the reference mentions <response> in its reasoning: ToolRL picks the pattern with both blocks
+    # (so this reference's own layout scores 0); the strict rule reads the tags after the reasoning
+    (calls_text(F1), "<think> no <response> yet </think>\n" + CALL_F, 0.0, 1.0),
+]
+
+
+@pytest.mark.parametrize(("response", "reference", "toolrl", "strict"), FORMAT_CASES)
+def test_format_reward_toolrl_rule_and_strict_option(response, reference, toolrl, strict):
+    assert format_reward(response, reference) == toolrl
+    assert format_reward(response, reference, strict_json=True) == strict
+
+
+def test_format_option_of_the_task_and_separate_correctness():
+    ex = rows_to_examples(ROWS)[0]
+    unparsable = "<think> a </think>\n<tool_call>\nf(x=1)\n</tool_call>"
+    default = load_task("tools").verifiers(ex)
+    strict = load_task("tools", strict_json=True).verifiers(ex)
+    # format and correctness stay separate: ToolRL gives format 1 and correctness the minimum
+    assert [v.score(ex, unparsable) for v in default] == [1.0, -3.0]
+    assert [v.score(ex, unparsable) for v in strict] == [0.0, -3.0]
+    assert "not JSON" in strict[0].verdict(ex, unparsable).reason
 
 
 def test_reference_tags_ignore_mentions_in_reasoning():
@@ -254,4 +293,47 @@ def test_docstring_examples():
 def test_deeply_nested_output_is_a_parse_failure_not_a_crash():
     deep = "<think> a </think>\n<tool_call>\n" + "[" * 100_000 + "]" * 100_000 + "\n</tool_call>"
     ex = rows_to_examples(ROWS)[0]
-    assert [v.score(ex, deep) for v in ToolsTask().verifiers(ex)] == [0.0, -3.0]
+    assert [v.score(ex, deep) for v in ToolsTask().verifiers(ex)] == [1.0, -3.0]  # ToolRL: raw format
+    assert [v.score(ex, deep) for v in ToolsTask(strict_json=True).verifiers(ex)] == [0.0, -3.0]
+
+
+# --- hostile model output: never an exception, linear time -------------------------------------------
+
+HUGE_INT = (
+    '<think>a</think>\n<tool_call>\n{"name": "f", "parameters": {"x": ' + "9" * 4301 + "}}\n</tool_call>"
+)
+NESTED_ARGS = '<think>a</think>\n<tool_call>\n{"name": "f", "arguments": "' + "[" * 1000 + '"}\n</tool_call>'
+
+
+@pytest.mark.parametrize(
+    ("text", "strict", "n_spans"),
+    [(HUGE_INT, 0.0, 1), (NESTED_ARGS, 1.0, 2)],
+    ids=["int-4301-digits", "nested-args"],
+)
+def test_undecodable_calls_score_the_minimum(text, strict, n_spans):
+    ref = calls_text(F1)
+    assert correctness_reward(text, ref) == -3.0
+    assert format_reward(text, ref) == 1.0  # ToolRL's format does not parse the call
+    # strict: the huge integer makes the line undecodable; the nested arguments line is a JSON object
+    assert format_reward(text, ref, strict_json=True) == strict
+    spans = call_spans(text)  # the name's value, and the arguments string when it decodes as a string
+    assert len(spans) == n_spans and text[slice(*spans[0])] == '"f"'
+    with pytest.raises(ToolCallParseError, match=r"not decodable|nested too deeply"):
+        parse_calls(text.split("\n")[2])
+    with pytest.raises(ToolCallParseError, match=r"not decodable|nested too deeply"):
+        parse_calls(text.split("\n")[2], one_per_line=False)
+    ex = rows_to_examples(ROWS)[0]
+    for v in ToolsTask().verifiers(ex):
+        assert v.bounds[0] <= v.score(ex, text) <= v.bounds[1]
+
+
+def test_many_tags_are_scanned_in_linear_time():
+    # '<tool_call>' * 20000 took 55 s with a lazy regex per opening tag; str.find makes it one pass
+    ref = calls_text(F1)
+    for text in ["<tool_call>" * 20000, "<think>" + "</think>\n<tool_call>\n" * 20000, "<think>" * 20000]:
+        t0 = time.perf_counter()
+        assert correctness_reward(text, ref) == -3.0
+        assert format_reward(text, ref) == 0.0 and format_reward(text, ref, strict_json=True) == 0.0
+        assert call_spans(text) == []
+        elapsed = time.perf_counter() - t0
+        assert elapsed < 2.0, elapsed  # linear: a few ms on a laptop; the bound is generous for CI load

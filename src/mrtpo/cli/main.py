@@ -20,6 +20,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("bench", "replay"): ("bench_replay", "naive vs chunked replay: time, memory, FPE, max difference"),
     ("bench", "train"): ("bench_train", "per-step time of MRTPO vs GDPO vs TRL's GDPO mode"),
     ("bench", "sql"): ("bench_sql", "SQL verifier throughput through the sandbox pool"),
+    ("bench", "verifiers"): ("bench_verifiers", "time of one verdict on adversarial responses"),
 }
 
 

@@ -22,6 +22,30 @@ Two things are changed around the package, both without touching its code:
   :mod:`mrtpo.tasks.instruct.nltk_fallback`.
 
 ``langdetect`` (language checkers) is randomized; its seed is fixed to 0 so verdicts are repeatable.
+The IFEval language checkers log the whole response at ERROR on the root logger when ``langdetect``
+fails; their ``logging`` is routed to the logger ``mrtpo.tasks.instruct.upstream`` at DEBUG, with
+arguments shortened to 80 characters.
+
+Hostile responses. A verdict never raises on model output and takes bounded time:
+
+- an upstream checker that raises on a response (``format:quote_unquote`` on ``"..."``: IndexError;
+  ``custom:csv_city`` on ``"a\\rb"``: csv.Error; ``detectable_format:json_format`` on ``"[" * 1000``:
+  RecursionError) gives the constraint's minimum (not followed) with a reason
+  (:func:`follows_verdict`); the first failure of each (instruction id, exception type) is logged at
+  WARNING on ``mrtpo.tasks.instruct``, later ones at DEBUG, never with the response itself. Missing NLTK
+  data (``MissingNltkData``, NLTK's ``LookupError``) is an environment error and still raises;
+- four upstream checkers whose regexes are quadratic on some texts (``detectable_content:
+  number_placeholders`` ``\\[.*?\\]`` on ``"[" * n``, ``detectable_content:postscript`` on runs of
+  whitespace, ``detectable_format:number_bullet_lists`` on runs of newlines, ``detectable_format:title``
+  on ``"<<" * n``) are answered by linear re-implementations with the same verdicts (tested against
+  the upstream code on generated texts);
+- a response longer than :data:`MAX_CHECKED_CHARS` (20,000) characters is not given to any checker:
+  its verdict is not followed, with a reason. The longest text a bundled IFEval / IFBench constraint
+  asks for is 1,200 words (about 8,000 characters of English); the cap bounds the time of the slowest
+  checkers, which tokenize with NLTK sentence by sentence (seconds on a text of 10,000 one-character
+  sentences at the cap; ``mrtpo bench verifiers`` measures every checker). ``check`` / ``check_loose``
+  / :func:`follows_verdict` take ``max_chars`` to score longer responses (e.g. saved responses of an
+  evaluation) at that cost.
 """
 
 from __future__ import annotations
@@ -30,16 +54,25 @@ import contextlib
 import functools
 import importlib.util
 import json
+import logging
 import random
+import re
 import sys
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mrtpo.tasks.instruct import nltk_fallback
 from mrtpo.tasks.instruct.nltk_fallback import MissingNltkData
 
 FAMILIES = ("ifeval", "ifbench")
+
+MAX_CHECKED_CHARS = 20_000
+"""Responses longer than this many characters are scored not followed without running a checker."""
+
+_log = logging.getLogger("mrtpo.tasks.instruct")
+_upstream_log = logging.getLogger("mrtpo.tasks.instruct.upstream")
+_reported: set[tuple[str, str]] = set()
 
 #: NLTK resource -> instruction ids whose checker needs it (see :mod:`nltk_fallback` for the fallbacks).
 #: Derived by running every checker without NLTK data (tests/test_instruct_checkers.py re-derives it).
@@ -82,6 +115,134 @@ def _register_bare_package(name: str) -> None:
     sys.modules[name] = importlib.util.module_from_spec(spec)  # a package module with __path__, not executed
 
 
+def _short(arg: object) -> object:
+    if isinstance(arg, str) and len(arg) > 80:
+        return f"{arg[:80]!r}... ({len(arg)} characters)"
+    return arg
+
+
+class _QuietLogging:
+    """Stands in for the ``logging`` module inside the upstream checkers: every record goes to
+    ``mrtpo.tasks.instruct.upstream`` at DEBUG with long arguments shortened (never the whole response
+    at ERROR on the root logger)."""
+
+    def __getattr__(self, name: str):
+        if name in ("debug", "info", "warning", "warn", "error", "exception", "critical", "log"):
+
+            def emit(msg, *args, **kwargs):
+                if name == "log":  # log(level, msg, *args)
+                    msg, args = (args[0] if args else ""), args[1:]
+                if _upstream_log.isEnabledFor(logging.DEBUG):
+                    _upstream_log.debug(str(msg), *(_short(a) for a in args))
+
+            return emit
+        return getattr(logging, name)
+
+
+# -- linear re-implementations of upstream checkers whose regexes are quadratic on some texts --------
+
+_NON_SPACE = re.compile(r"\S")
+
+
+def _count_placeholders(value: str) -> int:
+    """``len(re.findall(r"\\[.*?\\]", value))`` in one pass (``.`` stops at a newline)."""
+    count, n = 0, len(value)
+    i = value.find("[")
+    while i >= 0:
+        nl = value.find("\n", i)
+        end = n if nl < 0 else nl
+        j = value.find("]", i + 1, end)
+        if j >= 0:
+            count += 1
+            i = value.find("[", j + 1)
+        else:  # no "]" after it on this line: no "[" of the line's rest matches either
+            i = value.find("[", end)
+    return count
+
+
+def _count_line_items(value: str, marker: str, *, then_not_star: bool) -> int:
+    """``len(re.findall(r"^\\s*\\*[^\\*].*$", value, re.M))`` (``then_not_star``) or, with ``marker``
+    ``-``, of ``r"^\\s*-.*$"``, in one pass. ``\\s*`` may cross lines: every line start inside a run of
+    whitespace reaches the same first non-space character, so a failed run is skipped whole."""
+    n, count, pos = len(value), 0, 0
+    while pos <= n:
+        if pos == 0 or value[pos - 1] == "\n":
+            start = pos
+        else:
+            k = value.find("\n", pos)
+            if k < 0:
+                break
+            start = k + 1
+        m = _NON_SPACE.search(value, start)
+        if m is None:
+            break
+        q = m.start()
+        if value[q] == marker and (not then_not_star or (q + 1 < n and value[q + 1] != "*")):
+            e = value.find("\n", q + 2 if then_not_star else q + 1)
+            count += 1
+            pos = n if e < 0 else e
+            if pos == n:
+                break
+        else:
+            pos = q + 1
+    return count
+
+
+def _fast_placeholders(checker, value: str) -> bool:
+    return _count_placeholders(value) >= checker._num_placeholders
+
+
+def _fast_bullet_lists(checker, value: str) -> bool:
+    stars = _count_line_items(value, "*", then_not_star=True)
+    dashes = _count_line_items(value, "-", then_not_star=False)
+    return stars + dashes == checker._num_bullets
+
+
+def _fast_postscript(checker, value: str) -> bool:
+    # upstream: re.findall(r"\s*" + marker + r".*$", value.lower(), re.M) is non-empty. The leading
+    # \s* may match nothing and .*$ always matches, so this is a search for the marker alone.
+    value = value.lower()
+    marker = checker._postscript_marker
+    if marker == "P.P.S":
+        pattern = r"p\.\s?p\.\s?s"
+    elif marker == "P.S.":
+        pattern = r"p\.\s?s\."
+    else:
+        pattern = marker.lower()
+    return re.search(pattern, value, flags=re.MULTILINE) is not None
+
+
+def _fast_title(checker, value: str) -> bool:
+    # upstream: any(t.lstrip("<").rstrip(">").strip() for t in re.findall(r"<<[^\n]+>>", value)). On a
+    # line, the first "<<" takes (greedily) everything up to the line's last ">>", if that ">>" leaves at
+    # least one character between them; no later "<<" of the line can do better.
+    for line in value.split("\n"):
+        p = line.find("<<")
+        if p < 0:
+            continue
+        g = line.rfind(">>")
+        if g >= p + 3 and line[p : g + 2].lstrip("<").rstrip(">").strip():
+            return True
+    return False
+
+
+#: instruction id -> (upstream class name, linear check with the same verdict)
+_FAST: dict[str, tuple[str, Callable[[Any, str], bool]]] = {
+    "detectable_content:number_placeholders": ("PlaceholderChecker", _fast_placeholders),
+    "detectable_format:number_bullet_lists": ("BulletListChecker", _fast_bullet_lists),
+    "detectable_content:postscript": ("PostscriptChecker", _fast_postscript),
+    "detectable_format:title": ("TitleChecker", _fast_title),
+}
+
+
+def _check_following(checker, value: str) -> bool:
+    """``checker.check_following(value)``, through the linear re-implementation where there is one."""
+    fast = _FAST.get(getattr(checker, "id", None) or "")
+    if fast is not None and type(checker).__name__ == fast[0]:
+        return bool(fast[1](checker, value))
+    return bool(checker.check_following(value))
+
+
 @functools.cache
 def _load() -> tuple[dict[str, type], dict[str, str], dict[str, frozenset[str]]]:
     """(id -> checker class, id -> family, id -> conflicting ids) of both checker sets."""
@@ -97,6 +258,9 @@ def _load() -> tuple[dict[str, type], dict[str, str], dict[str, frozenset[str]]]
     for module in (ifeval_util, ifeval_instructions, ifbench_util, ifbench_instructions):
         if hasattr(module, "nltk"):
             module.nltk = stand_in
+    for module in (ifeval_instructions, ifbench_instructions):
+        if getattr(module, "logging", None) is logging:
+            module.logging = _QuietLogging()
     import langdetect
 
     langdetect.DetectorFactory.seed = 0
@@ -238,34 +402,100 @@ def loose_variants(response: str) -> list[str]:
     return [plain[0], starless[0], no_first, no_last, no_both, starless[1], starless[2], starless[3]]
 
 
-def follows(checker, response: str, *, loose: bool = False) -> bool:
-    """Verdict of a built checker: strict, or loose (any of :func:`loose_variants`)."""
+def _environment_error(e: BaseException) -> bool:
+    """Missing NLTK data (raised as it is: not the response's fault)."""
+    return isinstance(e, MissingNltkData) or type(e) is LookupError
+
+
+def follows_verdict(
+    checker, response: str, *, loose: bool = False, max_chars: int = MAX_CHECKED_CHARS
+) -> tuple[bool, str]:
+    """``(followed, reason)`` of a built checker: strict, or loose (any of :func:`loose_variants`).
+
+    Never raises on ``response``: not a string, longer than ``max_chars``, or a checker that raises
+    give ``(False, reason)`` (see the module docstring). ``reason`` is "" for a plain verdict.
+
+    Raises:
+        MissingNltkData: the checker needs NLTK data that is missing and has no fallback.
+    """
+    iid = str(getattr(checker, "id", "") or type(checker).__name__)
+    if not isinstance(response, str):
+        return False, f"{iid}: response is not text ({type(response).__name__})"
+    if len(response) > max_chars:
+        return (
+            False,
+            f"{iid}: response has {len(response)} characters, over max_chars={max_chars}; not checked",
+        )
     candidates = loose_variants(response) if loose else [response]
-    return any(r.strip() and checker.check_following(r) for r in candidates)
+    for r in candidates:
+        if not r.strip():
+            continue
+        try:
+            if _check_following(checker, r):
+                return True, ""
+        except Exception as e:
+            if _environment_error(e):
+                raise
+            name = type(e).__name__
+            detail = str(e)[:120]
+            level = logging.DEBUG if (iid, name) in _reported else logging.WARNING
+            _reported.add((iid, name))
+            _log.log(
+                level,
+                "%s: the checker raised %s (%s) on a response of %d characters; scored not followed",
+                iid,
+                name,
+                detail,
+                len(response),
+            )
+            return False, f"{iid}: checker error {name}: {detail}"
+    return False, ""
 
 
-def check(instruction_id: str, kwargs: Mapping[str, Any] | None, response: str, prompt: str = "") -> bool:
+def follows(checker, response: str, *, loose: bool = False, max_chars: int = MAX_CHECKED_CHARS) -> bool:
+    """Verdict of a built checker: strict, or loose (any of :func:`loose_variants`); see
+    :func:`follows_verdict` (a failing checker or an over-long response is not followed)."""
+    return follows_verdict(checker, response, loose=loose, max_chars=max_chars)[0]
+
+
+def check(
+    instruction_id: str,
+    kwargs: Mapping[str, Any] | None,
+    response: str,
+    prompt: str = "",
+    *,
+    max_chars: int = MAX_CHECKED_CHARS,
+) -> bool:
     """IFEval's strict verdict: does ``response`` follow instruction ``instruction_id`` with ``kwargs``?
 
     >>> check("startend:end_checker", {"end_phrase": "Any questions?"}, "Done. Any questions?")
     True
 
+    Never raises on ``response`` (a checker that fails on it, or a response over
+    :data:`MAX_CHECKED_CHARS` characters, gives False; see :func:`follows_verdict`).
+
     Raises:
-        ValueError: unknown id or unfitting kwargs.
+        ValueError: unknown id or unfitting kwargs (the caller's data, not the response).
         MissingNltkData: the checker needs NLTK data that is missing and has no fallback.
     """
-    return follows(build_checker(instruction_id, kwargs, prompt), response)
+    return follows(build_checker(instruction_id, kwargs, prompt), response, max_chars=max_chars)
 
 
 def check_loose(
-    instruction_id: str, kwargs: Mapping[str, Any] | None, response: str, prompt: str = ""
+    instruction_id: str,
+    kwargs: Mapping[str, Any] | None,
+    response: str,
+    prompt: str = "",
+    *,
+    max_chars: int = MAX_CHECKED_CHARS,
 ) -> bool:
-    """IFEval's loose verdict (strict on any of :func:`loose_variants`)."""
-    return follows(build_checker(instruction_id, kwargs, prompt), response, loose=True)
+    """IFEval's loose verdict (strict on any of :func:`loose_variants`); never raises on ``response``."""
+    return follows(build_checker(instruction_id, kwargs, prompt), response, loose=True, max_chars=max_chars)
 
 
 __all__ = [
     "FAMILIES",
+    "MAX_CHECKED_CHARS",
     "NLTK_DATA_USERS",
     "MissingNltkData",
     "build_checker",
@@ -277,6 +507,7 @@ __all__ = [
     "describe",
     "family",
     "follows",
+    "follows_verdict",
     "instruction_ids",
     "language_name",
     "loose_variants",

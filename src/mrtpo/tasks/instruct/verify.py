@@ -47,16 +47,14 @@ class ConstraintVerifier(Verifier):
         if not isinstance(response, str) or not response.strip():
             return Verdict(0.0, f"{self.instruction_id}: empty response")
         try:
-            ok = checkers.follows(self._checker, response)
+            ok, reason = checkers.follows_verdict(self._checker, response)
         except checkers.MissingNltkData as e:
             return Verdict(0.0, f"{self.instruction_id}: unavailable: {e}")
-        except Exception as e:  # a checker crashing on odd output counts as not followed
-            return Verdict(0.0, f"{self.instruction_id}: checker error {type(e).__name__}: {e}")
-        return (
-            Verdict(1.0, f"{self.instruction_id}: followed")
-            if ok
-            else Verdict(0.0, f"{self.instruction_id}: not followed")
-        )
+        except Exception as e:  # missing NLTK data (LookupError): not the response's fault, but scored 0
+            return Verdict(0.0, f"{self.instruction_id}: checker error {type(e).__name__}: {str(e)[:120]}")
+        if ok:
+            return Verdict(1.0, f"{self.instruction_id}: followed")
+        return Verdict(0.0, reason or f"{self.instruction_id}: not followed")
 
     def checked_spans(self, example: Example, response: str) -> list[tuple[int, int]] | None:
         return spans.checked_spans(self.instruction_id, self.kwargs, response, self.prompt)

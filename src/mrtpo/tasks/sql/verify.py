@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from mrtpo.tasks.base import Example, Verdict, Verifier
 from mrtpo.tasks.sql.match import execution_match
-from mrtpo.tasks.sql.sandbox import QueryResult, SandboxPool
+from mrtpo.tasks.sql.sandbox import QueryResult, SandboxPool, check_timeout
 
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 _BARE_FENCE = re.compile(r"```[A-Za-z]*[ \t]*\n?")
@@ -161,8 +161,11 @@ class QueryRunner:
     ) -> None:
         self._pool = pool
         self._workers = workers
-        self.timeout, self.max_rows = float(timeout), int(max_rows)
-        self.gold_timeout, self.gold_max_rows = float(gold_timeout), int(gold_max_rows)
+        self.timeout, self.max_rows = check_timeout(timeout), int(max_rows)
+        self.gold_timeout, self.gold_max_rows = (
+            check_timeout(gold_timeout, "gold_timeout"),
+            int(gold_max_rows),
+        )
         self.cache_size = int(cache_size)
         self._gold: dict[tuple[str, str], QueryResult] = {}
         self._pred: OrderedDict[tuple[str, str], QueryResult] = OrderedDict()

@@ -2,8 +2,9 @@
 
 Rewards (K = 2, ``reward_names = ["format", "correctness"]``):
 
-- ``format`` {0, 1}: ToolRL's output format, pattern chosen from the tags of the reference
-  (:func:`format_reward`); information: the output-format instructions of the system prompt;
+- ``format`` {0, 1}: ToolRL's output format, pattern chosen from the tags of the reference, calls not
+  parsed (:func:`format_reward`; task option ``strict_json=True`` also requires JSON-object call
+  lines); information: the output-format instructions of the system prompt;
 - ``correctness`` [-3, 3]: ToolRL's tool-call match score ``6 · S / S_max − 3`` (:func:`correctness_reward`);
   information: the reference tool calls, a privileged segment (replay only).
 
@@ -28,6 +29,9 @@ from mrtpo.tasks.tools.rewards import (
     format_verdict,
     jaccard,
     match_score,
+    strict_format_verdict,
+    toolrl_format_verdict,
+    toolrl_tags,
 )
 
 __all__ = [
@@ -45,10 +49,11 @@ __all__ = [
     "match_score",
     "parse_calls",
     "rows_to_examples",
+    "strict_format_verdict",
+    "toolrl_format_verdict",
     "toolrl_system_prompt",
+    "toolrl_tags",
 ]
-
-_VERIFIERS = (FormatVerifier(), CorrectnessVerifier())
 
 
 @TASKS.register("tools")
@@ -57,13 +62,22 @@ class ToolsTask(Task):
 
     ``load(source)`` reads a parquet file, a JSON / JSON-lines file, or a folder with
     ``<split>.parquet|json|jsonl`` (see :func:`load_rlla`); there is no built-in data.
+
+    Args:
+        strict_json: the format reward also requires every ``<tool_call>`` line to be a JSON object and
+            no stray ToolRL tag (default False: ToolRL's own rule, which leaves the calls to
+            correctness).
     """
 
     name = "tools"
     reward_names: ClassVar[list[str]] = ["format", "correctness"]
 
+    def __init__(self, strict_json: bool = False) -> None:
+        self.strict_json = bool(strict_json)
+        self._verifiers = (FormatVerifier(strict_json=self.strict_json), CorrectnessVerifier())
+
     def verifiers(self, example: Example) -> list[Verifier]:
-        return list(_VERIFIERS)
+        return list(self._verifiers)
 
     def load(
         self, source: str | None = None, *, split: str = "train", limit: int | None = None

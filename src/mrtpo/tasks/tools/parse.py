@@ -15,7 +15,9 @@ JSON-encoded string) is accepted as a synonym of ``"parameters"``, and a call wi
 parameters.
 
 Nothing here raises on model output except :class:`ToolCallParseError`, which callers turn into the
-reward minimum.
+reward minimum: JSON that does not decode, that nests too deeply (``RecursionError``) or that holds an
+integer longer than Python's int-string limit (a ``ValueError``) is a parse error. Every function is
+linear in the length of the text (blocks are found with ``str.find``, not a lazy regex).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from typing import Any
 TAGS = ("think", "tool_call", "response")
 """The ToolRL tags, in the order they appear in a well-formed response."""
 
-_BLOCK = {tag: re.compile(rf"<{tag}>(.*?)</{tag}>", re.DOTALL) for tag in TAGS}
 _TAG_TOKEN = re.compile(r"</?(?:think|tool_call|response)>")
 _KEY = re.compile(r'"(name|parameters|arguments)"\s*:\s*')
 
@@ -62,9 +63,36 @@ def tag_spans(text: str) -> list[tuple[int, int]]:
 
 
 def block(text: str, tag: str) -> tuple[str, int] | None:
-    """The content of the first ``<tag>…</tag>`` of ``text`` and its start offset; None when absent."""
-    m = _BLOCK[tag].search(text)
-    return None if m is None else (m.group(1), m.start(1))
+    """The content of the first ``<tag>…</tag>`` of ``text`` and its start offset; None when absent.
+
+    The first opening tag followed (anywhere later) by a closing tag, as ``<tag>(.*?)</tag>`` with
+    ``re.DOTALL`` finds it, in linear time: when the first opening tag has no closing tag after it, no
+    later one has either.
+    """
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    i = text.find(opening)
+    if i < 0:
+        return None
+    start = i + len(opening)
+    j = text.find(closing, start)
+    return None if j < 0 else (text[start:j], start)
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` whose every failure on model text is a :class:`ToolCallParseError`-ready reason.
+
+    Raises:
+        ValueError: with a short reason (not JSON, nested too deeply, an integer over the int-string
+            limit: ``JSONDecodeError`` and the int-limit error are both ``ValueError``s).
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON ({e.msg})") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        raise ValueError(f"not decodable ({str(e)[:80]})") from None
 
 
 def normalize_call(obj: Any, where: str = "call") -> dict[str, Any]:
@@ -82,9 +110,9 @@ def normalize_call(obj: Any, where: str = "call") -> dict[str, Any]:
     params = obj.get("parameters", obj.get("arguments", {}))
     if isinstance(params, str):
         try:
-            params = json.loads(params)
-        except json.JSONDecodeError:
-            raise ToolCallParseError(f"{where}: arguments string is not JSON") from None
+            params = _loads(params)
+        except ValueError as e:
+            raise ToolCallParseError(f"{where}: arguments string is {e}") from None
     if params is None:
         params = {}
     if not isinstance(params, dict):
@@ -113,11 +141,9 @@ def parse_calls(body: str, *, one_per_line: bool = True) -> list[dict[str, Any]]
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ToolCallParseError(f"tool_call line {i} is not JSON ({e.msg})") from None
-            except RecursionError:
-                raise ToolCallParseError(f"tool_call line {i} is nested too deeply") from None
+                obj = _loads(line)
+            except ValueError as e:
+                raise ToolCallParseError(f"tool_call line {i} is {e}") from None
             calls.append(normalize_call(obj, f"tool_call line {i}"))
         return calls
     decoder = json.JSONDecoder()
@@ -133,6 +159,8 @@ def parse_calls(body: str, *, one_per_line: bool = True) -> list[dict[str, Any]]
             raise ToolCallParseError(f"tool_call body is not JSON at offset {pos} ({e.msg})") from None
         except RecursionError:
             raise ToolCallParseError(f"tool_call body is nested too deeply at offset {pos}") from None
+        except ValueError as e:  # an integer over the int-string limit
+            raise ToolCallParseError(f"tool_call body is not decodable at offset {pos} ({e})") from None
         for item in obj if isinstance(obj, list) else [obj]:
             calls.append(normalize_call(item, f"tool_call item {len(calls)}"))
 
@@ -168,7 +196,7 @@ def call_spans(response: str) -> list[tuple[int, int]]:
                 continue
             try:
                 _, end = decoder.raw_decode(line, m.end())
-            except (json.JSONDecodeError, RecursionError):
+            except (ValueError, RecursionError):  # not JSON, too deep, an integer over the int limit
                 continue
             spans.append((offset + line_start + m.end(), offset + line_start + end))
             last_end = end

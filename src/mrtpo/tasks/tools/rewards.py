@@ -1,16 +1,23 @@
 """The two ToolRL rewards (DESIGN sections 4 and 7): format {0, 1} and correctness [-3, 3].
 
-Format. The response (stripped of surrounding whitespace) must match the pattern chosen from the tags
-the reference contains, ``\\n`` between blocks exactly as written::
+Format, ToolRL's rule (the default). The response, stripped of surrounding whitespace, must match
+(``re.search`` with ``re.DOTALL``, ``^`` and ``$`` anchored) the pattern chosen by which tags occur
+anywhere in the raw reference text, and the listed tags must occur exactly once; the text inside
+``<tool_call>`` is not parsed (an unparsable call still scores 1: correctness judges it)::
 
-    reference tags            pattern
-    think, tool_call          <think>…</think>\\n<tool_call>\\n…\\n</tool_call>
-    think, response           <think>…</think>\\n<response>…</response>
-    think, tool_call, resp.   <think>…</think>\\n<tool_call>\\n…\\n</tool_call>\\n<response>…</response>
-    think only                <think>…</think>
+    reference holds           pattern                                                      counted once
+    <tool_call> only          ^<think>.*?</think>\\n<tool_call>\\n.*?\\n</tool_call>$                 tool_call
+    <response> only           ^<think>.*?</think>\\n<response>.*?</response>$                   response
+    both                      ^<think>.*?</think>\\n<tool_call>\\n.*?\\n</tool_call>\\n<response>.*?</response>$
+                                                                                           tool_call, response
+    neither                   ^<think>.*?</think>$                                           (none)
 
-Each tag of the pattern occurs exactly once (opening and closing), the other ToolRL tags not at all, and
-the ``<tool_call>`` body holds at least one line and every non-blank line is one JSON object.
+(``\\n`` a newline; ``<think>`` is never counted, and a reference that only mentions ``<response>`` in
+its reasoning selects a pattern with both blocks, as in ToolRL.)
+
+Format, strict (``strict_json=True``): the pattern follows the tags the reference uses after its
+reasoning, every ToolRL tag occurs exactly as often as that pattern needs (once, or not at all), and the
+``<tool_call>`` body holds at least one line, every non-blank line one JSON object.
 
 Correctness (ToolRL's tool-call reward)::
 
@@ -59,6 +66,16 @@ _THINK = r"<think>.*?</think>"
 _CALL = r"<tool_call>\n(?P<body>.*?)\n</tool_call>"
 _RESP = r"<response>.*?</response>"
 
+# ToolRL's four patterns, keyed by the tags it counts (module docstring).
+_TOOLRL_PATTERNS = {
+    ("tool_call",): re.compile(r"^<think>.*?</think>\n<tool_call>\n.*?\n</tool_call>$", re.DOTALL),
+    ("response",): re.compile(r"^<think>.*?</think>\n<response>.*?</response>$", re.DOTALL),
+    ("tool_call", "response"): re.compile(
+        r"^<think>.*?</think>\n<tool_call>\n.*?\n</tool_call>\n<response>.*?</response>$", re.DOTALL
+    ),
+    (): re.compile(r"^<think>.*?</think>$", re.DOTALL),
+}
+
 
 def format_pattern(tags: Sequence[str]) -> re.Pattern[str]:
     """The full-match pattern for a reference with ``tags`` (``think`` is always required)."""
@@ -70,8 +87,33 @@ def format_pattern(tags: Sequence[str]) -> re.Pattern[str]:
     return re.compile("\n".join(parts), re.DOTALL)
 
 
-def format_verdict(response: str, tags: Sequence[str]) -> Verdict:
-    """Format reward of ``response`` for a reference containing ``tags`` (see the module docstring)."""
+def toolrl_tags(reference: str) -> tuple[str, ...]:
+    """The tags that select ToolRL's format pattern: ``think`` plus ``tool_call`` / ``response`` when
+    ``<tool_call>`` / ``<response>`` occurs anywhere in the raw reference (its reasoning included)."""
+    return ("think", *(t for t in ("tool_call", "response") if f"<{t}>" in reference))
+
+
+def toolrl_format_verdict(response: str, tags: Sequence[str]) -> Verdict:
+    """ToolRL's format reward {0, 1} for a reference whose pattern tags are ``tags`` (module docstring).
+
+    The tag counts are checked before the pattern (the verdict is their conjunction either way); with
+    each counted tag present once, the lazy pattern's search is linear in the length of the response.
+    """
+    text = response.strip()
+    counted = [t for t in ("tool_call", "response") if t in tags]
+    for tag in counted:
+        for token in (f"<{tag}>", f"</{tag}>"):
+            n = text.count(token)
+            if n != 1:
+                return Verdict(0.0, f"{token} occurs {n} times; expected 1")
+    if _TOOLRL_PATTERNS[tuple(counted)].search(text) is None:
+        layout = " + ".join(["think", *counted])
+        return Verdict(0.0, f"the response is not {layout} separated by single newlines")
+    return Verdict(1.0)
+
+
+def strict_format_verdict(response: str, tags: Sequence[str]) -> Verdict:
+    """The strict format reward {0, 1} (module docstring): exact tag counts and JSON-object call lines."""
     text = response.strip()
     expected = ("think", *(t for t in ("tool_call", "response") if t in tags))
     for tag in TAGS:
@@ -90,23 +132,41 @@ def format_verdict(response: str, tags: Sequence[str]) -> Verdict:
         for i, line in lines:
             try:
                 obj = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):
+            except (ValueError, RecursionError):  # not JSON, too deep, an integer over the int limit
                 return Verdict(0.0, f"tool_call line {i} is not JSON")
             if not isinstance(obj, dict):
                 return Verdict(0.0, f"tool_call line {i} is not a JSON object")
     return Verdict(1.0)
 
 
-def format_reward(response: str, reference: str) -> float:
+def format_verdict(response: str, tags: Sequence[str], *, strict_json: bool = False) -> Verdict:
+    """Format reward of ``response`` for a reference whose pattern tags are ``tags``: ToolRL's rule
+    (:func:`toolrl_tags` gives its tags), or with ``strict_json`` the strict rule
+    (:func:`~mrtpo.tasks.tools.parse.reference_tags` gives its tags)."""
+    if strict_json:
+        return strict_format_verdict(response, tags)
+    return toolrl_format_verdict(response, tags)
+
+
+def format_reward(response: str, reference: str, *, strict_json: bool = False) -> float:
     """ToolRL format reward {0, 1} of ``response``; the pattern follows the tags of ``reference``.
+
+    The default is ToolRL's rule (calls are not parsed); ``strict_json=True`` also requires every call
+    line to be a JSON object and no stray ToolRL tag.
 
     >>> ref = '<think> x </think>\\n<tool_call>\\n{"name": "f", "parameters": {}}\\n</tool_call>'
     >>> format_reward('<think> ok </think>\\n<tool_call>\\n{"name": "g"}\\n</tool_call>', ref)
     1.0
+    >>> format_reward('<think> ok </think>\\n<tool_call>\\nf(x=1)\\n</tool_call>', ref)
+    1.0
+    >>> format_reward('<think> ok </think>\\n<tool_call>\\nf(x=1)\\n</tool_call>', ref, strict_json=True)
+    0.0
     >>> format_reward('<tool_call>\\n{"name": "g"}\\n</tool_call>', ref)
     0.0
     """
-    return format_verdict(response, reference_tags(reference)).value
+    if strict_json:
+        return strict_format_verdict(response, reference_tags(reference)).value
+    return toolrl_format_verdict(response, toolrl_tags(reference)).value
 
 
 def jaccard(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
@@ -171,9 +231,12 @@ def correctness_verdict(response: str, ref_calls: Sequence[dict] | None) -> Verd
         pred = parse_calls(found[0])
     except ToolCallParseError as e:
         return Verdict(lo, str(e))
-    if pred == list(ref_calls):
-        return Verdict(hi, "calls equal the reference")
-    s, s_max = match_score(ref_calls, pred)
+    try:
+        if pred == list(ref_calls):
+            return Verdict(hi, "calls equal the reference")
+        s, s_max = match_score(ref_calls, pred)
+    except RecursionError:  # comparing values nested near the recursion limit
+        return Verdict(lo, "call values are nested too deeply to compare")
     value = (hi - lo) * s / s_max + lo
     return Verdict(value, f"S = {s:.3g} of S_max = {s_max:.3g}")
 
@@ -191,13 +254,25 @@ def correctness_reward(response: str, reference: str | Sequence[dict]) -> float:
 
 class FormatVerifier(Verifier):
     """ToolRL format {0, 1}. Information: the output-format instruction segment (tagged ``format``).
-    Checked spans: the tags of the response. Reads ``example.meta["reference_tags"]``."""
+    Checked spans: the tags of the response. Reads ``example.meta["reference"]`` (ToolRL's rule picks
+    its pattern from the raw text) or, with ``strict_json``, ``example.meta["reference_tags"]``.
+
+    Args:
+        strict_json: use the strict rule (JSON-object call lines, no stray tag) instead of ToolRL's.
+    """
 
     name = "format"
     bounds = FORMAT_BOUNDS
 
+    def __init__(self, strict_json: bool = False) -> None:
+        self.strict_json = bool(strict_json)
+
     def verdict(self, example: Example, response: str) -> Verdict:
-        return format_verdict(response, example.meta["reference_tags"])
+        if self.strict_json:
+            return strict_format_verdict(response, example.meta["reference_tags"])
+        ref = example.meta.get("reference")
+        tags = toolrl_tags(ref) if isinstance(ref, str) else example.meta["reference_tags"]
+        return toolrl_format_verdict(response, tags)
 
     def checked_spans(self, example: Example, response: str) -> list[tuple[int, int]]:
         return tag_spans(response)
