@@ -72,15 +72,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args = parser.parse_args(argv)
     mod = importlib.import_module(f"mrtpo.cli.{args._module}")
-    name = f"mrtpo {' '.join(args._words)}"
+
+    def name() -> str:  # read late: a command may refine its words (`mrtpo eval NAME`)
+        return f"mrtpo {' '.join(args._words)}"
+
     try:
         return int(mod.run(args) or 0)
     except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:  # user errors: one line
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"{name}: error: {' '.join(str(msg).split())}", file=sys.stderr)
+        print(f"{name()}: error: {' '.join(str(msg).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"{name}: interrupted", file=sys.stderr)
+        print(f"{name()}: interrupted", file=sys.stderr)
         return 130
 
 
