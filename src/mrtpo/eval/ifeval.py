@@ -53,6 +53,7 @@ def strip_think(response: str) -> str:
         return s.split("</think>", 1)[1].strip()
     return "" if s.startswith("<think>") else response
 
+
 EVAL_MAX_CHARS = 10**9
 """No practical cap on the response length when scoring an evaluation."""
 
