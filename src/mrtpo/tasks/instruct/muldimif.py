@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mrtpo.registry import Registry
+from mrtpo.tasks.base import Verdict, Verifier
 
 Check = Callable[[str, str], bool]
 
@@ -1698,3 +1699,105 @@ def check_others_content(sentence: str, text: str) -> bool:
     if sentence == "It must include in-text citations":
         return bool(re.search(r"\[\d+\]|\([A-Za-z]+, \d{4}\)", text))
     return "be in full sentences" in sentence
+
+
+# ---------------------------------------------------------------------------------------------------
+# MulDimIF rows as training examples of the ``instruct`` task
+
+#: prefix of the instruction ids of MulDimIF constraints in an example's ``meta["instruction_ids"]``
+ID_PREFIX = "muldimif:"
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 2}
+
+
+def locate_sentence(prompt: str, sentence: str) -> tuple[int, int] | None:
+    """Where a constraint sentence is stated in ``prompt``: the prompt sentences covering it verbatim
+    (any case, trailing punctuation ignored), else the one prompt sentence sharing the most words with it
+    if it holds at least 60% of the constraint's words (longer than two letters), else None."""
+    from mrtpo.tasks.instruct.data import sentence_spans
+
+    spans = sentence_spans(prompt)
+    target = sentence.strip().rstrip(".!?。").strip()
+    at = prompt.lower().find(target.lower()) if len(target) >= 8 else -1
+    if at >= 0:
+        covering = [s for s in spans if s[0] < at + len(target) and s[1] > at]
+        if covering:
+            return covering[0][0], covering[-1][1]
+    want = _words(sentence)
+    if not want:
+        return None
+    best, best_share = None, 0.0
+    for span in spans:
+        share = len(want & _words(prompt[span[0] : span[1]])) / len(want)
+        if share > best_share:
+            best, best_share = span, share
+    return best if best_share >= 0.6 else None
+
+
+def example_from_row(row: Any, *, index: int, max_constraints: int):
+    """A MulDimIF row (``id``, ``conversations``, ``constraints``, ...) as an ``instruct`` example: one
+    reward slot per constraint, constraint k's sentence the prompt segment tagged ``c{k}`` (located by
+    :func:`locate_sentence`; ``meta["located"][k]`` is False when it is not found, and then it has no
+    segment). ``meta`` also holds ``constraints`` (the triples), ``constraint_pattern`` and ``difficulty``.
+    Only single-turn rows (an optional system message, then one user message) are supported."""
+    from mrtpo.prompt import Segment
+    from mrtpo.tasks.base import Example
+    from mrtpo.tasks.instruct.data import segments_from_spans
+
+    where = f"row {index} (id {row.get('id', index)!r})" if isinstance(row, dict) else f"row {index}"
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected an object")
+    conv = row.get("conversations")
+    cons = row.get("constraints")
+    if not isinstance(conv, list) or not conv or not isinstance(cons, list) or not cons:
+        raise ValueError(f"{where}: MulDimIF rows need non-empty 'conversations' and 'constraints'")
+    system = [m for m in conv if isinstance(m, dict) and m.get("role") == "system"]
+    turns = [m for m in conv if isinstance(m, dict) and m.get("role") != "system"]
+    if turns and turns[-1].get("role") == "assistant":
+        turns = turns[:-1]  # a row that already holds a reply
+    if len(turns) != 1 or turns[0].get("role") != "user":
+        raise ValueError(f"{where}: only single-turn MulDimIF rows can be training rows ({len(turns)} turns)")
+    for k, c in enumerate(cons):
+        if not isinstance(c, (list, tuple)) or len(c) != 3 or not all(isinstance(x, str) for x in c):
+            raise ValueError(f"{where}: constraint {k} must be [category, sub-type, sentence], got {c!r}")
+        if type_key(c) not in CONSTRAINT_TYPES:
+            raise ValueError(f"{where}: unknown instruction id '{ID_PREFIX}{type_key(c)}' (constraint {k})")
+    if len(cons) > max_constraints:
+        raise ValueError(f"{where}: {len(cons)} constraints; max_constraints={max_constraints}")
+    prompt = str(turns[0].get("content", ""))
+    spans = [locate_sentence(prompt, c[2]) for c in cons]
+    segments = [Segment(str(m.get("content", "")), role="system") for m in system if m.get("content")]
+    segments += segments_from_spans(prompt, spans)
+    ex = Example(id=str(row.get("id", index)), segments=segments)
+    ex.meta = {
+        "instruction_ids": [ID_PREFIX + type_key(c) for c in cons],
+        "kwargs": [{} for _ in cons],
+        "constraints": [list(c) for c in cons],
+        "prompt": prompt,
+        "source": "muldimif",
+        "located": [s is not None for s in spans],
+        "constraint_pattern": str(row.get("constraint_pattern", "")),
+        "difficulty": str(row.get("difficulty", "")),
+    }
+    return ex
+
+
+class MulDimIFVerifier(Verifier):
+    """Reward ``name``: 1 when the response follows one MulDimIF constraint (:func:`check`), else 0."""
+
+    bounds = (0.0, 1.0)
+
+    def __init__(self, name: str, constraint: Sequence[Any]) -> None:
+        self.name = name
+        self.constraint = list(constraint)
+        self.instruction_id = ID_PREFIX + type_key(constraint)
+        self.kind = None  # reads the whole response
+
+    def verdict(self, example: Any, response: str) -> Verdict:
+        ok, reason = check(self.constraint, response)
+        return Verdict(float(ok), reason)
+
+    def checked_spans(self, example: Any, response: str) -> None:
+        return None
