@@ -304,7 +304,9 @@ class AdvancedIF(Benchmark):
         return items
 
     def read_responses(self, path: Path) -> dict[str, str]:
-        out: dict[str, str] = {}
+        from mrtpo.eval.muldimif import _add_response, _responses
+
+        out = _responses(path)
         for index, (where, row) in enumerate(read_table(path)):
             if not isinstance(row, Mapping) or "response" not in row:
                 raise ValueError(
@@ -312,8 +314,12 @@ class AdvancedIF(Benchmark):
                 )
             if "id" not in row and "conversation_history" not in row:
                 raise ValueError(f"{where}: a response row needs 'id' (or the AdvancedIF fields)")
-            out[_row_id(row, index)] = response_text(row["response"], where)
+            _add_response(out, _row_id(row, index), response_text(row["response"], where), where)
         return out
+
+    def info(self) -> dict[str, Any]:
+        a = self.args
+        return {"data": str(a.data), "judge": a.judge, "judge_model": a.judge_model, "task": a.task}
 
     def score(self, items: Sequence[Item], responses: Mapping[str, str]) -> list[dict[str, Any]]:
         def one(item: Item) -> dict[str, Any]:

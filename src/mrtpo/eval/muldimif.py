@@ -86,6 +86,25 @@ def parse_row(row: Any, where: str) -> Item:
     )
 
 
+def _responses(path: str | Path) -> dict[str, str]:
+    """An empty ``{id: response}`` that remembers where each id was read (the command's ``Responses``
+    where this version of the evaluation interface has it)."""
+    try:
+        from mrtpo.eval.benchmark import Responses  # type: ignore[attr-defined]
+    except ImportError:
+        return {}
+    return Responses(path)
+
+
+def _add_response(out: dict[str, str], item_id: str, text: str, where: str) -> None:
+    if hasattr(out, "add"):
+        out.add(item_id, text, where)  # names both lines of a repeated id
+    elif item_id in out:
+        raise ValueError(f"{where}: a second response for {item_id!r}")
+    else:
+        out[item_id] = text
+
+
 def strip_think(text: str) -> str:
     """The text after the last ``</think>`` (leading newlines dropped); unchanged without one."""
     at = text.rfind("</think>")
@@ -183,22 +202,26 @@ class MulDimIF(Benchmark):
         return items
 
     def read_responses(self, path: Path) -> dict[str, str]:
-        out: dict[str, str] = {}
+        out = _responses(path)
         for where, row in read_rows(path):
             if not isinstance(row, Mapping) or "id" not in row:
                 raise ValueError(f"{where}: expected an object with 'id' and 'response' (or 'conversations')")
             if "response" in row:
-                out[str(row["id"])] = str(row["response"])
+                text = str(row["response"])
             elif isinstance(row.get("conversations"), list) and row["conversations"]:
                 last = row["conversations"][-1]
                 if not isinstance(last, Mapping) or last.get("role") != "assistant":
                     raise ValueError(
                         f"{where}: the last message of 'conversations' is not the assistant's reply"
                     )
-                out[str(row["id"])] = str(last.get("content", ""))
+                text = str(last.get("content", ""))
             else:
                 raise ValueError(f"{where}: expected 'response' or 'conversations' ending with the reply")
+            _add_response(out, str(row["id"]), text, where)
         return out
+
+    def info(self) -> dict[str, Any]:
+        return {"data": str(self.args.data), "strip_think": bool(getattr(self.args, "strip_think", False))}
 
     def score(self, items: Sequence[Item], responses: Mapping[str, str]) -> list[dict[str, Any]]:
         strip = bool(getattr(self.args, "strip_think", False))
