@@ -225,7 +225,7 @@ def test_end_to_end_with_retry_and_cache(tmp_path, server, monkeypatch):
     assert report["judge_cache"]["misses"] == 3 and report["judge_cache"]["hits"] == 0
     # a second run (a fresh benchmark object, same cache folder) sends no request at all
     before = len(server.requests)
-    _, verdicts2, report2 = run_eval(_args(tmp_path, data, server.url), data)
+    _, verdicts2, report2 = run_eval(_args(tmp_path, data, server.url, judge_workers=3), data)
     assert len(server.requests) == before
     assert report2["judge_cache"] == {"hits": 3, "misses": 0, "dir": str(tmp_path / "cache")}
     assert [v["rubrics"] for v in verdicts2] == [v["rubrics"] for v in verdicts]

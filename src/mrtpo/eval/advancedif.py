@@ -322,6 +322,8 @@ class AdvancedIF(Benchmark):
         return {"data": str(a.data), "judge": a.judge, "judge_model": a.judge_model, "task": a.task}
 
     def score(self, items: Sequence[Item], responses: Mapping[str, str]) -> list[dict[str, Any]]:
+        judge = self.judge  # built once, before the worker threads share it
+
         def one(item: Item) -> dict[str, Any]:
             rubrics = item.data["rubrics"]
             task = item.data.get("benchmark_name", "")
@@ -338,7 +340,7 @@ class AdvancedIF(Benchmark):
             else:
                 prompt = judge_prompt(item.messages, response, rubrics, task)
                 try:
-                    output = self.judge.complete([{"role": "user", "content": prompt}])
+                    output = judge.complete([{"role": "user", "content": prompt}])
                     parsed = parse_judgement(output, len(rubrics))
                     record["judge_output"] = output
                 except Exception as e:  # the call failed for good: the item counts as failed
