@@ -1713,14 +1713,16 @@ def _words(text: str) -> set[str]:
 
 
 def locate_sentence(prompt: str, sentence: str) -> tuple[int, int] | None:
-    """Where a constraint sentence is stated in ``prompt``: the prompt sentences covering it verbatim
-    (any case, trailing punctuation ignored), else the one prompt sentence sharing the most words with it
-    if it holds at least 60% of the constraint's words (longer than two letters), else None."""
+    """Where a constraint sentence is stated in ``prompt``: the prompt sentences covering its last
+    verbatim occurrence (any case, trailing punctuation ignored; the last, since Example-pattern prompts
+    show worked examples before the question), else the prompt sentence sharing the most words with it
+    (the later one on ties) if it holds at least 60% of the constraint's words longer than two letters,
+    else None."""
     from mrtpo.tasks.instruct.data import sentence_spans
 
     spans = sentence_spans(prompt)
     target = sentence.strip().rstrip(".!?。").strip()
-    at = prompt.lower().find(target.lower()) if len(target) >= 8 else -1
+    at = prompt.lower().rfind(target.lower()) if len(target) >= 8 else -1  # the last: after any examples
     if at >= 0:
         covering = [s for s in spans if s[0] < at + len(target) and s[1] > at]
         if covering:
@@ -1731,7 +1733,7 @@ def locate_sentence(prompt: str, sentence: str) -> tuple[int, int] | None:
     best, best_share = None, 0.0
     for span in spans:
         share = len(want & _words(prompt[span[0] : span[1]])) / len(want)
-        if share > best_share:
+        if share > 0 and share >= best_share:  # ties: the later sentence
             best, best_share = span, share
     return best if best_share >= 0.6 else None
 
