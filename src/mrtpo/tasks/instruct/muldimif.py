@@ -255,7 +255,6 @@ def _word_pattern(keyword: str) -> re.Pattern:
 # ---------------------------------------------------------------------------------------------------
 # Shapes of a response: where the "each ..." checks find their elements
 
-_TABLE_LINE = re.compile(r"^[ \t]*\|[^\n]*\|", re.M)
 _STARTS_JSON = re.compile(r"^\s*[{\[]")
 _STARTS_NUMBERED = re.compile(r"^\s*\d+\.\s+")
 _STARTS_BULLET = re.compile(r"^\s*[-*] ")
@@ -1565,6 +1564,9 @@ def _xml_attribute_counts(text: str) -> list[int] | None:
         if not m:
             return None
         text = m.group(1)
+    # Whitespace enters the tag pattern only as runs (\s*, \s+, or inside a quoted value), so one space
+    # per run leaves the matches and their attribute counts unchanged and keeps the scan linear.
+    text = re.sub(r"\s+", " ", text)
     tag = re.compile(r"<\s*([a-zA-Z_:][\w:.-]*)\s*(?:\s+[a-zA-Z_:][\w:.-]*=['\"][^'\"]*['\"])*\s*/?>")
     return [len(re.findall(r"(\w+)=[\"'][^\"']*[\"']", m.group(0))) for m in tag.finditer(text)]
 
