@@ -150,6 +150,8 @@ def _args(tmp_path, data, judge_url, **kw):
         judge_timeout=5.0,
         judge_retries=3,
         judge_workers=2,
+        judge_temperature="0",
+        judge_extra=None,
         task=None,
     )
     for k, v in kw.items():
@@ -235,12 +237,21 @@ def test_end_to_end_with_retry_and_cache(tmp_path, server, monkeypatch):
 def test_responses_jsonl_and_task_filter(tmp_path, server):
     data = _write_jsonl(tmp_path / "d.jsonl", [{k: v for k, v in r.items() if k != "response"} for r in ROWS])
     resp = _write_jsonl(tmp_path / "r.jsonl", [{"id": "1", "response": "a candle, a mug"}])
-    args = _args(tmp_path, data, server.url, task="if_carried_context_oss", no_judge_cache=True)
+    args = _args(
+        tmp_path,
+        data,
+        server.url,
+        task="if_carried_context_oss",
+        no_judge_cache=True,
+        judge_temperature="none",  # as reasoning models (o3-mini) need
+        judge_extra='{"max_completion_tokens": 64}',
+    )
     _, verdicts, report = run_eval(args, resp)
     assert [v["id"] for v in verdicts] == ["1"]
     assert [r["passed"] for r in verdicts[0]["rubrics"]] == [True, True, False]
     assert report["pass_rate"] == 0.0 and report["rubric_pass_rate"] == pytest.approx(2 / 3)
     assert len(server.requests) == 1
+    assert "temperature" not in server.requests[0] and server.requests[0]["max_completion_tokens"] == 64
 
 
 def test_backoff_is_exponential_and_capped(server):

@@ -16,7 +16,8 @@ Saved replies (``--responses``): JSONL rows ``id`` + ``response``, or rows of th
 (with ``conversation_history`` and ``response``), matched to items by the same id rule.
 
 The judge gets one prompt per item (:func:`judge_prompt`; the rubric questions numbered), with
-``temperature=0``, and must answer with one JSON object::
+``temperature=0`` by default (``--judge-temperature none`` sends none, as o-series models require), and
+must answer with one JSON object::
 
     {"rubrics_check": {"question_1": "<reason>. YES", "question_2": "<reason>. NO", ...},
      "SATISFIED_ALL_REQUIREMENTS": "YES" | "NO"}
@@ -235,6 +236,27 @@ def parse_row(row: Mapping[str, Any], index: int, where: str) -> Item:
     )
 
 
+def _temperature(value: Any) -> float | None:
+    if value is None or str(value).strip().lower() == "none":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"--judge-temperature must be a number or 'none', got {value!r}") from None
+
+
+def _extra(value: str | None) -> dict[str, Any]:
+    if not value:
+        return {}
+    try:
+        extra = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--judge-extra is not JSON ({e.msg})") from None
+    if not isinstance(extra, dict):
+        raise ValueError("--judge-extra must be a JSON object")
+    return extra
+
+
 # ---------------------------------------------------------------------------------------------------
 # The benchmark
 
@@ -263,7 +285,18 @@ class AdvancedIF(Benchmark):
             "--judge-cache", default=None, help="judge cache folder (default: ~/.cache/mrtpo/judge)"
         )
         parser.add_argument("--no-judge-cache", action="store_true", help="call the judge for every item")
-        parser.add_argument("--judge-max-tokens", type=int, default=None)
+        parser.add_argument("--judge-max-tokens", type=int, default=None, help="max_tokens of the request")
+        parser.add_argument(
+            "--judge-temperature",
+            default="0",
+            help="temperature of the request; 'none' sends none (o-series models accept none)",
+        )
+        parser.add_argument(
+            "--judge-extra",
+            default=None,
+            metavar="JSON",
+            help='more request fields, e.g. \'{"max_completion_tokens": 32768, "reasoning_effort": "high"}\'',
+        )
         parser.add_argument("--judge-timeout", type=float, default=120.0, help="seconds per request")
         parser.add_argument("--judge-retries", type=int, default=6, help="retries on 429/5xx/timeouts")
         parser.add_argument("--judge-workers", type=int, default=4, help="judge calls in flight at once")
@@ -286,6 +319,8 @@ class AdvancedIF(Benchmark):
                 cache_dir=a.judge_cache,
                 use_cache=not a.no_judge_cache,
                 max_tokens=a.judge_max_tokens,
+                temperature=_temperature(getattr(a, "judge_temperature", "0")),
+                extra_body=_extra(getattr(a, "judge_extra", None)),
                 timeout=a.judge_timeout,
                 max_retries=a.judge_retries,
             )

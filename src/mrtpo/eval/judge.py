@@ -59,7 +59,9 @@ class OpenAIChatJudge:
         model: the model name sent in the request.
         api_key: the key; None reads the first set variable of ``api_key_env``.
         api_key_env: environment variables to read the key from, in order.
-        temperature, max_tokens: sampling settings of the request (``max_tokens`` None: not sent).
+        temperature, max_tokens: sampling settings of the request (None: the field is not sent; reasoning
+            models such as o3-mini accept no ``temperature``).
+        extra_body: more fields of the request (``{"max_completion_tokens": 32768}``, ...).
         timeout: seconds per request.
         max_retries: retries after the first attempt on 429 / 5xx / connection errors / timeouts.
         backoff, max_backoff: the wait before retry ``k`` is ``min(backoff * 2**k, max_backoff)``
@@ -74,8 +76,9 @@ class OpenAIChatJudge:
         *,
         api_key: str | None = None,
         api_key_env: Sequence[str] = DEFAULT_KEY_ENVS,
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         max_tokens: int | None = None,
+        extra_body: dict[str, Any] | None = None,
         timeout: float = 120.0,
         max_retries: int = 6,
         backoff: float = 1.0,
@@ -93,6 +96,7 @@ class OpenAIChatJudge:
             api_key = next((os.environ[e] for e in api_key_env if os.environ.get(e)), None)
         self._api_key = api_key
         self.temperature, self.max_tokens = temperature, max_tokens
+        self.extra_body = dict(extra_body or {})
         self.timeout, self.max_retries = timeout, max_retries
         self.backoff, self.max_backoff, self._sleep = backoff, max_backoff, sleep
         self.requests = 0  # HTTP requests sent, retries included
@@ -106,13 +110,12 @@ class OpenAIChatJudge:
             return json.loads(resp.read().decode("utf-8"))
 
     def complete(self, messages: Sequence[dict[str, str]]) -> str:
-        payload: dict[str, Any] = {
-            "model": self.model,
-            "messages": list(messages),
-            "temperature": self.temperature,
-        }
+        payload: dict[str, Any] = {"model": self.model, "messages": list(messages)}
+        if self.temperature is not None:
+            payload["temperature"] = self.temperature
         if self.max_tokens is not None:
             payload["max_tokens"] = self.max_tokens
+        payload.update(self.extra_body)
         body = json.dumps(payload).encode("utf-8")
         last = ""
         for attempt in range(self.max_retries + 1):
@@ -219,8 +222,9 @@ def make_judge(
     """A judge from ``--judge``: an ``http(s)://`` base URL (with ``model``) or a local model folder.
 
     Args:
-        kwargs: passed to :class:`OpenAIChatJudge` (``max_tokens``, ``timeout``, ``max_retries``, ...);
-            for a local model only ``max_tokens`` is used (as ``max_new_tokens``).
+        kwargs: passed to :class:`OpenAIChatJudge` (``max_tokens``, ``temperature``, ``extra_body``,
+            ``timeout``, ``max_retries``, ...); for a local model only ``max_tokens`` is used (as
+            ``max_new_tokens``; decoding is greedy).
     """
     if spec.startswith(("http://", "https://")):
         judge: Judge = OpenAIChatJudge(spec, model or "", api_key_env=api_key_env, **kwargs)
