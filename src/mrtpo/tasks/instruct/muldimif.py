@@ -19,8 +19,8 @@ verdict here is ``False`` with the reason.
 - :func:`category_of`: the benchmark's reporting category of a constraint (its 4 first-level and 12
   second-level categories, e.g. ``("Format", "Table")`` for ``["Table", "Row limit", ...]``).
 
-The Chinese-variant checks need ``zhconv`` (the converter the public evaluation uses; ``pip install
-zhconv``); without it they answer ``False`` with a reason saying so.
+The Chinese-variant checks need ``zhconv`` (the converter the public evaluation uses; the ``muldimif``
+extra); without it they answer ``False`` with a reason saying so.
 """
 
 from __future__ import annotations
