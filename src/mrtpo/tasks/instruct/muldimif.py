@@ -174,53 +174,40 @@ class _Unsupported(Exception):
 # Numbers
 
 _SMALL = {
-    "zero": 0,
-    "one": 1,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
+    w: i
+    for i, w in enumerate(
+        ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+    )
 }
-_TEENS_TENS = {
-    "eleven": 11,
-    "twelve": 12,
-    "thirteen": 13,
-    "fourteen": 14,
-    "fifteen": 15,
-    "sixteen": 16,
-    "seventeen": 17,
-    "eighteen": 18,
-    "nineteen": 19,
-    "twenty": 20,
-    "thirty": 30,
-    "forty": 40,
-    "fifty": 50,
-    "sixty": 60,
-    "seventy": 70,
-    "eighty": 80,
-    "ninety": 90,
-    "hundred": 100,
-}
+_TEENS_TENS = dict(
+    zip(
+        [
+            "eleven",
+            "twelve",
+            "thirteen",
+            "fourteen",
+            "fifteen",
+            "sixteen",
+            "seventeen",
+            "eighteen",
+            "nineteen",
+            "twenty",
+            "thirty",
+            "forty",
+            "fifty",
+            "sixty",
+            "seventy",
+            "eighty",
+            "ninety",
+            "hundred",
+        ],
+        [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 30, 40, 50, 60, 70, 80, 90, 100],
+        strict=True,
+    )
+)
 _WORD_NUMBERS = {**_SMALL, **_TEENS_TENS}
 _ONE_TO_TEN = "one|two|three|four|five|six|seven|eight|nine|ten"
-_CJK_DIGITS = {
-    "一": 1,
-    "二": 2,
-    "三": 3,
-    "四": 4,
-    "五": 5,
-    "六": 6,
-    "七": 7,
-    "八": 8,
-    "九": 9,
-    "十": 10,
-    "两": 2,
-}
+_CJK_DIGITS = dict(zip("一二三四五六七八九十两", [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 2], strict=True))
 
 
 def _compound_number(text: str, vocab: dict[str, int]) -> int | None:
@@ -676,13 +663,7 @@ def check_words(sentence: str, text: str) -> bool:
 
 _SENT_VOCAB = {
     **_SMALL,
-    "eleven": 11,
-    "twelve": 12,
-    "fifteen": 15,
-    "twenty": 20,
-    "thirty": 30,
-    "fifty": 50,
-    "hundred": 100,
+    **{w: _TEENS_TENS[w] for w in ("eleven", "twelve", "fifteen", "twenty", "thirty", "fifty", "hundred")},
     "thousand": 1000,
     **_CJK_DIGITS,
 }
