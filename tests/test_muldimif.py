@@ -503,6 +503,11 @@ def test_instruct_task_rows_from_muldimif(tmp_path):
     assert [v.verdict(ex, "Leaves are green. " * 11).value for v in verifiers[:3]] == [0.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="3 constraints; max_constraints=2"):
         rows_to_examples([row], max_constraints=2)
+    # the task loads a MulDimIF file (the public test.json layout: a JSON list) by its path
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps([row, {**row, "id": "8"}]), encoding="utf-8")
+    loaded = task.load(str(path))
+    assert [e.id for e in loaded] == ["7", "8"] and loaded[0].meta == ex.meta
 
 
 # ---------------------------------------------------------------------------------------------------
