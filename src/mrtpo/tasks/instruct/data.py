@@ -31,6 +31,9 @@ Formats (``fmt="auto"`` tells them apart per row):
   or keywords, and words of the instruction type such as "comma" or "title"). A constraint whose
   sentence is not found keeps ``located[k] = false`` and has no segment: its leave-one-out context equals
   the full one (zero distance, so its advantage is spread uniformly).
+- **MulDimIF** (``conversations``, ``constraints`` as ``[category, sub-type, sentence]``): one slot per
+  constraint, checked by :mod:`mrtpo.tasks.instruct.muldimif` (instruction ids ``muldimif:{category}_{sub-type}``);
+  each sentence is located in the prompt (:func:`mrtpo.tasks.instruct.muldimif.locate_sentence`).
 - **mrtpo** rows written by ``Example.to_dict`` (e.g. a saved synthetic set).
 
 Segments are joined with a blank line (:func:`mrtpo.prompt.assemble`), so a prompt cut at sentence
@@ -353,7 +356,7 @@ def _user_text(prompt: Any) -> str:
 
 
 def detect_format(row: Mapping[str, Any]) -> str:
-    """ "mrtpo", "ifeval" or "hir" for one row; ValueError when none fits."""
+    """ "mrtpo", "ifeval", "hir" or "muldimif" for one row; ValueError when none fits."""
     if "segments" in row and "meta" in row:
         return "mrtpo"
     if "instruction_id_list" in row and "prompt" in row:
@@ -361,9 +364,12 @@ def detect_format(row: Mapping[str, Any]) -> str:
     extra = row.get("extra_info") if isinstance(row.get("extra_info"), Mapping) else {}
     if "criteria" in row or "criteria" in extra:
         return "hir"
+    if "constraints" in row and "conversations" in row:
+        return "muldimif"
     raise ValueError(
         f"row {row.get('id', row.get('key', '?'))!r} has fields {sorted(row)[:8]}: expected HIR-16K "
-        "(criteria + ground_truth), IFEval (prompt + instruction_id_list + kwargs) or mrtpo rows"
+        "(criteria + ground_truth), IFEval (prompt + instruction_id_list + kwargs), MulDimIF (conversations + "
+        "constraints) or mrtpo rows"
     )
 
 
@@ -446,7 +452,7 @@ def rows_to_examples(
     rows: Iterable[Mapping[str, Any]],
     *,
     max_constraints: int = 13,
-    fmt: Literal["auto", "hir", "ifeval", "mrtpo"] = "auto",
+    fmt: Literal["auto", "hir", "ifeval", "mrtpo", "muldimif"] = "auto",
     subsets: Sequence[str] | None = ("type1", "type2"),
     unknown: Unknown = "error",
     limit: int | None = None,
@@ -460,8 +466,8 @@ def rows_to_examples(
             id) or "drop" (skip the row; a warning gives the count and the ids).
         limit: stop after this many examples.
     """
-    if fmt not in ("auto", "hir", "ifeval", "mrtpo"):
-        raise ValueError(f"fmt must be 'auto', 'hir', 'ifeval' or 'mrtpo', got {fmt!r}")
+    if fmt not in ("auto", "hir", "ifeval", "mrtpo", "muldimif"):
+        raise ValueError(f"fmt must be 'auto', 'hir', 'ifeval', 'mrtpo' or 'muldimif', got {fmt!r}")
     if unknown not in ("error", "drop"):
         raise ValueError(f"unknown must be 'error' or 'drop', got {unknown!r}")
     keep = set(subsets) if subsets is not None else {"type1", "type2"}
@@ -481,6 +487,10 @@ def rows_to_examples(
                 ex = Example.from_dict(dict(row))
             elif kind == "ifeval":
                 ex = from_ifeval_row(row, index=index, max_constraints=max_constraints)
+            elif kind == "muldimif":
+                from mrtpo.tasks.instruct.muldimif import example_from_row
+
+                ex = example_from_row(row, index=index, max_constraints=max_constraints)
             else:
                 ex = from_hir_row(row, index=index, max_constraints=max_constraints)
         except ValueError as e:

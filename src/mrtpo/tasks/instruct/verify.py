@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mrtpo.tasks.base import TASKS, Example, Task, Verdict, Verifier
-from mrtpo.tasks.instruct import checkers, spans
+from mrtpo.tasks.instruct import checkers, muldimif, spans
 from mrtpo.tasks.instruct.data import rows_to_examples, slot_name
 
 
@@ -133,7 +133,10 @@ class InstructTask(Task):
             )
         prompt = str(example.meta.get("prompt") or example.messages()[-1]["content"])
         out: list[Verifier] = [
-            ConstraintVerifier(slot_name(k), iid, kw, prompt) for k, (iid, kw) in enumerate(zip(ids, kwargs))
+            muldimif.MulDimIFVerifier(slot_name(k), example.meta["constraints"][k])
+            if str(iid).startswith(muldimif.ID_PREFIX)
+            else ConstraintVerifier(slot_name(k), iid, kw, prompt)
+            for k, (iid, kw) in enumerate(zip(ids, kwargs))
         ]
         out += [UnusedSlot(slot_name(k)) for k in range(len(ids), self.max_constraints)]
         return out
