@@ -152,7 +152,10 @@ def test_user_plugin_generates_and_rescores(tmp_path, tiny_tokenizer, tiny_model
 
 def test_eval_errors(tmp_path, capsys, clean_registry):
     assert main(["eval"]) == 2
-    assert "mrtpo eval: error: name a benchmark: bfcl, ifbench, ifeval" in capsys.readouterr().err
+    assert (
+        "mrtpo eval: error: name a benchmark: advancedif, bfcl, ifbench, ifeval, muldimif, sql"
+        in capsys.readouterr().err
+    )
     assert main(["eval", "nope", "--responses", "x"]) == 2
     err = capsys.readouterr().err
     assert "mrtpo eval nope: error: unknown benchmark 'nope'; known: " in err and "ifbench" in err

@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from mrtpo.eval.benchmark import Benchmark, Item, register_benchmark
+from mrtpo.eval.benchmark import Benchmark, Item, Responses, register_benchmark
 
 SYSTEM_STEER = "if_system_steerability_oss"
 RULE = "=" * 40
@@ -338,10 +338,9 @@ class AdvancedIF(Benchmark):
             items.append(item)
         return items
 
-    def read_responses(self, path: Path) -> dict[str, str]:
-        from mrtpo.eval.muldimif import _add_response, _responses
+    def read_responses(self, path: Path) -> Responses:
 
-        out = _responses(path)
+        out = Responses(path)
         for index, (where, row) in enumerate(read_table(path)):
             if not isinstance(row, Mapping) or "response" not in row:
                 raise ValueError(
@@ -349,7 +348,7 @@ class AdvancedIF(Benchmark):
                 )
             if "id" not in row and "conversation_history" not in row:
                 raise ValueError(f"{where}: a response row needs 'id' (or the AdvancedIF fields)")
-            _add_response(out, _row_id(row, index), response_text(row["response"], where), where)
+            out.add(_row_id(row, index), response_text(row["response"], where), where)
         return out
 
     def info(self) -> dict[str, Any]:

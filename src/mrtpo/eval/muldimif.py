@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mrtpo.eval.benchmark import Benchmark, Item, register_benchmark
+from mrtpo.eval.benchmark import Benchmark, Item, Responses, register_benchmark
 from mrtpo.tasks.instruct import muldimif as rules
 
 REQUIRED = ("id", "conversations", "constraints", "constraint_pattern", "difficulty")
@@ -84,25 +84,6 @@ def parse_row(row: Any, where: str) -> Item:
             "difficulty": str(row["difficulty"]),
         },
     )
-
-
-def _responses(path: str | Path) -> dict[str, str]:
-    """An empty ``{id: response}`` that remembers where each id was read (the command's ``Responses``
-    where this version of the evaluation interface has it)."""
-    try:
-        from mrtpo.eval.benchmark import Responses  # type: ignore[attr-defined]
-    except ImportError:
-        return {}
-    return Responses(path)
-
-
-def _add_response(out: dict[str, str], item_id: str, text: str, where: str) -> None:
-    if hasattr(out, "add"):
-        out.add(item_id, text, where)  # names both lines of a repeated id
-    elif item_id in out:
-        raise ValueError(f"{where}: a second response for {item_id!r}")
-    else:
-        out[item_id] = text
 
 
 def strip_think(text: str) -> str:
@@ -201,8 +182,8 @@ class MulDimIF(Benchmark):
             items.append(item)
         return items
 
-    def read_responses(self, path: Path) -> dict[str, str]:
-        out = _responses(path)
+    def read_responses(self, path: Path) -> Responses:
+        out = Responses(path)
         for where, row in read_rows(path):
             if not isinstance(row, Mapping) or "id" not in row:
                 raise ValueError(f"{where}: expected an object with 'id' and 'response' (or 'conversations')")
@@ -217,7 +198,7 @@ class MulDimIF(Benchmark):
                 text = str(last.get("content", ""))
             else:
                 raise ValueError(f"{where}: expected 'response' or 'conversations' ending with the reply")
-            _add_response(out, str(row["id"]), text, where)
+            out.add(str(row["id"]), text, where)
         return out
 
     def info(self) -> dict[str, Any]:
