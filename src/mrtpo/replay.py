@@ -511,8 +511,9 @@ class _FSDPUnsharded:
     off for the duration, so their pre/post-forward hooks do nothing; on exit ``reshard()`` and the
     saved settings restored. Forwards inside run without communication for these modules."""
 
-    def __init__(self, modules: Sequence[Any]) -> None:
+    def __init__(self, modules: Sequence[Any], every: Sequence[Any] = ()) -> None:
         self.modules = list(modules)
+        self.every = list(every) or self.modules
         self.saved: list[tuple[Any, Any, list[Any]]] = []
 
     def __enter__(self) -> _FSDPUnsharded:
@@ -532,6 +533,7 @@ class _FSDPUnsharded:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        _finish_partial_forwards(self.every)
         for m in self.modules:
             m.reshard()
         for m, auto, infos in self.saved:
@@ -541,6 +543,25 @@ class _FSDPUnsharded:
             if auto is not None:
                 state._auto_reshard_after_forward = auto
         self.saved.clear()
+
+
+def _finish_partial_forwards(modules: Sequence[Any]) -> None:
+    """Mark FSDP2 groups whose forward ran only partly as done (no-grad: nothing to register).
+
+    A group of several modules (accelerate's ``[norm, lm_head]``) ends its forward when all of them have
+    run; a direct call of the decoder body runs the norm but not the head, which leaves the group "in
+    forward" (FSDP2 itself completes such groups in the root's post-forward, which replay never
+    reaches). Left so, ``reshard()`` would skip the group, on some processes only."""
+    for m in modules:
+        state = m._get_fsdp_state()
+        pending = getattr(state, "_modules_to_run_forward", None)
+        if not pending:
+            continue
+        idle = type(state._training_state).IDLE
+        for g in getattr(state, "_fsdp_param_groups", []) or []:
+            g._training_state = idle
+        state._training_state = idle
+        pending.clear()
 
 
 @contextlib.contextmanager
@@ -569,8 +590,8 @@ def _outer_unsharded(model: Any, body: Any) -> Iterator[None]:
     """Lockstep: unshard the FSDP2 modules outside the decoder body (the root, the LM head's group),
     whose hooks a direct call of the body bypasses; the body's own modules keep gathering per forward."""
     inner = {id(m) for m in body.modules()} if hasattr(body, "modules") else set()
-    outer = [m for m in _fsdp_modules(model) if id(m) not in inner]
-    with _FSDPUnsharded(outer):
+    every = _fsdp_modules(model)
+    with _FSDPUnsharded([m for m in every if id(m) not in inner], every):
         yield
 
 
