@@ -80,11 +80,15 @@ def test_fpe_accounting_without_reuse_or_sharing_and_with_a_skipped_pair(tmp_pat
     assert ours["tokens"] == 158 and ours["pairs_skipped"] == 1 and ours["k_eff"] == 1.5
     assert ours["fpe_per_response"] == pytest.approx(158 / 35 / 2)  # 2.257 <= K_eff + 0.25 is missed:
     assert ours["fpe_per_response"] > ours["k_eff"] + 0.25  # without reuse C itself costs ~1 FPE
-    d_ours, d_naive = torch.load(tmp_path / "m.pt"), torch.load(tmp_path / "n.pt")
+    d_ours, saved = torch.load(tmp_path / "m.pt")["distances"], torch.load(tmp_path / "n.pt")
+    d_naive, d_ref = saved["distances"], saved["reference"]
+    assert d_naive.dtype == torch.float32 and d_ref.dtype == torch.float64
     assert d_ours.shape == d_naive.shape == (2, 2, 16)
     assert (d_ours[0, 0] == 0).all()  # the skipped pair
     run = torch.tensor([[False, True], [True, True]])
-    assert (d_ours.double() - d_naive).abs()[run].max() < 1e-6
+    assert (d_ours.double() - d_ref).abs()[run].max() < 1e-6
+    assert (d_naive.double() - d_ref).abs()[run].max() < 1e-5  # float32 logits, torch's log_softmax + kl_div
+    assert d_ref[run].min() > 1e-3  # distances worth comparing
 
 
 def test_make_data_layout():

@@ -425,7 +425,7 @@ def _model_info(model: Any) -> _ModelInfo:
     if info is not None:
         return info
     body, head = _decoder(model), _head_of(model)
-    with _full_weight(head.weight) as w, _full_weight(head.bias) as bias:
+    with full_weight(head.weight) as w, full_weight(head.bias) as bias:
         v = w.shape[0]
         probe = (torch.arange(6, device=w.device) * 7919 % v).unsqueeze(0)  # [1, 6] arbitrary ids
         with _Eval(model), torch.no_grad():  # eval mode: dropout would make the comparison random
@@ -564,6 +564,13 @@ def _finish_partial_forwards(modules: Sequence[Any]) -> None:
         pending.clear()
 
 
+def finish_body_calls(model: Any) -> None:
+    """After no-grad calls of ``model``'s decoder body outside :func:`replay` (a teacher pass): mark FSDP2
+    groups left half-way through their forward (the final norm ran, the head did not) as done, the same
+    way on every process. No effect on models without FSDP2."""
+    _finish_partial_forwards(_fsdp_modules(model))
+
+
 @contextlib.contextmanager
 def gathered(model: Any) -> Iterator[Any]:
     """The full parameters of an FSDP2 ``model`` for the duration (collective: every process enters).
@@ -596,7 +603,7 @@ def _outer_unsharded(model: Any, body: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _full_weight(weight: torch.Tensor | None) -> Iterator[torch.Tensor | None]:
+def full_weight(weight: torch.Tensor | None) -> Iterator[torch.Tensor | None]:
     """``weight`` with its full value: a DTensor (FSDP2 sharded) through ``full_tensor()`` (an
     all-gather: collective), a parameter of a registered engine inside its gather, else as is."""
     if weight is None:
@@ -832,7 +839,7 @@ def replay(
         hold = contextlib.nullcontext()
     with hold:
         info = _model_info(model)  # collective the first time: every process gets here
-        with _full_weight(info.head.weight) as w, _full_weight(info.head.bias) as bias:
+        with full_weight(info.head.weight) as w, full_weight(info.head.bias) as bias:
             keep = projection_dtype == "bfloat16" or w.dtype in (torch.float32, torch.float64)
             w32 = w if keep else w.float()  # [V, H], cast once per call (valid for the whole call)
             return _replay_local(
