@@ -99,7 +99,7 @@ def test_fpe_accounting_without_reuse_or_sharing_and_with_a_skipped_pair(tmp_pat
     run = torch.tensor([[False, True], [True, True]])
     assert (d_ours.double() - d_ref).abs()[run].max() < 1e-6
     assert (d_naive.double() - d_ref).abs()[run].max() < 1e-4  # float32 logits, log_softmax + kl_div
-    assert d_ref[run].min() > 1e-3  # distances worth comparing
+    assert d_ref[run].min() > 1e-4  # non-zero distances on every pair run
 
 
 def test_make_data_layout():
