@@ -164,6 +164,13 @@ class MRTPOConfig(GRPOConfig):
     replay_prefix_sharing: bool = field(
         default=True, metadata={"help": "Run the shared prefix of a replay micro-batch once (KV cache)."}
     )
+    replay_projection_dtype: Literal["float32", "tf32", "bfloat16"] = field(
+        default="float32",
+        metadata={
+            "help": "Precision of replay's vocabulary projection: float32 (exact), tf32 or bfloat16 (faster on "
+            "GPUs; distance error <= 2 max|logit error| / sqrt(ln 2), see mrtpo.replay.PROJECTION_DTYPES)."
+        },
+    )
     replay_sharding: Literal["auto", "gather", "lockstep", "none"] = field(
         default="auto",
         metadata={
@@ -231,6 +238,11 @@ class MRTPOConfig(GRPOConfig):
             )
         if self.log_samples < 0:
             raise ValueError(f"log_samples={self.log_samples} must be >= 0")
+        if self.replay_projection_dtype not in replay_mod.PROJECTION_DTYPES:
+            raise ValueError(
+                f"replay_projection_dtype={self.replay_projection_dtype!r} must be one of "
+                f"{', '.join(replay_mod.PROJECTION_DTYPES)}"
+            )
         if self.replay_sharding not in REPLAY_SHARDING:
             raise ValueError(
                 f"replay_sharding={self.replay_sharding!r} must be one of {', '.join(REPLAY_SHARDING)}"
@@ -407,8 +419,8 @@ class MRTPOTrainer(GRPOTrainer):
                 )
             mode, why = sharding_mod.resolve(self.args.replay_sharding, wrapped, self.accelerator.device)
             self._sharding = mode
-            if self.accelerator.is_main_process:
-                logger.info("replay sharding: %s (%s)", mode, why)
+            if self.accelerator.is_main_process:  # visible by default where it matters (sharded runs)
+                (logger.info if mode == "none" else logger.warning)("replay sharding: %s (%s)", mode, why)
         return self._sharding
 
     # ------------------------------------------------------------------ seam 1: rewards
@@ -619,6 +631,7 @@ class MRTPOTrainer(GRPOTrainer):
                 chunk_size=self.args.replay_chunk_size,
                 pad_id=self._tokenizer.pad_token_id or 0,
                 sharding=sharding,
+                projection_dtype=self.args.replay_projection_dtype,
             )
         t = out["completion_ids"].shape[1]
         d = torch.zeros(len(reqs), res.distances.shape[1], t, device=self.accelerator.device)  # [B, K', T]
