@@ -98,6 +98,14 @@ def train_step(model, lr: float = 0.5) -> None:
 
 
 def run_modes(rank: int, out: dict) -> None:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    # rollout-pass reuse compares against the compute dtype: FSDP2's param_dtype, not the fp32 masters
+    mixed = build()
+    for layer in mixed.model.layers:
+        fully_shard(layer, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+    fully_shard(mixed, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+    out["mixed_precision"] = [str(next(mixed.parameters()).dtype), str(R.compute_dtype(mixed))]
     reqs = requests_of(rank, "modes")
     budget = 40  # several micro-batches, prefix passes included
     for layout in ("accelerate", "plain"):

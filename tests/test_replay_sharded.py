@@ -65,6 +65,7 @@ def test_gather_and_lockstep_match_unsharded_replay_before_and_after_a_training_
     proc = _torchrun("modes", tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     r0, r1 = _ranks(tmp_path, proc)
+    assert r0["mixed_precision"] == ["torch.float32", "torch.bfloat16"]  # fp32 masters, bf16 compute
     for layout in ("accelerate", "plain"):
         # the training step leaves the head sharded: a weight cached before it would be empty
         assert r0[f"{layout}/head_is_dtensor_after_step"] and r1[f"{layout}/head_is_dtensor_after_step"]

@@ -830,6 +830,7 @@ def replay(
     stats = ReplayStats(responses=n)
     collective = sharding != "none" and _distributed()
     if not n and not collective:
+        stats.seconds = time.perf_counter() - t0
         return ReplayResult(torch.zeros(0, k_ctx, 0), lengths, stats)
     if sharding == "gather":
         hold: Any = gathered(model)

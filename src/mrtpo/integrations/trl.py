@@ -35,8 +35,9 @@ not a multiple of ``steps_per_generation * num_iterations``, or vLLM importance 
 hook on the decoder body keeps its last hidden states, and replay does not run ``C`` again for
 responses whose full context equals the rollout prompt (CoRT then reuses TRL's log-probabilities
 instead). Otherwise replay runs ``C`` itself (1 FPE). The hidden states are reused only when that pass
-is deterministic (no dropout; TRL runs it in training mode) and in the model's own precision (no
-autocast to another dtype), so they equal what replay would compute.
+is deterministic (no dropout; TRL runs it in training mode) and in the precision replay computes in
+(the parameters' dtype, or FSDP2's mixed-precision ``param_dtype`` whose master weights stay float32; an
+autocast to another dtype turns reuse off), so they equal what replay would compute.
 
 Parameter sharding (FSDP2, FSDP1, DeepSpeed ZeRO-3), where every forward is collective:
 ``replay_sharding`` (default ``auto``, see :mod:`mrtpo.integrations.sharding`) makes replay gather the
