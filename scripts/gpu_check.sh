@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The checks only a GPU can run, in one go (under 8 minutes on one H200), ending with one table:
+# The checks only a GPU can run, in one go, ending with one table. Each step has a time limit (180 +
+# 180 + 110 s: at most 8 minutes in all); a step that fails or runs out of time is a row saying so.
 #   1. mrtpo bench replay  (naive float32 vs mrtpo replay, float64 reference, projection dtypes)
 #   2. mrtpo bench train   (per-step time of TRL GDPO, mrtpo GDPO, mrtpo MRTPO)
 #   3. FSDP2 replay        (gather and lockstep vs an unsharded copy; one process per GPU, NCCL)
@@ -22,7 +23,7 @@ while [ $# -gt 0 ]; do
     --config) CONFIG="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --nproc) NPROC="$2"; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -55,10 +56,10 @@ step() {  # step NAME LIMIT_SECONDS COMMAND...
   printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$log" >> "$OUT/status.tsv"
 }
 
-step "bench replay" 200 "$PY" -m mrtpo.cli.main bench replay --device "$DEVICE" --config "$CONFIG" \
+step "bench replay" 180 "$PY" -m mrtpo.cli.main bench replay --device "$DEVICE" --config "$CONFIG" \
   ${REPLAY_ARGS[@]+"${REPLAY_ARGS[@]}"} --json "$OUT/replay.json"
-step "bench train" 200 "$PY" -m mrtpo.cli.main bench train --device "$DEVICE" --config "$CONFIG" \
+step "bench train" 180 "$PY" -m mrtpo.cli.main bench train --device "$DEVICE" --config "$CONFIG" \
   ${TRAIN_ARGS[@]+"${TRAIN_ARGS[@]}"} --output "$OUT/train.json"
-step "sharded replay" 120 "$PY" -m torch.distributed.run --standalone --nproc_per_node "$NPROC" \
+step "sharded replay" 110 "$PY" -m torch.distributed.run --standalone --nproc_per_node "$NPROC" \
   -m mrtpo.bench.sharded --device "$DEVICE" --config "$CONFIG" ${SHARD_ARGS[@]+"${SHARD_ARGS[@]}"} --json "$OUT/sharded.json"
 "$PY" -m mrtpo.bench.gpu_table "$OUT"

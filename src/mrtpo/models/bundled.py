@@ -46,7 +46,7 @@ def build_bundled(name: str, *, device: str = "cpu", dtype: Any = None, seed: in
             torch.manual_seed(seed)
             if str(device).startswith("cuda"):
                 torch.cuda.manual_seed(seed)
-            model = AutoModelForCausalLM.from_config(cfg)
+            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     finally:
         torch.set_default_dtype(before)
     return model.to(dtype).eval()
