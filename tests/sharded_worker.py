@@ -119,8 +119,11 @@ def run_modes(rank: int, out: dict) -> None:
                 train_step(model)
                 train_step(ref)
                 out[f"{layout}/head_is_dtensor_after_step"] = type(model.lm_head.weight).__name__ == "DTensor"
+                with R.full_weight(model.lm_head.weight) as w:  # DTensor -> full_tensor(), collective
+                    out[f"{layout}/full_weight_diff"] = float((w - ref.lm_head.weight).abs().max())
             expect = R.replay(ref, reqs, token_budget=budget).distances
-            for mode in ("gather", "lockstep"):
+            # the plain layout's first replay is a lockstep one (the model check runs inside it)
+            for mode in ("gather", "lockstep") if layout == "accelerate" else ("lockstep", "gather"):
                 before, was_training = body_calls[0], model.training
                 res = R.replay(model, reqs, token_budget=budget, sharding=mode)
                 key = f"{layout}/{phase}/{mode}"
