@@ -130,3 +130,30 @@ def test_head_weight_is_looked_up_at_each_call(tiny_tokenizer):
         fresh.lm_head.weight.mul_(3.0)
     assert not torch.allclose(before, after)
     assert torch.allclose(after, R.replay(fresh, reqs).distances, atol=1e-6)
+
+
+def test_trainer_sharding_resolution_without_sharded_parameters(tiny_model, monkeypatch):
+    """integrations.sharding: auto is "none" for an unsharded model; explicit settings are kept; FSDP1 +
+    gather is refused; the gather size counts the parameters in their dtype plus a float32 head."""
+    from mrtpo.integrations import sharding as S
+
+    cpu = torch.device("cpu")
+    assert S.engine(tiny_model) == "none"
+    assert S.resolve("auto", tiny_model, cpu) == (
+        "none",
+        "parameters are not sharded (one process, DDP or ZeRO-1/2)",
+    )
+    assert S.resolve("lockstep", tiny_model, cpu)[0] == "lockstep"
+    with pytest.raises(ValueError, match="replay_sharding='all' must be one of auto, gather, lockstep, none"):
+        S.resolve("all", tiny_model, cpu)
+    numel = sum(p.numel() for p in tiny_model.parameters())  # tied head counted once
+    v, h = tiny_model.lm_head.weight.shape
+    assert S.gather_bytes(tiny_model, world=4) == int(numel * 4 * 0.75) + v * h * 4
+    # no process group: pad_rows and all_true are local
+    assert (
+        S.pad_rows([2, 0], 4, cpu, sharded=True) == [2, 0] and S.all_true(False, cpu, sharded=True) is False
+    )
+    monkeypatch.setattr(S, "engine", lambda model: "fsdp1")
+    assert S.resolve("auto", tiny_model, cpu)[0] == "lockstep"
+    with pytest.raises(ValueError, match="'gather' is not supported under FSDP1"):
+        S.resolve("gather", tiny_model, cpu)
