@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -51,9 +52,12 @@ def test_cli_prints_the_table_with_hand_checked_costs(tmp_path, capsys):
         "peak memory (MiB)",
         "cost (FPE / response)",
         "forward passes",
-        "max |difference|",
+        "max |d - d_ref|",
+        "mrtpo projection",
     ]:
         assert row in table
+    for proj in ("float32", "tf32", "bfloat16"):
+        assert f"\n{proj} " in table
     assert "naive/mrtpo" in table and "peak RSS growth" in table
     res = json.loads(out.read_text())
     naive, ours = res["naive"], res["mrtpo"]
@@ -65,7 +69,14 @@ def test_cli_prints_the_table_with_hand_checked_costs(tmp_path, capsys):
     assert ours["tokens"] == 96 and ours["forward_passes"] == 2 and ours["prefix_passes"] == 1
     assert ours["fpe_per_response"] == pytest.approx(48 / 35)
     assert ours["k_eff"] == 2 and res["checks"]["cost"]["met"]
-    assert res["max_abs_diff"] < 1e-6
+    # both against the float64 reference; the naive float32 textbook JSD loses more near d = 0 (sqrt)
+    assert res["max_abs_diff"] < 1e-6 and res["naive_abs_diff"] < 1e-4
+    proj = ours["projections"]
+    assert proj["float32"]["max_change"] == 0 and proj["float32"]["max_logit_error"] == 0
+    # bfloat16 projection: a real change, within the documented bound 2 max|dz| / sqrt(ln 2)
+    b16 = proj["bfloat16"]
+    assert 0 < b16["max_change"] <= b16["bound"]
+    assert b16["bound"] == pytest.approx(2 * b16["max_logit_error"] / math.log(2) ** 0.5)
     assert res["checks"]["time"]["met"] is None  # the time target is set at K = 3, this run has K = 2
 
 
@@ -80,11 +91,15 @@ def test_fpe_accounting_without_reuse_or_sharing_and_with_a_skipped_pair(tmp_pat
     assert ours["tokens"] == 158 and ours["pairs_skipped"] == 1 and ours["k_eff"] == 1.5
     assert ours["fpe_per_response"] == pytest.approx(158 / 35 / 2)  # 2.257 <= K_eff + 0.25 is missed:
     assert ours["fpe_per_response"] > ours["k_eff"] + 0.25  # without reuse C itself costs ~1 FPE
-    d_ours, d_naive = torch.load(tmp_path / "m.pt"), torch.load(tmp_path / "n.pt")
+    d_ours, saved = torch.load(tmp_path / "m.pt")["distances"], torch.load(tmp_path / "n.pt")
+    d_naive, d_ref = saved["distances"], saved["reference"]
+    assert d_naive.dtype == torch.float32 and d_ref.dtype == torch.float64
     assert d_ours.shape == d_naive.shape == (2, 2, 16)
     assert (d_ours[0, 0] == 0).all()  # the skipped pair
     run = torch.tensor([[False, True], [True, True]])
-    assert (d_ours.double() - d_naive).abs()[run].max() < 1e-6
+    assert (d_ours.double() - d_ref).abs()[run].max() < 1e-6
+    assert (d_naive.double() - d_ref).abs()[run].max() < 1e-4  # float32 logits, log_softmax + kl_div
+    assert d_ref[run].min() > 1e-4  # non-zero distances on every pair run
 
 
 def test_make_data_layout():
@@ -98,8 +113,22 @@ def test_make_data_layout():
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [(dict(t=1), "t=1"), (dict(skip=9), "skip=9"), (dict(k=0), "k=0"), (dict(device="tpu"), "device")],
+    [
+        (dict(t=1), "t=1"),
+        (dict(skip=9), "skip=9"),
+        (dict(k=0), "k=0"),
+        (dict(device="tpu"), "device"),
+        (dict(config="qwen9"), "unknown model config 'qwen9'; bundled: qwen2.5-3b, qwen2.5-7b, tiny"),
+        (dict(projections=("tf32",)), "must start with 'float32'"),
+        (dict(dtype="float16"), "dtype='float16'"),
+    ],
 )
 def test_config_errors_name_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):
         BenchConfig(**{**TINY, **kwargs})
+
+
+def test_bundled_config_sets_the_model_shape():
+    cfg = BenchConfig(k=2, t=8, config="qwen2.5-7b", device="cuda")  # no model is built here
+    assert (cfg.vocab, cfg.hidden, cfg.layers, cfg.dtype) == (152064, 3584, 28, "bfloat16")
+    assert BenchConfig(k=2, t=8, config="tiny").dtype == "float32"

@@ -36,6 +36,9 @@ def test_bench_train_reports_ratios(tmp_path, capsys):
     assert rc == 0
     text = capsys.readouterr().out
     assert "TRL GRPOTrainer (GDPO mode)" in text and "predicted replay" in text
+    # stdout is the table only: no TRL per-step log dictionaries, no progress lines
+    assert "{'loss'" not in text and "'train_runtime'" not in text and "bench train:" not in text
+    assert len(text.strip().splitlines()) == 5
     d = json.loads(out.read_text())
     runs = d["runs"]
     assert set(runs) == {"trl_gdpo", "gdpo", "mrtpo"}

@@ -1,5 +1,8 @@
 """Two CPU processes (torchrun, gloo): the reward matrix is gathered, advantages are computed on all N
-responses and sliced per process, replay and allocation run locally, and the weights stay in sync."""
+responses and sliced per process, replay and allocation run locally, and the weights stay in sync;
+with ``replay_sharding="lockstep"`` both processes make the same number of replay forwards. Under FSDP2
+(wrapped by hand: accelerate does not enable FSDP on CPU; worker tests/trl_sharded_worker.py) the
+trainer's replay, CoRT and OPSD paths equal those of an unsharded copy."""
 
 from __future__ import annotations
 
@@ -25,10 +28,21 @@ SCRIPT = textwrap.dedent(
     from mrtpo import advantages
 
     out = sys.argv[1]
-    tr = make_trainer(out, credit="reward", max_steps=2, per_device_train_batch_size=4, num_generations=4)
+    tr = make_trainer(out, credit="reward", max_steps=2, per_device_train_batch_size=4, num_generations=4,
+                      replay_sharding=sys.argv[2])
+    forwards = []
+    replay = tr._replay
+
+    def counted(*a, **kw):
+        d, stats = replay(*a, **kw)
+        forwards.append(stats["forwards"])
+        return d, stats
+
+    tr._replay = counted
     tr.train()
     rank = tr.accelerator.process_index
-    res = {{"rank": rank, "world": tr.accelerator.num_processes, "batches": []}}
+    res = {{"rank": rank, "world": tr.accelerator.num_processes, "batches": [], "forwards": forwards,
+            "sharding": tr._replay_sharding()}}
     task = TinyTask()
     for b in tr.batches:
         lo, hi = b["process_rows"]
@@ -52,23 +66,34 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
-def test_two_process_torchrun_gloo(tmp_path):
+def _torchrun():
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
     if torchrun is None:
         pytest.skip("torchrun is not installed")
-    script = tmp_path / "run.py"
-    script.write_text(SCRIPT.format(tests=str(HERE)))
-    out = tmp_path / "out"
-    env = {
+    return torchrun
+
+
+def _env():
+    return {
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "ACCELERATE_USE_CPU": "true",
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]),
     }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sharding", ["none", "lockstep"])
+def test_two_process_torchrun_gloo(tmp_path, sharding):
+    torchrun = _torchrun()
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT.format(tests=str(HERE)))
+    out = tmp_path / "out"
+    env = _env()
     proc = subprocess.run(
-        [torchrun, "--standalone", "--nproc_per_node=2", str(script), str(out)],  # a free port
+        [torchrun, "--standalone", "--nproc_per_node=2", str(script), str(out), sharding],  # a free port
         capture_output=True,
         text=True,
         env=env,
@@ -78,6 +103,10 @@ def test_two_process_torchrun_gloo(tmp_path):
     r0 = json.loads((out / "rank0.json").read_text())
     r1 = json.loads((out / "rank1.json").read_text())
     assert r0["world"] == r1["world"] == 2
+    assert r0["sharding"] == r1["sharding"] == sharding  # auto would say none: DDP does not shard
+    assert len(r0["forwards"]) == len(r1["forwards"]) == 2
+    if sharding == "lockstep":  # replay forwards (padding included) agree per step
+        assert r0["forwards"] == r1["forwards"] and min(r0["forwards"]) > 0
     assert len(r0["batches"]) == len(r1["batches"]) == 2
     for b0, b1 in zip(r0["batches"], r1["batches"]):
         # N = 2 processes x 4 local responses; both ranks see the same gathered matrix and own disjoint rows
@@ -88,3 +117,37 @@ def test_two_process_torchrun_gloo(tmp_path):
     assert r0["params"] == r1["params"] and r0["moved"] > 1e-4  # trained, gradients all-reduced
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps.count(1) == 1 and steps.count(2) >= 1  # one writer
+
+
+@pytest.mark.slow
+def test_trainer_paths_under_fsdp2_match_an_unsharded_copy(tmp_path):
+    proc = subprocess.run(
+        [
+            _torchrun(),
+            "--standalone",
+            "--nproc_per_node=2",
+            str(HERE / "trl_sharded_worker.py"),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    for r in (r0, r1):
+        assert "crash" not in r, r["crash"]
+        assert r["auto"] == "gather"  # FSDP2, and the tiny model fits in free memory
+        for mode in ("gather", "lockstep"):
+            assert r[f"replay/{mode}"]["max_diff"] <= 1e-5
+        assert r["cort"]["rel_diff"] <= 1e-5 and r["cort"]["adv_diff"] <= 1e-5
+        opsd = r["opsd"]
+        assert opsd["loss_diff"] <= 1e-6 and opsd["head_grad_max"] > 0
+        assert opsd["head_grad_diff"] <= 1e-6 and opsd["layer_grad_diff"] <= 1e-6
+    assert r0["replay/gather"]["max_distance"] > 1e-3 and r0["cort"]["max_rel"] > 1e-3
+    # rank 0 replays 3 responses (4 micro-batch calls), rank 1 none: lockstep pads rank 1 to 4 calls
+    assert r0["replay/lockstep"]["body_calls"] == r1["replay/lockstep"]["body_calls"] == 4
+    assert r1["replay/lockstep"]["forwards"] == 4 and r1["replay/gather"]["forwards"] == 0
+    # CoRT: rank 1 has no active row but runs the same two passes on padding rows
+    assert r0["cort"]["root_calls"] == r1["cort"]["root_calls"] == 2

@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -191,6 +191,8 @@ class ReplayStats:
         forward_passes: calls of the model (prefix passes included).
         prefix_passes: calls that ran a shared prefix once for a micro-batch.
         micro_batches: micro-batches (each is one call, or a prefix call plus one call).
+        padding_passes: 1-token dummy calls of the body that ``sharding="lockstep"`` added so that every
+            process makes the same number of calls (not in ``forward_passes``).
         tokens: tokens processed (prefix tokens once, padding excluded).
         padded_tokens: tokens fed including right padding (rows x padded length, summed over calls).
         cost_fpe: sum over responses of (tokens processed for the response) / (rollout_len + T); a
@@ -207,6 +209,7 @@ class ReplayStats:
     forward_passes: int = 0
     prefix_passes: int = 0
     micro_batches: int = 0
+    padding_passes: int = 0
     tokens: int = 0
     padded_tokens: int = 0
     cost_fpe: float = 0.0
@@ -301,29 +304,58 @@ def make_requests(
 # --------------------------------------------------------------------------------------------------
 
 
+PROJECTION_DTYPES = ("float32", "tf32", "bfloat16")
+"""Precision of the vocabulary projection ``hidden @ weight.T`` in :func:`replay` (softmax and JS always
+run in float32): "float32" exact (TF32 matmuls turned off for the projection even where the user turned
+them on), "tf32" (``torch.set_float32_matmul_precision("high")``: TF32 tensor cores on CUDA, no effect on
+CPU), "bfloat16" (hidden states and weight rounded to bfloat16, float32 accumulation). The error of the
+distances is bounded by the error of the logits: for each token, ``|d' - d| <= 2 max_v |z'_v - z_v| /
+sqrt(ln 2)`` (triangle inequality of the JS distance and ``JSD(p, p') <= (KL(p||p') + KL(p'||p)) / 4``
+with ``|log p' - log p| <= 2 max |z' - z|``); rounding both factors of the product to ``b`` mantissa
+bits gives ``|z' - z| <= 2^(1-b) |h| |w_v|`` (bfloat16: b = 8, TF32: b = 11).
+``mrtpo bench replay`` prints the measured error beside this bound."""
+
+
 @dataclass
 class _Head:
     """The LM head as ``logits = softcap(scale * (h @ weight.T + bias))``.
 
     ``scale`` covers Cohere's ``logit_scale`` (multiply) and Granite's ``logits_scaling`` (divide);
-    ``softcap`` Gemma 2/3's ``final_logit_softcapping`` (``cap * tanh(logits / cap)``).
+    ``softcap`` Gemma 2/3's ``final_logit_softcapping`` (``cap * tanh(logits / cap)``). ``module`` is the
+    output-embedding module: its weight is looked up at every :func:`replay` call (under FSDP2 the
+    Parameter object is replaced after each backward), never cached with the rest of the model info.
     """
 
-    weight: torch.Tensor  # [V, H]
-    bias: torch.Tensor | None  # [V]
+    module: Any
     scale: float = 1.0
     softcap: float | None = None
+
+    @property
+    def weight(self) -> torch.Tensor:  # [V, H], as registered now (may be sharded)
+        return self.module.weight
+
+    @property
+    def bias(self) -> torch.Tensor | None:  # [V]
+        return getattr(self.module, "bias", None)
 
     @property
     def linear(self) -> bool:
         return self.scale == 1.0 and self.softcap is None
 
-    def logits(self, hidden: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-        """``hidden: [..., H]`` -> ``[..., V] float32`` (``weight``: this head's weight, pre-cast)."""
-        w = self.weight if weight is None else weight
-        z = hidden.float() @ w.float().T
-        if self.bias is not None:
-            z = z + self.bias.float()
+    def logits(
+        self,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        projection_dtype: str = "float32",
+    ) -> torch.Tensor:
+        """``hidden: [..., H]`` -> ``[..., V] float32``; ``weight: [V, H]`` full (gathered) weight."""
+        if projection_dtype == "bfloat16":
+            z = (hidden.to(torch.bfloat16) @ weight.to(torch.bfloat16).T).float()
+        else:
+            z = hidden.float() @ weight.float().T
+        if bias is not None:
+            z = z + bias.float()
         if self.scale != 1.0:
             z = z * self.scale
         if self.softcap is not None:
@@ -375,15 +407,16 @@ def _head_of(model: Any) -> _Head:
     if isinstance(logits_scaling, (int, float)) and logits_scaling not in (0, 1):
         scale /= float(logits_scaling)
     softcap = getattr(text, "final_logit_softcapping", None)  # Gemma 2/3
-    return _Head(lin.weight, getattr(lin, "bias", None), scale, float(softcap) if softcap else None)
+    return _Head(lin, scale, float(softcap) if softcap else None)
 
 
 def _model_info(model: Any) -> _ModelInfo:
-    """Body, head and KV-cache support of ``model``, checked once per model object.
+    """Body, head (module and logit transform) and KV-cache support of ``model``, checked once per model.
 
     The check runs the model on a few tokens and compares its logits with the head applied to the
     body's last hidden state; a model whose logits are something else raises (rather than silently
-    computing wrong distances).
+    computing wrong distances). Under FSDP2 / ZeRO-3 the check's forwards are collective, so every
+    process must reach the first call (:func:`replay` with ``sharding`` other than "none" ensures it).
     """
     try:
         info = _MODEL_INFO.get(model)
@@ -392,18 +425,19 @@ def _model_info(model: Any) -> _ModelInfo:
     if info is not None:
         return info
     body, head = _decoder(model), _head_of(model)
-    v = head.weight.shape[0]
-    probe = (torch.arange(6, device=head.weight.device) * 7919 % v).unsqueeze(0)  # [1, 6] arbitrary ids
-    with _Eval(model), torch.no_grad():  # eval mode: dropout would make the comparison random
-        logits = model(input_ids=probe).logits[0].float()  # [6, V]
-        out = body(input_ids=probe, use_cache=True)
-        ours = head.logits(_last_hidden(out)[0])  # [6, V]
+    with full_weight(head.weight) as w, full_weight(head.bias) as bias:
+        v = w.shape[0]
+        probe = (torch.arange(6, device=w.device) * 7919 % v).unsqueeze(0)  # [1, 6] arbitrary ids
+        with _Eval(model), torch.no_grad():  # eval mode: dropout would make the comparison random
+            logits = model(input_ids=probe).logits[0].float()  # [6, V]
+            out = body(input_ids=probe, use_cache=True)
+            ours = head.logits(_last_hidden(out)[0], w, bias)  # [6, V]
+        half = w.dtype in (torch.float16, torch.bfloat16)
     if logits.shape != ours.shape:
         raise ValueError(
             f"replay: {type(model).__name__} returns logits of shape {tuple(logits.shape)} but its lm_head gives "
             f"{tuple(ours.shape)}; chunked replay needs logits = lm_head(last hidden state)"
         )
-    half = head.weight.dtype in (torch.float16, torch.bfloat16)
     tol = (3e-2 if half else 1e-4) * max(1.0, logits.abs().max().item())
     diff = (logits - ours).abs().max().item()
     if not diff <= tol:
@@ -427,33 +461,233 @@ def _model_info(model: Any) -> _ModelInfo:
 
 
 # --------------------------------------------------------------------------------------------------
+# Sharded models: FSDP2 (torch) natively, other engines through registered parameter gatherers
+# --------------------------------------------------------------------------------------------------
+
+SHARDING = ("none", "gather", "lockstep")
+
+ParamGatherer = Callable[[Sequence[torch.Tensor]], "contextlib.AbstractContextManager[Any] | None"]
+_PARAM_GATHERERS: list[ParamGatherer] = []
+
+
+def register_param_gatherer(fn: ParamGatherer) -> ParamGatherer:
+    """Register ``fn(params) -> context manager | None``: a context in which the given parameters hold
+    their full values (``None`` when ``fn`` does not apply to them). Used for the LM-head weight of
+    engines the core cannot see into (DeepSpeed ZeRO-3: :mod:`mrtpo.integrations.sharding` registers
+    one on import). Collective when the engine's gather is."""
+    if fn not in _PARAM_GATHERERS:
+        _PARAM_GATHERERS.append(fn)
+    return fn
+
+
+def _distributed() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def _fsdp_modules(model: Any) -> list[Any]:
+    """The FSDP2 modules (``fully_shard``) of ``model``, in ``modules()`` order (the same on every rank)."""
+    if not torch.distributed.is_available() or not hasattr(model, "modules"):
+        return []
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without FSDP2
+        return []
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+def _zero3_partitioned(model: Any) -> bool:
+    """True when ``model`` has DeepSpeed ZeRO-3 parameters that are not gathered now."""
+    if not hasattr(model, "parameters"):
+        return False
+    for p in model.parameters():
+        status = getattr(p, "ds_status", None)
+        if status is not None and getattr(status, "name", str(status)) != "AVAILABLE":
+            return True
+    return False
+
+
+class _FSDPUnsharded:
+    """FSDP2 modules unsharded (``unshard()``, an all-gather: collective) with ``reshard_after_forward``
+    off for the duration, so their pre/post-forward hooks do nothing; on exit ``reshard()`` and the
+    saved settings restored. Forwards inside run without communication for these modules."""
+
+    def __init__(self, modules: Sequence[Any], every: Sequence[Any] = ()) -> None:
+        self.modules = list(modules)
+        self.every = list(every) or self.modules
+        self.saved: list[tuple[Any, Any, list[Any]]] = []
+
+    def __enter__(self) -> _FSDPUnsharded:
+        for m in self.modules:
+            state = m._get_fsdp_state()
+            groups = list(getattr(state, "_fsdp_param_groups", []) or [])
+            self.saved.append(
+                (
+                    m,
+                    getattr(state, "_auto_reshard_after_forward", None),
+                    [g.post_forward_mesh_info for g in groups],
+                )
+            )
+            m.set_reshard_after_forward(False, recurse=False)
+        for m in self.modules:
+            m.unshard()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _finish_partial_forwards(self.every)
+        for m in self.modules:
+            m.reshard()
+        for m, auto, infos in self.saved:
+            state = m._get_fsdp_state()
+            for g, info in zip(getattr(state, "_fsdp_param_groups", []) or [], infos):
+                g.post_forward_mesh_info = info
+            if auto is not None:
+                state._auto_reshard_after_forward = auto
+        self.saved.clear()
+
+
+def _finish_partial_forwards(modules: Sequence[Any]) -> None:
+    """Mark FSDP2 groups whose forward ran only partly as done (no-grad: nothing to register).
+
+    A group of several modules (accelerate's ``[norm, lm_head]``) ends its forward when all of them have
+    run; a direct call of the decoder body runs the norm but not the head, which leaves the group "in
+    forward" (FSDP2 itself completes such groups in the root's post-forward, which replay never
+    reaches). Left so, ``reshard()`` would skip the group, on some processes only."""
+    for m in modules:
+        state = m._get_fsdp_state()
+        pending = getattr(state, "_modules_to_run_forward", None)
+        if not pending:
+            continue
+        idle = type(state._training_state).IDLE
+        for g in getattr(state, "_fsdp_param_groups", []) or []:
+            g._training_state = idle
+        state._training_state = idle
+        pending.clear()
+
+
+def finish_body_calls(model: Any) -> None:
+    """After no-grad calls of ``model``'s decoder body outside :func:`replay` (a teacher pass): mark FSDP2
+    groups left half-way through their forward (the final norm ran, the head did not) as done, the same
+    way on every process. No effect on models without FSDP2."""
+    _finish_partial_forwards(_fsdp_modules(model))
+
+
+@contextlib.contextmanager
+def gathered(model: Any) -> Iterator[Any]:
+    """The full parameters of an FSDP2 ``model`` for the duration (collective: every process enters).
+
+    Every ``fully_shard`` module is unsharded once (one all-gather per module) with its
+    ``reshard_after_forward`` turned off, then resharded and restored on exit; forwards inside issue no
+    communication, so processes may run different numbers of them. Memory: the whole model in its
+    (mixed-precision) parameter dtype on each process. A model without FSDP2 modules is yielded as is;
+    ZeRO-3 parameters raise (gather them with TRL's ``unwrap_model_for_generation``, as
+    :class:`mrtpo.integrations.trl.MRTPOTrainer` does, or use ``sharding="lockstep"``).
+    """
+    if _zero3_partitioned(model):
+        raise ValueError(
+            "replay(sharding='gather'): the model has DeepSpeed ZeRO-3 parameters; gather them around the call "
+            "with trl's unwrap_model_for_generation(..., gather_deepspeed3_params=True) (MRTPOTrainer does) "
+            "or use sharding='lockstep'"
+        )
+    with _FSDPUnsharded(_fsdp_modules(model)):
+        yield model
+
+
+@contextlib.contextmanager
+def _outer_unsharded(model: Any, body: Any) -> Iterator[None]:
+    """Lockstep: unshard the FSDP2 modules outside the decoder body (the root, the LM head's group),
+    whose hooks a direct call of the body bypasses; the body's own modules keep gathering per forward."""
+    inner = {id(m) for m in body.modules()} if hasattr(body, "modules") else set()
+    every = _fsdp_modules(model)
+    with _FSDPUnsharded([m for m in every if id(m) not in inner], every):
+        yield
+
+
+@contextlib.contextmanager
+def full_weight(weight: torch.Tensor | None) -> Iterator[torch.Tensor | None]:
+    """``weight`` with its full value: a DTensor (FSDP2 sharded) through ``full_tensor()`` (an
+    all-gather: collective), a parameter of a registered engine inside its gather, else as is."""
+    if weight is None:
+        yield None
+        return
+    if torch.distributed.is_available():
+        try:
+            from torch.distributed.tensor import DTensor
+        except ImportError:  # pragma: no cover
+            DTensor = ()  # type: ignore[assignment]
+        if isinstance(weight, DTensor):
+            yield weight.full_tensor()
+            return
+    for fn in _PARAM_GATHERERS:
+        ctx = fn([weight])
+        if ctx is not None:
+            with ctx:
+                yield weight
+            return
+    yield weight
+
+
+def compute_dtype(model: Any) -> torch.dtype:
+    """The dtype ``model``'s forwards compute in: FSDP2's mixed-precision ``param_dtype`` when set (the
+    sharded master weights may be float32), else the dtype of its first parameter."""
+    for m in _fsdp_modules(model):
+        policy = getattr(m._get_fsdp_state(), "_mp_policy", None)
+        dtype = getattr(policy, "param_dtype", None)
+        if dtype is not None:
+            return dtype
+    return next(model.parameters()).dtype
+
+
+# --------------------------------------------------------------------------------------------------
 # Distances from hidden states
 # --------------------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _matmul_precision(projection_dtype: str) -> Iterator[None]:
+    """float32: TF32 off ("highest"); tf32: TF32 allowed ("high"); restored on exit."""
+    want = {"float32": "highest", "tf32": "high"}.get(projection_dtype)
+    before = torch.get_float32_matmul_precision()
+    if want is None or want == before:
+        yield
+        return
+    torch.set_float32_matmul_precision(want)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def _js_from_hidden(
-    head: _Head, weight: torch.Tensor, h_p: torch.Tensor, h_q: torch.Tensor, chunk_size: int
+    head: _Head,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    h_p: torch.Tensor,
+    h_q: torch.Tensor,
+    chunk_size: int,
+    projection_dtype: str = "float32",
 ) -> torch.Tensor:
     """``h_p: [T, H]`` (full context), ``h_q: [K', T, H]`` -> distances ``[K', T] float32``.
 
-    ``weight: [V, H]`` is the head weight already in float32 (cast once per :func:`replay` call, not
-    once per response, when the model is in half precision).
+    ``weight: [V, H]`` is the full head weight, already in float32 for the float32/TF32 projections
+    (cast once per :func:`replay` call, not once per response, when the model is in half precision).
 
-    A linear head goes through :func:`mrtpo.credit.js_distance_from_hidden` (chunked rows, exact over
-    V). A head with a logit transform projects one chunk of rows at a time here, applies the
-    transform and calls :func:`mrtpo.credit.js_distance`, so memory stays ``O(chunk_size * V)``.
+    A linear head projected in float32/TF32 goes through :func:`mrtpo.credit.js_distance_from_hidden`
+    (chunked rows, exact over V). A head with a logit transform, or a bfloat16 projection, projects one
+    chunk of rows at a time here, applies the transform and calls :func:`mrtpo.credit.js_distance`, so
+    memory stays ``O(chunk_size * V)``.
     """
     kk, t, _ = h_q.shape
-    if head.linear:
-        # one projection + log-softmax of the full context per chunk, shared by the K' contexts
-        return credit.js_distance_from_hidden(h_p, h_q, weight, head.bias, chunk_size=chunk_size).float()
-    out = torch.empty(kk, t, dtype=torch.float32, device=h_q.device)
-    for s in range(0, t, chunk_size):
-        lp = head.logits(h_p[s : s + chunk_size], weight)  # [c, V]
-        for k in range(kk):
-            lq = head.logits(h_q[k, s : s + chunk_size], weight)  # [c, V]
-            out[k, s : s + chunk_size] = credit.js_distance(lp, lq, chunk_size=chunk_size).float()
-    return out
+    with _matmul_precision(projection_dtype):
+        if head.linear and projection_dtype != "bfloat16":
+            # one projection + log-softmax of the full context per chunk, shared by the K' contexts
+            return credit.js_distance_from_hidden(h_p, h_q, weight, bias, chunk_size=chunk_size).float()
+        out = torch.empty(kk, t, dtype=torch.float32, device=h_q.device)
+        for s in range(0, t, chunk_size):
+            lp = head.logits(h_p[s : s + chunk_size], weight, bias, projection_dtype)  # [c, V]
+            for k in range(kk):
+                lq = head.logits(h_q[k, s : s + chunk_size], weight, bias, projection_dtype)  # [c, V]
+                out[k, s : s + chunk_size] = credit.js_distance(lp, lq, chunk_size=chunk_size).float()
+        return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -523,6 +757,8 @@ def replay(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     pad_id: int = 0,
     progress: bool = False,
+    sharding: str = "none",
+    projection_dtype: str = "float32",
 ) -> ReplayResult:
     """Teacher-forced no-grad replay of N responses; distances ``[N, K, T]`` between each request's full
     context and its K other contexts.
@@ -535,6 +771,29 @@ def replay(
     prompts, and the longest common prefix of its rows runs once (batch 1) and each row continues from
     a copy of the cache; the result is the same as without sharing (tested to 1e-5 in fp32).
 
+    Sharded models. ``sharding`` says how the forwards stay safe when parameters are sharded over
+    processes (each forward then communicates, and the processes replay different numbers of
+    micro-batches because skipped pairs differ):
+
+    - ``"none"``: forwards run as they are. For one process, DDP, or any replica that holds its full
+      parameters. Under FSDP/ZeRO-3 with uneven work it hangs (NCCL) or times out (gloo).
+    - ``"gather"``: collective. Every FSDP2 (``fully_shard``) module is unsharded once for the whole call
+      (one all-gather each, ``reshard_after_forward`` off meanwhile), the replay runs locally, then the
+      modules are resharded and their settings restored (:func:`gathered`). Requires
+      ``torch.distributed`` initialised when the model is sharded and memory for the whole model (in
+      its mixed-precision parameter dtype) on every process. DeepSpeed ZeRO-3 parameters must be
+      gathered by the caller (TRL's ``unwrap_model_for_generation``); FSDP1 is not supported.
+    - ``"lockstep"``: collective. The processes agree on the number of body forwards with one
+      all-reduce (MAX) and the lighter ones pad with 1-token dummy forwards, so every layer's gather
+      happens on all processes in the same order; the modules outside the body (FSDP2 root, LM-head
+      group) are unsharded for the call, and the LM-head weight is gathered once (DTensor
+      ``full_tensor()`` or a registered gatherer: :func:`register_param_gatherer`). Requires
+      ``torch.distributed`` initialised; nothing but the head and root parameters is held gathered.
+
+    In both collective modes every process must call :func:`replay` the same number of times, a process
+    with no requests included; without an initialised process group they behave as ``"none"``. The head
+    weight is looked up at every call (never cached: FSDP2 replaces the Parameter after a backward).
+
     Args:
         model: a Hugging Face causal LM (duck-typed: ``get_decoder()``/``.model``, ``lm_head``).
         requests: the responses and their contexts; every request has the same number K of others.
@@ -544,6 +803,9 @@ def replay(
         chunk_size: response rows projected onto the vocabulary at a time (memory O(chunk_size * V)).
         pad_id: token id used for right padding (never attended to by real tokens).
         progress: show a tqdm bar over micro-batches.
+        sharding: "none", "gather" or "lockstep" (above).
+        projection_dtype: precision of the vocabulary projection: "float32" (default, exact), "tf32"
+            or "bfloat16" (:data:`PROJECTION_DTYPES`: error bound).
 
     Returns:
         :class:`ReplayResult` with ``distances: [N, K, T] float32`` (0 at padding and skipped pairs).
@@ -553,30 +815,67 @@ def replay(
         raise ValueError(f"token_budget must be positive or None, got {token_budget}")
     if chunk_size <= 0:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    if sharding not in SHARDING:
+        raise ValueError(f"sharding={sharding!r} must be one of {', '.join(SHARDING)}")
+    if projection_dtype not in PROJECTION_DTYPES:
+        raise ValueError(
+            f"projection_dtype={projection_dtype!r} must be one of {', '.join(PROJECTION_DTYPES)}"
+        )
     n = len(requests)
     ks = {len(r.others) for r in requests}
     if len(ks) > 1:
         raise ValueError(f"requests have different numbers of other contexts {sorted(ks)}; expected one K")
     k_ctx = ks.pop() if ks else 0
     lengths = torch.tensor([len(r.response) for r in requests], dtype=torch.long)
-    t_max = int(lengths.max()) if n else 0
     stats = ReplayStats(responses=n)
-
-    info = _model_info(model) if n else None
-    device = info.head.weight.device if info else torch.device("cpu")
-    dist = torch.zeros(n, k_ctx, t_max, dtype=torch.float32, device=device)
-    if not n:
+    collective = sharding != "none" and _distributed()
+    if not n and not collective:
         stats.seconds = time.perf_counter() - t0
-        return ReplayResult(dist, lengths, stats)
-    vocab, hidden_size = info.head.weight.shape
-    w = info.head.weight
-    w32 = w if w.dtype in (torch.float32, torch.float64) else w.float()  # [V, H], cast once
-    share = prefix_sharing and info.prefix_cache
+        return ReplayResult(torch.zeros(0, k_ctx, 0), lengths, stats)
+    if sharding == "gather":
+        hold: Any = gathered(model)
+    elif collective:  # lockstep
+        hold = _outer_unsharded(model, _decoder(model))
+    else:
+        hold = contextlib.nullcontext()
+    with hold:
+        info = _model_info(model)  # collective the first time: every process gets here
+        with full_weight(info.head.weight) as w, full_weight(info.head.bias) as bias:
+            keep = projection_dtype == "bfloat16" or w.dtype in (torch.float32, torch.float64)
+            w32 = w if keep else w.float()  # [V, H], cast once per call (valid for the whole call)
+            return _replay_local(
+                model, info, requests, w32, bias, lengths, k_ctx, stats, t0,
+                token_budget=token_budget, prefix_sharing=prefix_sharing, chunk_size=chunk_size,
+                pad_id=pad_id, progress=progress, lockstep=collective and sharding == "lockstep",
+                projection_dtype=projection_dtype,
+            )  # fmt: skip
 
-    # ---- jobs: which contexts of which response run
+
+@dataclass
+class _Plan:
+    """Micro-batches of a replay and their shared-prefix lengths; ``forwards``: body calls they need."""
+
+    batches: list[list[_Job]]
+    prefixes: list[int]
+    jobs_of: dict[int, list[_Job]]
+    run_slots: dict[int, list[int]]
+
+    @property
+    def forwards(self) -> int:
+        return len(self.batches) + sum(1 for p in self.prefixes if p > 0)
+
+
+def _plan(
+    requests: Sequence[ReplayRequest],
+    vocab: int,
+    hidden_size: int,
+    stats: ReplayStats,
+    token_budget: int | None,
+    share: bool,
+) -> _Plan:
+    """Which contexts of which responses run, packed into micro-batches (no model call)."""
     jobs_of: dict[int, list[_Job]] = {}
     run_slots: dict[int, list[int]] = {}
-    cost_tokens = [0.0] * n
     for i, r in enumerate(requests):
         _check_request(i, r, vocab, hidden_size)
         resp = [int(x) for x in r.response]
@@ -606,7 +905,7 @@ def replay(
         stats.pairs_run += len(slots)
         jobs_of[i] = jobs
 
-    # ---- schedule: responses of one prompt together, all contexts of a response together
+    # responses of one prompt together, all contexts of a response together
     group_of: dict[tuple[int, ...], int] = {}
     order = sorted(jobs_of, key=lambda i: (group_of.setdefault(tuple(requests[i].full), len(group_of)), i))
     batches: list[list[_Job]] = []
@@ -624,18 +923,61 @@ def replay(
             cur_len, cur_group = new_len, g
     if cur:
         batches.append(cur)
+    prefixes = []
+    for batch in batches:
+        prefix = 0
+        if share and len(batch) > 1:
+            # every gathered position (ctx_len - 1 onwards) must lie in the per-row part
+            prefix = min(_common_prefix([j.seq for j in batch]), min(j.ctx_len for j in batch) - 1)
+        prefixes.append(max(prefix, 0))
+    return _Plan(batches, prefixes, jobs_of, run_slots)
 
-    # ---- run
+
+def _replay_local(
+    model: Any,
+    info: _ModelInfo,
+    requests: Sequence[ReplayRequest],
+    w32: torch.Tensor,
+    bias: torch.Tensor | None,
+    lengths: torch.Tensor,
+    k_ctx: int,
+    stats: ReplayStats,
+    t0: float,
+    *,
+    token_budget: int | None,
+    prefix_sharing: bool,
+    chunk_size: int,
+    pad_id: int,
+    progress: bool,
+    lockstep: bool,
+    projection_dtype: str,
+) -> ReplayResult:
+    """Plan, agree on the forward count (lockstep), execute, pad."""
+    n = len(requests)
+    t_max = int(lengths.max()) if n else 0
+    device = w32.device
+    dist = torch.zeros(n, k_ctx, t_max, dtype=torch.float32, device=device)
+    vocab, hidden_size = w32.shape
+    share = prefix_sharing and info.prefix_cache
+    plan = _plan(requests, vocab, hidden_size, stats, token_budget, share)
+    pad_forwards = 0
+    if lockstep:
+        total = torch.tensor([plan.forwards], dtype=torch.long, device=device)
+        torch.distributed.all_reduce(total, op=torch.distributed.ReduceOp.MAX)
+        pad_forwards = int(total.item()) - plan.forwards
+
+    cost_tokens = [0.0] * n
     pending: dict[int, dict[int, torch.Tensor]] = {}
-    remaining = {i: len(jobs) for i, jobs in jobs_of.items()}
-    it: Any = batches
+    remaining = {i: len(jobs) for i, jobs in plan.jobs_of.items()}
+    it: Any = range(len(plan.batches))
     if progress:
         from tqdm.auto import tqdm
 
-        it = tqdm(batches, desc="replay", unit="batch")
+        it = tqdm(it, desc="replay", unit="batch")
     with _Eval(model), torch.no_grad():
-        for batch in it:
-            hs = _run_batch(info, batch, share, pad_id, device, stats, cost_tokens)
+        for b in it:
+            batch = plan.batches[b]
+            hs = _run_batch(info, batch, plan.prefixes[b], pad_id, device, stats, cost_tokens)
             for job, h in zip(batch, hs):
                 pending.setdefault(job.req, {})[job.slot] = h
                 remaining[job.req] -= 1
@@ -643,10 +985,16 @@ def replay(
                     got = pending.pop(job.req)
                     r = requests[job.req]
                     h_p = got[0] if 0 in got else r.full_hidden.to(device)
-                    slots = run_slots[job.req]
+                    slots = plan.run_slots[job.req]
                     h_q = torch.stack([got[k + 1] for k in slots])  # [K', T, H]
-                    d = _js_from_hidden(info.head, w32, h_p, h_q, chunk_size)  # [K', T]
+                    d = _js_from_hidden(
+                        info.head, w32, bias, h_p, h_q, chunk_size, projection_dtype
+                    )  # [K', T]
                     dist[job.req, slots, : d.shape[1]] = d
+        dummy = torch.full((1, 1), pad_id, dtype=torch.long, device=device)  # [1, 1]
+        for _ in range(pad_forwards):  # the same collectives as a real call, on one token
+            info.body(input_ids=dummy, use_cache=False)
+            stats.padding_passes += 1
     for i, r in enumerate(requests):
         denom = (len(r.full) if r.rollout_len is None else r.rollout_len) + len(r.response)
         stats.cost_fpe += cost_tokens[i] / denom if denom else 0.0
@@ -657,21 +1005,18 @@ def replay(
 def _run_batch(
     info: _ModelInfo,
     batch: list[_Job],
-    share: bool,
+    prefix: int,
     pad_id: int,
     device: torch.device,
     stats: ReplayStats,
     cost_tokens: list[float],
 ) -> list[torch.Tensor]:
-    """One micro-batch through the decoder body; returns each job's ``[T, H]`` hidden states at the
-    positions predicting the response tokens (``ctx_len - 1 .. ctx_len + T - 2``)."""
+    """One micro-batch through the decoder body (a prefix call first when ``prefix > 0``); returns each
+    job's ``[T, H]`` hidden states at the positions predicting the response tokens
+    (``ctx_len - 1 .. ctx_len + T - 2``)."""
     body = info.body
     seqs = [j.seq for j in batch]
     b = len(seqs)
-    prefix = 0
-    if share and b > 1:
-        # every gathered position (ctx_len - 1 onwards) must lie in the per-row part
-        prefix = min(_common_prefix(seqs), min(j.ctx_len for j in batch) - 1)
     cache = None
     if prefix > 0:
         head_ids = torch.tensor([seqs[0][:prefix]], dtype=torch.long, device=device)  # [1, P]

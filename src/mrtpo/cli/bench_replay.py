@@ -1,9 +1,10 @@
-"""``mrtpo bench replay``: naive replay vs mrtpo.replay on a tiny random model, side by side.
+"""``mrtpo bench replay``: naive replay vs mrtpo.replay on a random model, side by side.
 
-Example (the default run, about a minute on 2 CPU cores)::
+Example (the default run, about a minute on 2 CPU cores; the second needs a CUDA GPU with ~40 GB)::
 
     mrtpo bench replay
     mrtpo bench replay --k 2 --t 512 --responses 4 --no-prefix-sharing --json bench.json
+    mrtpo bench replay --device cuda --config qwen2.5-7b
 """
 
 from __future__ import annotations
@@ -48,6 +49,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads per variant (default 2)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="bundled model config with random weights (tiny, qwen2.5-3b, qwen2.5-7b); replaces --vocab, "
+        "--hidden, --layers",
+    )
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "bfloat16"],
+        help="model dtype (default float32; bfloat16 for the qwen configs on cuda)",
+    )
+    parser.add_argument(
+        "--projections",
+        default="float32,tf32,bfloat16",
+        help="mrtpo projection dtypes to measure, comma-separated, float32 first (default float32,tf32,bfloat16)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="also write the measurements to this JSON file")
 
@@ -74,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
         device=args.device,
         seed=args.seed,
+        config=args.config,
+        dtype=args.dtype,
+        projections=tuple(x.strip() for x in args.projections.split(",") if x.strip()),
     )
     if cfg.device == "cuda":
         import torch

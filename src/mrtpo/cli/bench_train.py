@@ -10,6 +10,13 @@ same generation and loss work whatever the policy samples. A step is timed from 
 processes' load, and one thread does not spin-wait for a descheduled sibling) and the wall time (CUDA
 synchronised) on ``--device cuda``.
 
+``--config`` (a bundled model config: ``tiny``, ``qwen2.5-3b``, ``qwen2.5-7b``) builds the model with
+random weights at that config's shapes (bfloat16 on CUDA), vocabulary included; sampling is restricted
+to the toy task's words (the other ids are suppressed) so that rewards, advantages and replay behave as
+with the small model while every forward projects onto the full vocabulary.
+
+Output: the table only (progress goes to stderr; TRL's per-step log dictionaries are not printed).
+
 The MRTPO run logs no localization ratios (analysis, not the method's cost); both mrtpo runs write no
 run files. Targets (issue 3): GDPO through mrtpo <= 1.05x TRL's GDPO; MRTPO's extra time is its replay, which
 the replay cost model predicts as ``FPE per response x (one no-grad forward over the batch's rollout
@@ -43,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="token credit of the MRTPO run (default reward)",
     )
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="default cpu")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="bundled model config with random weights (tiny, qwen2.5-3b, qwen2.5-7b); replaces --hidden-size "
+        "and --layers",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="JSON file for the numbers")
 
@@ -78,12 +91,14 @@ def _median(xs: list[float]) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    import gc
     import json
+    import sys
     import tempfile
     import time
 
     import torch
-    from transformers import TrainerCallback
+    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from mrtpo.integrations.data import example_from_row, examples_to_dataset
@@ -108,7 +123,20 @@ def run(args: argparse.Namespace) -> int:
     examples = task.load(limit=max(64, args.batch))
     tok = build_toy_tokenizer()
 
+    suppress: list[int] = []
+    if args.config is not None:
+        from mrtpo.models.bundled import build_bundled, bundled_config
+
+        vocab = bundled_config(args.config)["vocab_size"]  # raises on an unknown name
+        if vocab < len(tok):
+            raise ValueError(f"--config {args.config}: vocabulary {vocab} < the toy task's {len(tok)} words")
+        suppress = list(range(len(tok), vocab))  # sample the task's words only; project onto all V
+        shape = bundled_config(args.config)
+        args.hidden_size, args.layers = shape["hidden_size"], shape["num_hidden_layers"]
+
     def model():
+        if args.config is not None:
+            return build_bundled(args.config, device=args.device, seed=args.seed)
         return build_model(
             len(tok),
             hidden_size=args.hidden_size,
@@ -116,6 +144,15 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             dtype=torch.float32,
         )
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    def quiet(trainer):
+        """No per-step log dictionaries or progress bars on stdout: the output is the table."""
+        for cb in (PrinterCallback, ProgressCallback):
+            trainer.remove_callback(cb)
+        return trainer
 
     def clock() -> float:
         if use_cpu:
@@ -157,7 +194,10 @@ def run(args: argparse.Namespace) -> int:
         per_device_train_batch_size=args.batch,
         num_generations=args.generations,
         max_completion_length=args.max_completion_length,
-        generation_kwargs={"min_new_tokens": args.max_completion_length},
+        generation_kwargs={
+            "min_new_tokens": args.max_completion_length,
+            **({"suppress_tokens": suppress} if suppress else {}),
+        },
         max_steps=args.steps,
         logging_steps=1,
         report_to=[],
@@ -228,23 +268,22 @@ def run(args: argparse.Namespace) -> int:
             ),
         ]
         # process warm-up (lazy imports, thread pools, allocator), not measured
-        warm = runs[0][1]()
+        warm = quiet(runs[0][1]())
         warm.args.max_steps = min(2, args.steps)
-        print("bench train: warm-up ...", flush=True)
+        say("bench train: warm-up ...")
         warm.train()
         del warm
+        gc.collect()
         pooled: dict[str, dict[str, list[float]]] = {
             n: {"steps": [], "replay": [], "fpe": []} for n, _ in runs
         }
         for rep in range(args.repeats):
             for name, make in runs:
-                trainer = make()
+                trainer = quiet(make())
                 trainer.replay_times = []
                 timer = StepTimer()
                 trainer.add_callback(timer)
-                print(
-                    f"bench train: {name} ({args.steps} steps, run {rep + 1}/{args.repeats}) ...", flush=True
-                )
+                say(f"bench train: {name} ({args.steps} steps, run {rep + 1}/{args.repeats}) ...")
                 trainer.train()
                 hist = [h for h in trainer.state.log_history if "replay/fpe" in h][args.warmup :]
                 pooled[name]["steps"] += timer.times[args.warmup :]
@@ -253,6 +292,9 @@ def run(args: argparse.Namespace) -> int:
                 if name == "mrtpo" and rep == 0:
                     fpe_batch = _fpe_seconds(trainer, examples, args, clock)
                 del trainer
+                gc.collect()
+                if not use_cpu:
+                    torch.cuda.empty_cache()
         for name, p in pooled.items():
             results[name] = {
                 "step_seconds": _median(p["steps"]),
@@ -270,6 +312,7 @@ def run(args: argparse.Namespace) -> int:
         "batch": args.batch,
         "generations": args.generations,
         "completion_tokens": args.max_completion_length,
+        "config": args.config,
         "hidden_size": args.hidden_size,
         "layers": args.layers,
         "credit": args.credit,
@@ -285,7 +328,7 @@ def run(args: argparse.Namespace) -> int:
     kind = "CPU time" if use_cpu else "wall time"
     print(
         f"per-step {kind} (median of steps {args.warmup + 1}..{args.steps} of {args.repeats} run(s) per method, "
-        f"{args.device}, {args.hidden_size}-d x {args.layers} layers, "
+        f"{args.device}, {(args.config + ' ') if args.config else ''}{args.hidden_size}-d x {args.layers} layers, "
         f"{args.batch} responses x {args.max_completion_length} tokens):"
     )
     print(f"  TRL GRPOTrainer (GDPO mode)  {trl_t * 1e3:9.1f} ms   1.000x")

@@ -35,13 +35,16 @@ not a multiple of ``steps_per_generation * num_iterations``, or vLLM importance 
 hook on the decoder body keeps its last hidden states, and replay does not run ``C`` again for
 responses whose full context equals the rollout prompt (CoRT then reuses TRL's log-probabilities
 instead). Otherwise replay runs ``C`` itself (1 FPE). The hidden states are reused only when that pass
-is deterministic (no dropout; TRL runs it in training mode) and in the model's own precision (no
-autocast to another dtype), so they equal what replay would compute.
+is deterministic (no dropout; TRL runs it in training mode) and in the precision replay computes in
+(the parameters' dtype, or FSDP2's mixed-precision ``param_dtype`` whose master weights stay float32; an
+autocast to another dtype turns reuse off), so they equal what replay would compute.
 
-Limits: replay, the CoRT passes and the OPSD teacher run local no-grad forwards whose number differs
-between processes (pairs with A = 0 are skipped), which is fine for one device and DDP but would hang
-under parameter sharding that makes every forward collective (FSDP, DeepSpeed ZeRO-3). PEFT models are
-untested.
+Parameter sharding (FSDP2, FSDP1, DeepSpeed ZeRO-3), where every forward is collective:
+``replay_sharding`` (default ``auto``, see :mod:`mrtpo.integrations.sharding`) makes replay gather the
+parameters once (``gather``) or run the same number of forwards on every process (``lockstep``); the
+CoRT passes run on the same number of rows everywhere (active rows padded with inactive ones); the OPSD
+teacher runs one forward per micro-batch on every process and gathers a sharded head weight (ZeRO-3 +
+OPSD is refused). PEFT models are untested.
 
 Notation: N responses in the gathered batch, B local responses, K rewards, T response tokens.
 """
@@ -62,6 +65,7 @@ from mrtpo import advantages as adv_registry
 from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
 from mrtpo.integrations import data as data_mod
+from mrtpo.integrations import sharding as sharding_mod
 from mrtpo.integrations.passes import left_pad_concat, response_hidden
 from mrtpo.integrations.run_logging import (
     SAMPLES_JSONL,
@@ -82,6 +86,7 @@ from mrtpo.tasks.base import Example, Task
 logger = logging.getLogger(__name__)
 
 CREDITS = ("reward", "joint", "shuffled", "uniform", "none", "cort")
+REPLAY_SHARDING = ("auto", "gather", "lockstep", "none")
 LOSSES = ("policy", "opsd")
 
 
@@ -164,6 +169,22 @@ class MRTPOConfig(GRPOConfig):
     replay_prefix_sharing: bool = field(
         default=True, metadata={"help": "Run the shared prefix of a replay micro-batch once (KV cache)."}
     )
+    replay_projection_dtype: Literal["float32", "tf32", "bfloat16"] = field(
+        default="float32",
+        metadata={
+            "help": "Precision of replay's vocabulary projection: float32 (exact), tf32 or bfloat16 (faster on "
+            "GPUs; distance error <= 2 max|logit error| / sqrt(ln 2), see mrtpo.replay.PROJECTION_DTYPES)."
+        },
+    )
+    replay_sharding: Literal["auto", "gather", "lockstep", "none"] = field(
+        default="auto",
+        metadata={
+            "help": "How replay, the CoRT passes and the OPSD teacher stay safe under parameter sharding "
+            "(FSDP, ZeRO-3): 'gather' (full parameters once per replay), 'lockstep' (equal forward counts "
+            "on every process, padded), 'none' (one process / DDP). 'auto': none when parameters are not "
+            "sharded, gather when the gathered model fits in free device memory, else lockstep (logged)."
+        },
+    )
     run_files: bool = field(
         default=True,
         metadata={
@@ -222,6 +243,15 @@ class MRTPOConfig(GRPOConfig):
             )
         if self.log_samples < 0:
             raise ValueError(f"log_samples={self.log_samples} must be >= 0")
+        if self.replay_projection_dtype not in replay_mod.PROJECTION_DTYPES:
+            raise ValueError(
+                f"replay_projection_dtype={self.replay_projection_dtype!r} must be one of "
+                f"{', '.join(replay_mod.PROJECTION_DTYPES)}"
+            )
+        if self.replay_sharding not in REPLAY_SHARDING:
+            raise ValueError(
+                f"replay_sharding={self.replay_sharding!r} must be one of {', '.join(REPLAY_SHARDING)}"
+            )
 
 
 def _has_dropout(model) -> bool:
@@ -353,6 +383,7 @@ class MRTPOTrainer(GRPOTrainer):
         self._captured: list[torch.Tensor] | None = None
         self._warned_prompt = False
         self._reuse_ok = not _has_dropout(self._unwrapped())
+        self._sharding: str | None = None  # resolved at the first replay (the model is wrapped by then)
         self.last_batch: dict[str, Any] = {}
         self.run_info = dict(run_info or {})
         if args.run_files:
@@ -418,6 +449,22 @@ class MRTPOTrainer(GRPOTrainer):
             shuffle=base.shuffle,
             seed=base.seed,
         )
+
+    def _replay_sharding(self) -> str:
+        """The replay sharding of this run ("none", "gather" or "lockstep"), resolved once (collective
+        for ``auto`` under sharding: every process resolves at the same step) and logged."""
+        if self._sharding is None:
+            wrapped = getattr(self, "model_wrapped", None) or self.model
+            if sharding_mod.engine(wrapped) == "zero3" and self.args.loss == "opsd":
+                raise ValueError(
+                    "loss='opsd' under DeepSpeed ZeRO-3 is not supported: the distillation reads the LM-head "
+                    "weight outside its module's forward; use FSDP2 (recipes/accelerate_fsdp2.yaml)"
+                )
+            mode, why = sharding_mod.resolve(self.args.replay_sharding, wrapped, self.accelerator.device)
+            self._sharding = mode
+            if self.accelerator.is_main_process:  # visible by default where it matters (sharded runs)
+                (logger.info if mode == "none" else logger.warning)("replay sharding: %s (%s)", mode, why)
+        return self._sharding
 
     # ------------------------------------------------------------------ seam 1: rewards
 
@@ -588,9 +635,10 @@ class MRTPOTrainer(GRPOTrainer):
         if not captured or not self._reuse_ok:
             return None
         hidden = torch.cat(captured, dim=0)  # [B, T, H]
-        param_dtype = next(self._unwrapped().parameters()).dtype
-        if hidden.dtype != param_dtype:  # autocast ran the pass in another precision than replay will
-            return None
+        # replay computes in the model's compute dtype: FSDP2's mixed-precision param_dtype when set (its
+        # sharded master weights stay float32), else the parameters' dtype
+        if hidden.dtype != replay_mod.compute_dtype(self._unwrapped()):
+            return None  # autocast ran the pass in another precision than replay will
         prompt_ids, prompt_mask = out["prompt_ids"], out["prompt_mask"]
         res: list[torch.Tensor | None] = []
         for j, ctx in enumerate(contexts):
@@ -616,14 +664,18 @@ class MRTPOTrainer(GRPOTrainer):
         reqs = replay_mod.make_requests(
             contexts, scored.completion_ids, mode=mode, advantages=adv_local.cpu(), full_hidden=full_hidden
         )
-        res = replay_mod.replay(
-            self._unwrapped(),
-            reqs,
-            token_budget=self.args.replay_token_budget,
-            prefix_sharing=self.args.replay_prefix_sharing,
-            chunk_size=self.args.replay_chunk_size,
-            pad_id=self._tokenizer.pad_token_id or 0,
-        )
+        wrapped = getattr(self, "model_wrapped", None) or self.model
+        with sharding_mod.replay_context(self._replay_sharding(), wrapped, self.accelerator) as sharding:
+            res = replay_mod.replay(
+                self._unwrapped(),
+                reqs,
+                token_budget=self.args.replay_token_budget,
+                prefix_sharing=self.args.replay_prefix_sharing,
+                chunk_size=self.args.replay_chunk_size,
+                pad_id=self._tokenizer.pad_token_id or 0,
+                sharding=sharding,
+                projection_dtype=self.args.replay_projection_dtype,
+            )
         t = out["completion_ids"].shape[1]
         d = torch.zeros(len(reqs), res.distances.shape[1], t, device=self.accelerator.device)  # [B, K', T]
         d[:, :, : res.distances.shape[2]] = res.distances.to(d.device)
@@ -635,6 +687,7 @@ class MRTPOTrainer(GRPOTrainer):
             "replayed": torch.tensor([[o is not None for o in r.others] for r in reqs], device=d.device),
             "full_reused": res.stats.full_reused,
             "full_total": res.stats.full_reused + res.stats.full_run,
+            "forwards": res.stats.forward_passes + res.stats.padding_passes,
         }
         return d, stats
 
@@ -648,24 +701,37 @@ class MRTPOTrainer(GRPOTrainer):
         b, t = comp_ids.shape
         rel = torch.zeros(b, t, device=comp_ids.device)
         fpe = 0.0
-        if run:
+        # under sharding every process runs the same passes on the same number of rows: the active rows
+        # padded with inactive ones up to the largest count (their relevance is discarded)
+        sharded = self._replay_sharding() != "none"
+        rows = sharding_mod.pad_rows(run, b, comp_ids.device, sharded)
+        if rows:
             old = out.get("old_per_token_logps")
-            reuse = old is not None and all(
-                contexts[j].full_is_rollout
-                and tuple(out["prompt_ids"][j][out["prompt_mask"][j].bool()].tolist()) == contexts[j].rollout
-                for j in run
+            reuse = sharding_mod.all_true(
+                old is not None
+                and all(
+                    contexts[j].full_is_rollout
+                    and tuple(out["prompt_ids"][j][out["prompt_mask"][j].bool()].tolist())
+                    == contexts[j].rollout
+                    for j in run
+                ),
+                comp_ids.device,
+                sharded,
             )
             with torch.no_grad():
                 if reuse:
-                    logp_full = old[run]
+                    logp_full = old[rows]
                 else:
                     logp_full = self._sampled_logps(
-                        [contexts[j].full for j in run], comp_ids[run], cmask[run]
+                        [contexts[j].full for j in rows], comp_ids[rows], cmask[rows]
                     )
                     fpe += 1.0
-                logp_joint = self._sampled_logps([contexts[j].joint for j in run], comp_ids[run], cmask[run])
+                logp_joint = self._sampled_logps(
+                    [contexts[j].joint for j in rows], comp_ids[rows], cmask[rows]
+                )
                 fpe += 1.0
-            rel[run] = cort_relevance(logp_full, logp_joint, mask[run])
+            k = len(run)  # the first len(run) of rows are the active ones
+            rel[run] = cort_relevance(logp_full[:k], logp_joint[:k], mask[run])
         replayed = torch.zeros(b, 1, dtype=torch.bool, device=rel.device)  # [B, 1]
         replayed[run] = True
         strength = linear_ramp(self.state.global_step, self.args.credit_beta, self.args.cort_ramp_steps)
@@ -718,18 +784,26 @@ class MRTPOTrainer(GRPOTrainer):
             )  # [B, T, H], no grad
         finally:
             unwrapped.train(was_training)
+        replay_mod.finish_body_calls(unwrapped)  # FSDP2: the teacher ran the body without the head
+        self._replay_sharding()  # resolves once; refuses ZeRO-3 (the head weight is read directly below)
         head = unwrapped.get_output_embeddings()
-        div = distill_divergence_from_hidden(
-            h_s,
-            h_t,
-            head.weight,
-            getattr(head, "bias", None),
-            mask.bool(),
-            divergence=self.args.opsd_divergence,
-            beta=self.args.opsd_beta,
-            temperature=self.temperature,
-            chunk_size=self.args.replay_chunk_size,
-        )  # [B, T]
+        # FSDP2: a sharded head weight is gathered with full_tensor() (differentiable: its gradient is
+        # reduce-scattered back); after the student's forward it is usually whole already
+        with (
+            replay_mod.full_weight(head.weight) as weight,
+            replay_mod.full_weight(getattr(head, "bias", None)) as bias,
+        ):
+            div = distill_divergence_from_hidden(
+                h_s,
+                h_t,
+                weight,
+                bias,
+                mask.bool(),
+                divergence=self.args.opsd_divergence,
+                beta=self.args.opsd_beta,
+                temperature=self.temperature,
+                chunk_size=self.args.replay_chunk_size,
+            )  # [B, T]
         loss = masked_token_mean(div, mask)
         mode = "train" if self.model.training else "eval"
         totals = self.accelerator.reduce(

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The checks only a GPU can run, in one go, ending with one table. Each step has a time limit (180 +
+# 180 + 110 s: at most 8 minutes in all); a step that fails or runs out of time is a row saying so.
+#   1. mrtpo bench replay  (naive float32 vs mrtpo replay, float64 reference, projection dtypes)
+#   2. mrtpo bench train   (per-step time of TRL GDPO, mrtpo GDPO, mrtpo MRTPO)
+#   3. FSDP2 replay        (gather and lockstep vs an unsharded copy; one process per GPU, NCCL)
+#
+#   scripts/gpu_check.sh                                 # cuda, random Qwen2.5-7B shapes
+#   scripts/gpu_check.sh --config qwen2.5-3b
+#   scripts/gpu_check.sh --device cpu --config tiny      # the same steps on CPU (gloo, 2 processes)
+#
+# Options: --device cuda|cpu, --config tiny|qwen2.5-3b|qwen2.5-7b, --out DIR (default: a new temp dir),
+# --nproc N (processes of step 3; default: the GPUs nvidia-smi lists, 2 on CPU). PYTHON selects the
+# interpreter (default: python). Each step's log and JSON stay in the output directory.
+set -u
+DEVICE=cuda
+CONFIG=qwen2.5-7b
+OUT=""
+NPROC=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) DEVICE="$2"; shift 2 ;;
+    --config) CONFIG="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    --nproc) NPROC="$2"; shift 2 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+PY="${PYTHON:-python}"
+OUT="${OUT:-$(mktemp -d -t mrtpo-gpu-check-XXXXXX)}"
+mkdir -p "$OUT"
+: > "$OUT/status.tsv"
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+if [ "$DEVICE" = cpu ]; then
+  export ACCELERATE_USE_CPU=true OMP_NUM_THREADS=1
+  NPROC="${NPROC:-2}"
+  REPLAY_ARGS=(--t 256 --threads 2)
+  TRAIN_ARGS=(--steps 3 --warmup 1 --repeats 1 --batch 8 --generations 4 --max-completion-length 8)
+  SHARD_ARGS=(--t 64)
+else
+  NPROC="${NPROC:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
+  [ "${NPROC:-0}" -ge 1 ] 2>/dev/null || NPROC=1
+  REPLAY_ARGS=()
+  TRAIN_ARGS=(--steps 4 --warmup 1 --repeats 1 --batch 8 --generations 4 --max-completion-length 32)
+  SHARD_ARGS=(--t 512)
+fi
+
+step() {  # step NAME LIMIT_SECONDS COMMAND...
+  local name="$1" limit="$2"; shift 2
+  local log="$OUT/$(echo "$name" | tr ' ' '_').log" t0 rc
+  echo "gpu_check: $name ..." >&2
+  t0=$(date +%s)
+  timeout "$limit" "$@" > "$log" 2>&1
+  rc=$?
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$log" >> "$OUT/status.tsv"
+}
+
+step "bench replay" 180 "$PY" -m mrtpo.cli.main bench replay --device "$DEVICE" --config "$CONFIG" \
+  ${REPLAY_ARGS[@]+"${REPLAY_ARGS[@]}"} --json "$OUT/replay.json"
+step "bench train" 180 "$PY" -m mrtpo.cli.main bench train --device "$DEVICE" --config "$CONFIG" \
+  ${TRAIN_ARGS[@]+"${TRAIN_ARGS[@]}"} --output "$OUT/train.json"
+step "sharded replay" 110 "$PY" -m torch.distributed.run --standalone --nproc_per_node "$NPROC" \
+  -m mrtpo.bench.sharded --device "$DEVICE" --config "$CONFIG" ${SHARD_ARGS[@]+"${SHARD_ARGS[@]}"} --json "$OUT/sharded.json"
+"$PY" -m mrtpo.bench.gpu_table "$OUT"
