@@ -264,7 +264,20 @@ def test_from_hidden_half_precision_and_errors():
 
 
 def test_modes_registry():
-    assert CREDIT_MODES.names() == ["joint", "reward", "shuffled", "uniform"]
+    assert CREDIT_MODES.names() == ["cort", "joint", "none", "reward", "shuffled", "uniform"]
+    from mrtpo.credit import scheme
+
+    replays = {name: scheme(name).replay for name in CREDIT_MODES.names()}
+    assert replays == {
+        "cort": "logprob",
+        "joint": "joint",
+        "none": "none",
+        "reward": "reward",
+        "shuffled": "reward",
+        "uniform": "none",
+    }
+    assert [n for n in CREDIT_MODES.names() if not scheme(n).token_level] == ["none"]
+    assert [n for n in CREDIT_MODES.names() if scheme(n).ramped] == ["cort"]
 
 
 def test_hand_computed_single_reward():
@@ -417,7 +430,7 @@ def test_allocation_errors():
     with pytest.raises(ValueError, match=r"beta=-0.1"):
         allocate(adv, torch.zeros(4, 3, 7), mask, beta=-0.1)
     with pytest.raises(
-        ValueError, match=r"unknown credit mode 'rewards'; known: joint, reward, shuffled, uniform"
+        ValueError, match=r"unknown credit mode 'rewards'; known: cort, joint, none, reward, shuffled, uniform"
     ):
         allocate(adv, torch.zeros(4, 3, 7), mask, mode="rewards")
     with pytest.raises(ValueError, match=r"mode 'joint' takes one shared distance row"):

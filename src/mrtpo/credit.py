@@ -12,8 +12,10 @@ Two halves (DESIGN section 5):
       w[j, k, t] = d[j, k, t] / mean_{valid t} d[j, k, :]      (w = 1 on valid t if that mean is 0)
       S[j, t]    = Σ_k Â[j, k] · ((1 − β) + β · w[j, k, t])    (0 on padding)
 
-The allocation modes (``reward``, ``joint``, ``shuffled``, ``uniform``) live in :data:`CREDIT_MODES`
-and share one signature (:data:`CreditMode`).
+Credit schemes (:class:`CreditScheme`: a name, the replay it needs and a weights function) live in
+:data:`CREDIT_SCHEMES`: ``reward`` (MRTPO), ``joint``, ``shuffled``, ``uniform``, ``none`` (response
+level) and ``cort``; :func:`register_scheme` adds one. :func:`mrtpo.step.credit_step` runs a scheme on a
+batch for every engine.
 
 This module is part of the core: it imports torch and the standard library only.
 """
@@ -23,28 +25,27 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from mrtpo.head import DEFAULT_CHUNK_SIZE, row_chunks
 from mrtpo.registry import Registry
 
 __all__ = [
     "CREDIT_MODES",
+    "CREDIT_SCHEMES",
     "DEFAULT_CHUNK_SIZE",
     "CreditMode",
+    "CreditScheme",
     "allocate",
     "js_distance",
     "js_distance_from_hidden",
+    "register_scheme",
+    "scheme",
     "token_weights",
 ]
-
-DEFAULT_CHUNK_SIZE = 256
-"""Rows per chunk in :func:`js_distance` / :func:`js_distance_from_hidden`.
-
-A chunk holds about ten ``[chunk_size, V]`` float32 buffers at once: with V = 151,936 (Qwen2.5) and
-256 rows that is about 1.5 GB, small beside a 3B–7B model's activations, and enough rows to keep the
-matmuls and reductions efficient. Lower it on small devices; the result does not depend on it."""
 
 _LN2 = math.log(2.0)
 
@@ -93,11 +94,6 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _check_chunk_size(chunk_size: int) -> None:
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size={chunk_size!r} must be a positive integer")
-
-
 def _row_mask(mask: Tensor | None, lead: torch.Size, device: torch.device) -> Tensor | None:
     """Flattened boolean row mask [R] from ``mask`` of shape ``lead`` (None: every row is valid)."""
     if mask is None:
@@ -126,8 +122,8 @@ def _chunked_distance(
     out = torch.zeros(n_ctx, rows, dtype=dtype, device=device)  # [C, R]
     valid = _row_mask(mask, lead, device)
     index = torch.arange(rows, device=device) if valid is None else valid.nonzero().squeeze(1)  # [R_valid]
-    for start in range(0, index.numel(), chunk_size):
-        idx = index[start : start + chunk_size]  # [c]
+    for rows_ in row_chunks(index.numel(), chunk_size):
+        idx = index[rows_]  # [c]
         jsd_bits = compute(idx) / _LN2  # [C, c]
         out[:, idx] = jsd_bits.clamp_(0.0, 1.0).sqrt_()
     return out.reshape(n_ctx, *lead)
@@ -171,7 +167,6 @@ def js_distance(
     Notation:
         V vocabulary size; KL in bits; m the mixture; d the Jensen–Shannon distance.
     """
-    _check_chunk_size(chunk_size)
     if not (isinstance(logits_p, Tensor) and isinstance(logits_q, Tensor)):
         raise ValueError("logits_p and logits_q must be tensors")
     if logits_p.shape != logits_q.shape:
@@ -233,7 +228,6 @@ def js_distance_from_hidden(
     Notation:
         H hidden size, V vocabulary size, C contexts compared with C; logits = hidden @ weight.T + bias.
     """
-    _check_chunk_size(chunk_size)
     many = hidden_q.dim() == hidden_p.dim() + 1 and hidden_q.shape[1:] == hidden_p.shape
     if hidden_p.shape != hidden_q.shape and not many:
         raise ValueError(
@@ -277,16 +271,67 @@ def js_distance_from_hidden(
 # Token weights and allocation
 # --------------------------------------------------------------------------------------------------
 
-CreditMode = Callable[[Tensor | None, Tensor, torch.Generator | None], Tensor]
-"""Signature every credit mode shares: ``(distances, mask, generator) -> weights``.
+WeightsFn = Callable[[Tensor | None, Tensor, torch.Generator | None], Tensor]
+"""Signature of a scheme's weights function: ``(distances, mask, generator) -> weights``.
 
-- distances: [N, K', T] float, finite and >= 0, already 0 on padding (or None where the mode allows it);
+- distances: [N, K', T] float, finite and >= 0, already 0 on padding (None for schemes without replay);
 - mask: [N, T] bool;
-- generator: torch.Generator or None (only modes that draw random numbers use it);
+- generator: torch.Generator or None (only schemes that draw random numbers use it);
 - returns weights [N, K', T] (K' = 1 when distances is None) with mean 1 over each row's valid tokens
   (rows without valid tokens: all 0) and exactly 0 on padding."""
 
-CREDIT_MODES: Registry[CreditMode] = Registry("credit mode")
+CreditMode = WeightsFn  # the former name of the weights signature
+
+REPLAYS = ("none", "reward", "joint", "logprob")
+"""What a credit scheme needs from replay: nothing; one JS distance row per reward (C vs C_-k,
+[N, K, T]); one shared row (C vs C_-all, [N, 1, T]); or the sampled-token log-probability relevance
+|log pi(y_t | C) - log pi(y_t | C_-all)| ([N, 1, T], CoRT)."""
+
+
+@dataclass(frozen=True)
+class CreditScheme:
+    """A token credit scheme: how response-level advantages Â [N, K] become token advantages [N, T].
+
+    Attributes:
+        name: registry name (``credit`` in configs).
+        replay: what it needs from replay, one of :data:`REPLAYS`.
+        weights: its :data:`WeightsFn` (token weights of mean 1; :func:`allocate` mixes them with β).
+        token_level: False for the response-level scheme ``none`` (engines then hand their loss one
+            advantage per response instead of [N, T]).
+        ramped: the allocation strength ramps linearly from 0 to β over the first ``ramp_steps``
+            optimizer steps (CoRT).
+    """
+
+    name: str
+    replay: str
+    weights: WeightsFn
+    token_level: bool = True
+    ramped: bool = False
+
+
+CREDIT_SCHEMES: Registry[CreditScheme] = Registry("credit mode")
+CREDIT_MODES = CREDIT_SCHEMES  # the former name of the registry
+
+
+def register_scheme(
+    name: str, *, replay: str, token_level: bool = True, ramped: bool = False
+) -> Callable[[WeightsFn], WeightsFn]:
+    """Decorator: register ``fn`` as the weights function of a new :class:`CreditScheme` ``name``.
+
+    Example::
+
+        @register_scheme("squared", replay="reward")
+        def squared(distances, mask, generator):  # [N, K, T] -> [N, K, T], mean 1 over valid tokens
+            return token_weights(distances**2, mask, mode="reward")
+    """
+    if replay not in REPLAYS:
+        raise ValueError(f"replay={replay!r} must be one of {', '.join(REPLAYS)}")
+
+    def deco(fn: WeightsFn) -> WeightsFn:
+        CREDIT_SCHEMES.register(name)(CreditScheme(name, replay, fn, token_level, ramped))
+        return fn
+
+    return deco
 
 
 def _mean_normalized(distances: Tensor, mask: Tensor) -> Tensor:
@@ -314,13 +359,13 @@ def _needs_distances(mode: str, distances: Tensor | None) -> Tensor:
     return distances
 
 
-@CREDIT_MODES.register("reward")
+@register_scheme("reward", replay="reward")
 def _reward_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """MRTPO: one distance row per reward, distances [N, K, T]; w = d / mean_valid(d) per (j, k)."""
     return _mean_normalized(_needs_distances("reward", distances), mask)
 
 
-@CREDIT_MODES.register("joint")
+@register_scheme("joint", replay="joint")
 def _joint_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """Joint replay: one distance row per response (C vs C without every reward's segments), [N, 1, T],
     shared by all rewards; w = d / mean_valid(d)."""
@@ -333,7 +378,7 @@ def _joint_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generat
     return _mean_normalized(d, mask)
 
 
-@CREDIT_MODES.register("shuffled")
+@register_scheme("shuffled", replay="reward")
 def _shuffled_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """Control: the MRTPO weights of each (response, reward) row permuted uniformly at random among that
     row's valid tokens (padding stays padding), drawn from ``generator``."""
@@ -352,7 +397,7 @@ def _shuffled_mode(distances: Tensor | None, mask: Tensor, generator: torch.Gene
     return torch.zeros_like(w).scatter_(-1, order, w.gather(-1, perm))  # [N, K', T]
 
 
-@CREDIT_MODES.register("uniform")
+@register_scheme("uniform", replay="none")
 def _uniform_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """w = 1 on every valid token: the response-level method. Distances are ignored (may be None)."""
     m = mask[:, None, :].to(torch.float32 if distances is None else distances.dtype)  # [N, 1, T]
@@ -361,10 +406,20 @@ def _uniform_mode(distances: Tensor | None, mask: Tensor, generator: torch.Gener
     return m.expand(distances.shape).clone()  # [N, K', T]
 
 
-def _get_mode(mode: str) -> CreditMode:
-    if mode not in CREDIT_MODES:
-        raise ValueError(f"unknown credit mode {mode!r}; known: {', '.join(CREDIT_MODES.names())}")
-    return CREDIT_MODES.get(mode)
+register_scheme("none", replay="none", token_level=False)(_uniform_mode)  # response level: Σ_k Â[j, k]
+register_scheme("cort", replay="logprob", ramped=True)(_joint_mode)  # CoRT: w = rel / mean rel, β ramped
+
+
+def scheme(name: str) -> CreditScheme:
+    """The registered :class:`CreditScheme` ``name``; ValueError listing the known names otherwise."""
+    try:
+        return CREDIT_SCHEMES.get(name)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
+
+
+def _get_mode(mode: str) -> WeightsFn:
+    return scheme(mode).weights
 
 
 def _bool_mask(mask: Tensor) -> Tensor:
@@ -409,10 +464,10 @@ def token_weights(
         w[j, k, t] = d[j, k, t] / mean_{t valid} d[j, k, :]     (w = 1 on valid t if that mean is 0)
         w[j, k, t] = 0                                          on padding (mask[j, t] = 0)
 
-    Modes (:data:`CREDIT_MODES`): ``reward`` (MRTPO, K' = K rows, one per reward); ``joint`` (K' = 1
-    shared row); ``shuffled`` (the ``reward`` weights permuted at random among each row's valid tokens,
-    using ``generator``; the control of the paper's Table 5); ``uniform`` (w = 1; ``distances`` may be
-    None, then K' = 1). Values of ``distances`` on padding are ignored (may be NaN).
+    Modes (:data:`CREDIT_SCHEMES`): ``reward`` (MRTPO, K' = K rows, one per reward); ``joint`` and
+    ``cort`` (K' = 1 shared row); ``shuffled`` (the ``reward`` weights permuted at random among each
+    row's valid tokens, using ``generator``; the control of the paper's Table 5); ``uniform`` and
+    ``none`` (w = 1; ``distances`` may be None, then K' = 1). Values of ``distances`` on padding are ignored (may be NaN).
 
     Args:
         distances: [N, K', T] float, Jensen–Shannon distances (finite, >= 0 on valid tokens), or None
@@ -485,7 +540,8 @@ def allocate(
         distances: [N, K, T] or [N, 1, T] float, replay distances d (None allowed for ``uniform``).
         mask: [N, T] bool or 0/1, 1 on response tokens.
         beta: allocation strength β in [0, 1] (default 0.5).
-        mode: credit mode, one of ``CREDIT_MODES`` (``reward``, ``joint``, ``shuffled``, ``uniform``).
+        mode: a registered credit scheme (``reward``, ``joint``, ``shuffled``, ``uniform``, ``none``,
+            ``cort``, or one added with :func:`register_scheme`).
         generator: torch.Generator for ``shuffled``.
 
     Returns:

@@ -47,6 +47,7 @@ from typing import Any, Literal
 import torch
 
 from mrtpo import credit
+from mrtpo.head import LogitHead, head_of, row_chunks
 from mrtpo.prompt import Segment, assemble
 
 DEFAULT_TOKEN_BUDGET = 16384
@@ -302,39 +303,9 @@ def make_requests(
 
 
 @dataclass
-class _Head:
-    """The LM head as ``logits = softcap(scale * (h @ weight.T + bias))``.
-
-    ``scale`` covers Cohere's ``logit_scale`` (multiply) and Granite's ``logits_scaling`` (divide);
-    ``softcap`` Gemma 2/3's ``final_logit_softcapping`` (``cap * tanh(logits / cap)``).
-    """
-
-    weight: torch.Tensor  # [V, H]
-    bias: torch.Tensor | None  # [V]
-    scale: float = 1.0
-    softcap: float | None = None
-
-    @property
-    def linear(self) -> bool:
-        return self.scale == 1.0 and self.softcap is None
-
-    def logits(self, hidden: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-        """``hidden: [..., H]`` -> ``[..., V] float32`` (``weight``: this head's weight, pre-cast)."""
-        w = self.weight if weight is None else weight
-        z = hidden.float() @ w.float().T
-        if self.bias is not None:
-            z = z + self.bias.float()
-        if self.scale != 1.0:
-            z = z * self.scale
-        if self.softcap is not None:
-            z = torch.tanh(z / self.softcap) * self.softcap
-        return z
-
-
-@dataclass
 class _ModelInfo:
     body: Any
-    head: _Head
+    head: LogitHead
     prefix_cache: bool  # the body returns a plain DynamicCache of full-attention layers
 
 
@@ -358,26 +329,6 @@ def _last_hidden(out: Any) -> torch.Tensor:
     return out[0] if h is None else h
 
 
-def _head_of(model: Any) -> _Head:
-    get = getattr(model, "get_output_embeddings", None)
-    lin = get() if callable(get) else getattr(model, "lm_head", None)
-    if lin is None or not hasattr(lin, "weight"):
-        raise ValueError(
-            f"replay: {type(model).__name__} has no output embedding (lm_head) to project hidden states"
-        )
-    cfg = getattr(model, "config", None)
-    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    scale = 1.0
-    logit_scale = getattr(model, "logit_scale", None)  # Cohere: logits * logit_scale
-    if isinstance(logit_scale, (int, float)) and not isinstance(logit_scale, bool):
-        scale *= float(logit_scale)
-    logits_scaling = getattr(text, "logits_scaling", None)  # Granite: logits / logits_scaling
-    if isinstance(logits_scaling, (int, float)) and logits_scaling not in (0, 1):
-        scale /= float(logits_scaling)
-    softcap = getattr(text, "final_logit_softcapping", None)  # Gemma 2/3
-    return _Head(lin.weight, getattr(lin, "bias", None), scale, float(softcap) if softcap else None)
-
-
 def _model_info(model: Any) -> _ModelInfo:
     """Body, head and KV-cache support of ``model``, checked once per model object.
 
@@ -391,7 +342,7 @@ def _model_info(model: Any) -> _ModelInfo:
         info = None
     if info is not None:
         return info
-    body, head = _decoder(model), _head_of(model)
+    body, head = _decoder(model), head_of(model)
     v = head.weight.shape[0]
     probe = (torch.arange(6, device=head.weight.device) * 7919 % v).unsqueeze(0)  # [1, 6] arbitrary ids
     with _Eval(model), torch.no_grad():  # eval mode: dropout would make the comparison random
@@ -432,7 +383,7 @@ def _model_info(model: Any) -> _ModelInfo:
 
 
 def _js_from_hidden(
-    head: _Head, weight: torch.Tensor, h_p: torch.Tensor, h_q: torch.Tensor, chunk_size: int
+    head: LogitHead, weight: torch.Tensor, h_p: torch.Tensor, h_q: torch.Tensor, chunk_size: int
 ) -> torch.Tensor:
     """``h_p: [T, H]`` (full context), ``h_q: [K', T, H]`` -> distances ``[K', T] float32``.
 
@@ -448,11 +399,11 @@ def _js_from_hidden(
         # one projection + log-softmax of the full context per chunk, shared by the K' contexts
         return credit.js_distance_from_hidden(h_p, h_q, weight, head.bias, chunk_size=chunk_size).float()
     out = torch.empty(kk, t, dtype=torch.float32, device=h_q.device)
-    for s in range(0, t, chunk_size):
-        lp = head.logits(h_p[s : s + chunk_size], weight)  # [c, V]
+    for rows in row_chunks(t, chunk_size):
+        lp = head.logits(h_p[rows], weight)  # [c, V]
         for k in range(kk):
-            lq = head.logits(h_q[k, s : s + chunk_size], weight)  # [c, V]
-            out[k, s : s + chunk_size] = credit.js_distance(lp, lq, chunk_size=chunk_size).float()
+            lq = head.logits(h_q[k, rows], weight)  # [c, V]
+            out[k, rows] = credit.js_distance(lp, lq, chunk_size=chunk_size).float()
     return out
 
 
