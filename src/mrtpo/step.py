@@ -126,5 +126,8 @@ def credit_step(
             )
         d = distances(scheme.replay, local, active) if callable(distances) else distances
     strength = linear_ramp(step, beta, ramp_steps) if scheme.ramped else float(beta)
-    token_adv = credit.allocate(local, d, mask, beta=strength, mode=scheme.name, generator=generator)
+    if scheme.token_level:
+        token_adv = credit.allocate(local, d, mask, beta=strength, mode=scheme.name, generator=generator)
+    else:  # the response level: Σ_k Â[j, k] on every valid token
+        token_adv = local.sum(1, keepdim=True) * (torch.as_tensor(mask).to(local.device) != 0).to(local.dtype)
     return CreditResult(adv_all, local, active, d, token_adv, strength, scheme)

@@ -60,6 +60,7 @@ from trl import GRPOConfig, GRPOTrainer
 from mrtpo import advantages as adv_registry
 from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
+from mrtpo.head import head_of
 from mrtpo.integrations import data as data_mod
 from mrtpo.integrations.passes import left_pad_concat, response_hidden
 from mrtpo.integrations.run_logging import (
@@ -68,19 +69,13 @@ from mrtpo.integrations.run_logging import (
     append_jsonl,
     write_run_json,
 )
-from mrtpo.losses import (
-    DIVERGENCES,
-    cort_relevance,
-    distill_divergence_from_hidden,
-    linear_ramp,
-    masked_token_mean,
-)
+from mrtpo.losses import DIVERGENCES, cort_relevance, distill_divergence_from_hidden, masked_token_mean
 from mrtpo.prompt import has_privileged
+from mrtpo.step import credit_step
 from mrtpo.tasks.base import Example, Task
 
 logger = logging.getLogger(__name__)
 
-CREDITS = ("reward", "joint", "shuffled", "uniform", "none", "cort")
 LOSSES = ("policy", "opsd")
 
 
@@ -109,13 +104,14 @@ class MRTPOConfig(GRPOConfig):
             "{'whiten': 'token'} (the trainer passes the response lengths), {'gamma': 0.5} for sa_mrpo."
         },
     )
-    credit: Literal["reward", "joint", "shuffled", "uniform", "none", "cort"] = field(
+    credit: str = field(
         default="reward",
         metadata={
-            "help": "Token credit: 'reward' (MRTPO, one replay distance per reward), 'joint' (one "
-            "distance without every reward's information), 'shuffled' (MRTPO weights permuted: the "
-            "control), 'uniform' (w = 1, [B, T] advantages equal to the response level), 'none' "
-            "(TRL gets [B] row sums), 'cort' (CoRT baseline: sampled-token log-prob difference)."
+            "help": "Token credit, a scheme of mrtpo.credit.CREDIT_SCHEMES: 'reward' (MRTPO, one replay "
+            "distance per reward), 'joint' (one distance without every reward's information), 'shuffled' "
+            "(MRTPO weights permuted: the control), 'uniform' (w = 1, [B, T] advantages equal to the "
+            "response level), 'none' (TRL gets [B] row sums), 'cort' (CoRT baseline: sampled-token log-prob "
+            "difference), or one registered with mrtpo.credit.register_scheme."
         },
     )
     credit_beta: float = field(
@@ -193,8 +189,10 @@ class MRTPOConfig(GRPOConfig):
             raise ValueError(
                 f"advantage_method={self.advantage_method!r} is unknown; known: {', '.join(adv_registry.available())}"
             )
-        if self.credit not in CREDITS:
-            raise ValueError(f"credit={self.credit!r} must be one of {', '.join(CREDITS)}")
+        if self.credit not in credit_mod.CREDIT_SCHEMES:
+            raise ValueError(
+                f"credit={self.credit!r} must be one of {', '.join(credit_mod.CREDIT_SCHEMES.names())}"
+            )
         if isinstance(self.credit_beta, bool) or not 0.0 <= float(self.credit_beta) <= 1.0:
             raise ValueError(f"credit_beta={self.credit_beta!r} must be a number in [0, 1]")
         if self.loss not in LOSSES:
@@ -341,8 +339,6 @@ class MRTPOTrainer(GRPOTrainer):
         hi = torch.tensor([b[1] for b in self.reward_bounds])
         rewards = torch.stack([lo, hi])  # [2, K]
         opts = dict(args.advantage_options or {})
-        if opts.get("whiten") == "token":
-            opts["lengths"] = torch.ones(2)
         weights = (
             None if args.reward_weights is None else torch.tensor(args.reward_weights, dtype=torch.float32)
         )
@@ -351,7 +347,14 @@ class MRTPOTrainer(GRPOTrainer):
                 f"reward_weights has {weights.numel()} entries; expected K={k} ({self.reward_names})"
             )
         adv_registry.compute(
-            args.advantage_method, rewards, [0, 0], weights=weights, reward_min=lo, reward_max=hi, **opts
+            args.advantage_method,
+            rewards,
+            [0, 0],
+            weights=weights,
+            reward_min=lo,
+            reward_max=hi,
+            lengths=torch.ones(2),
+            **opts,
         )
 
     def _run_json(self) -> dict[str, Any]:
@@ -427,8 +430,9 @@ class MRTPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ seam 2: advantages
 
     def _generate_and_score_completions(self, inputs):
-        reuse = self._reuse_ok and self.args.credit in ("reward", "joint", "shuffled")
-        self._captured = [] if reuse else None
+        a = self.args
+        scheme = credit_mod.scheme(a.credit)
+        self._captured = [] if self._reuse_ok and scheme.replay in ("reward", "joint") else None
         try:
             out = super()._generate_and_score_completions(inputs)
         finally:
@@ -441,32 +445,44 @@ class MRTPOTrainer(GRPOTrainer):
         pi = self.accelerator.process_index
         rows = slice(pi * b, (pi + 1) * b)
         device = self.accelerator.device
-
-        # response-level advantages from the gathered reward matrix, then this process's rows
-        a = self.args
-        opts = dict(a.advantage_options or {})
         lengths_local = out["completion_mask"].sum(1).float()  # [B]
-        if opts.get("whiten") == "token":
-            opts["lengths"] = gather(lengths_local).cpu()
-        weights = None if a.reward_weights is None else torch.tensor(a.reward_weights, dtype=torch.float32)
-        bounds = torch.tensor(self.reward_bounds, dtype=torch.float32)  # [K, 2]
-        group_ids = torch.arange(n) // g
-        adv_all = adv_registry.compute(
-            a.advantage_method,
-            scored.rewards.cpu(),
-            group_ids,
-            weights=weights,
-            reward_min=bounds[:, 0],
-            reward_max=bounds[:, 1],
-            **opts,
-        ).float()  # [N, K]
-        adv_local = adv_all[rows].to(device)  # [B, K]
-        # pairs whose advantage is 0 up to rounding (a reward constant in its group) are not replayed
-        active = adv_local.abs() > adv_registry.ACTIVE_TOL  # [B, K]
         mask = out["completion_mask"]
         if "tool_mask" in out:
             mask = mask * out["tool_mask"]
         mask = mask.bool()  # [B, T]
+        bounds = torch.tensor(self.reward_bounds, dtype=torch.float32)  # [K, 2]
+        stats: list[dict[str, Any]] = []
+
+        def distances(replay: str, adv_local: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+            if replay == "logprob":
+                d, st = self._cort(out, scored, adv_local, active, mask, captured)
+            else:
+                d, st = self._replay(out, scored, adv_local * active, captured, replay)
+            stats.append(st)
+            return d
+
+        # the one credit step of mrtpo.step: Â [N, K] of the gathered batch, replay, token advantages [B, T]
+        res = credit_step(
+            scored.rewards.cpu(),
+            torch.arange(n) // g,
+            mask,
+            method=a.advantage_method,
+            options=a.advantage_options,
+            weights=None if a.reward_weights is None else torch.tensor(a.reward_weights, dtype=torch.float32),
+            reward_min=bounds[:, 0],
+            reward_max=bounds[:, 1],
+            lengths=gather(lengths_local).cpu(),
+            credit_mode="none" if a.loss == "opsd" else a.credit,
+            beta=a.credit_beta,
+            distances=distances,
+            rows=rows,
+            generator=torch.Generator(device=device).manual_seed(
+                int(a.seed) * 1_000_003 + self.state.global_step * 1009 + pi
+            ),
+            step=self.state.global_step,
+            ramp_steps=a.cort_ramp_steps,
+        )
+        adv_all, adv_local, active, distances = res.advantages, res.local, res.active, res.distances
 
         trl_adv_local = out["advantages"].detach().cpu()  # [B], TRL's own aggregation (kept for comparison)
         for _ in range(min(n, len(self._logs["advantages"]))):  # the completions table shows ours
@@ -474,36 +490,16 @@ class MRTPOTrainer(GRPOTrainer):
         self._logs["advantages"].extend(adv_all.sum(1).tolist())
         self._log_batch_metrics(mode, scored, adv_all, lengths_local)
 
-        distances = None
-        stats = None
+        token_adv = res.token_advantages if scheme.token_level and a.loss != "opsd" else None
         if a.loss == "opsd":
             out["advantages"] = torch.zeros(b, device=device)
             out["opsd_full_ids"] = [self._full_ids(ex) for ex in scored.examples]
-            token_adv = None
-        elif a.credit == "none":
-            out["advantages"] = adv_local.sum(1)  # [B]
-            token_adv = None
-        elif a.credit == "uniform":
-            token_adv = credit_mod.allocate(adv_local, None, mask, beta=a.credit_beta, mode="uniform")
-            out["advantages"] = token_adv
-        elif a.credit == "cort":
-            token_adv, distances, stats = self._cort(out, scored, adv_local, active, mask, captured)
-            out["advantages"] = token_adv
         else:
-            distances, stats = self._replay(out, scored, adv_local * active, captured)
-            gen = (
-                torch.Generator(device=device).manual_seed(
-                    int(a.seed) * 1_000_003 + self.state.global_step * 1009 + pi
-                )
-                if a.credit == "shuffled"
-                else None
-            )
-            token_adv = credit_mod.allocate(
-                adv_local, distances, mask, beta=a.credit_beta, mode=a.credit, generator=gen
-            )
-            out["advantages"] = token_adv
-        if stats is not None:
-            self._log_replay_metrics(mode, scored, distances, stats, mask)
+            out["advantages"] = res.token_advantages if scheme.token_level else res.response_advantages
+        if scheme.ramped:
+            self._metrics[mode]["cort/beta"].append(res.beta)
+        if stats:
+            self._log_replay_metrics(mode, scored, distances, stats[0], mask)
 
         self.last_batch = {
             "rewards": scored.rewards.detach().cpu(),
@@ -566,11 +562,11 @@ class MRTPOTrainer(GRPOTrainer):
             res.append(hidden[j, :t] if ctx.full_is_rollout else None)
         return res
 
-    def _replay(self, out, scored, adv_local, captured):
-        """Distances [B, K', T] (K' = K, or 1 for joint) of the local responses, and the replay stats."""
+    def _replay(self, out, scored, adv_local, captured, mode="reward"):
+        """Distances [B, K', T] (K' = K for mode "reward", 1 for "joint") of the local responses, and the
+        replay stats; pairs whose ``adv_local`` is 0 are skipped."""
         contexts = self._contexts(scored.examples)
         full_hidden = self._reusable_hidden(out, contexts, scored, captured)
-        mode = "joint" if self.args.credit == "joint" else "reward"
         reqs = replay_mod.make_requests(
             contexts, scored.completion_ids, mode=mode, advantages=adv_local.cpu(), full_hidden=full_hidden
         )
@@ -597,7 +593,7 @@ class MRTPOTrainer(GRPOTrainer):
         return d, stats
 
     def _cort(self, out, scored, adv_local, active, mask, captured):
-        """CoRT token advantages [B, T], relevance [B, 1, T] and stats (module docstring)."""
+        """CoRT relevance [B, 1, T] of the responses whose response advantage is not 0, and stats."""
         t0 = time.perf_counter()
         contexts = self._contexts(scored.examples)
         resp_adv = adv_local.sum(1, keepdim=True)  # [B, 1]
@@ -626,9 +622,6 @@ class MRTPOTrainer(GRPOTrainer):
             rel[run] = cort_relevance(logp_full, logp_joint, mask[run])
         replayed = torch.zeros(b, 1, dtype=torch.bool, device=rel.device)  # [B, 1]
         replayed[run] = True
-        strength = linear_ramp(self.state.global_step, self.args.credit_beta, self.args.cort_ramp_steps)
-        token_adv = credit_mod.allocate(resp_adv, rel[:, None, :], mask, beta=strength, mode="reward")
-        self._metrics["train" if self.model.training else "eval"]["cort/beta"].append(strength)
         stats = {
             "fpe": fpe * len(run) / max(1, b),
             "seconds": time.perf_counter() - t0,
@@ -636,7 +629,7 @@ class MRTPOTrainer(GRPOTrainer):
             "pairs": b,
             "replayed": replayed,
         }
-        return token_adv, rel[:, None, :], stats
+        return rel[:, None, :], stats
 
     def _sampled_logps(self, contexts, completion_ids, completion_mask):
         """log pi(y_t | context, y_<t) of the sampled tokens at the sampling temperature: [b, T] (TRL's pass)."""
@@ -676,17 +669,19 @@ class MRTPOTrainer(GRPOTrainer):
             )  # [B, T, H], no grad
         finally:
             unwrapped.train(was_training)
-        head = unwrapped.get_output_embeddings()
+        head = head_of(unwrapped)  # the LM head with the model's logit transform (soft-capping, scaling)
         div = distill_divergence_from_hidden(
             h_s,
             h_t,
             head.weight,
-            getattr(head, "bias", None),
+            head.bias,
             mask.bool(),
             divergence=self.args.opsd_divergence,
             beta=self.args.opsd_beta,
             temperature=self.temperature,
             chunk_size=self.args.replay_chunk_size,
+            scale=head.scale,
+            softcap=head.softcap,
         )  # [B, T]
         loss = masked_token_mean(div, mask)
         mode = "train" if self.model.training else "eval"
