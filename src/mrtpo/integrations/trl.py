@@ -71,6 +71,7 @@ from mrtpo.integrations.run_logging import (
 )
 from mrtpo.losses import DIVERGENCES, cort_relevance, distill_divergence_from_hidden, masked_token_mean
 from mrtpo.prompt import has_privileged
+from mrtpo.records import SampleRecord
 from mrtpo.step import credit_step
 from mrtpo.tasks.base import Example, Task
 
@@ -785,34 +786,34 @@ class MRTPOTrainer(GRPOTrainer):
         for j in range(min(a.log_samples, len(scored.examples))):
             ids = scored.completion_ids[j]
             t = int(mask[j].sum().item()) if token_adv is not None else len(ids)
-            rec = {
-                "step": step,
-                "prompt": "\n\n".join(msg["content"] for msg in scored.examples[j].messages()),
-                "response": scored.texts[j],
-                "tokens": [tok.decode([i]) for i in ids[:t]],
-                "reward_names": self.reward_names,
-                "rewards": scored.rewards[self.accelerator.process_index * len(scored.examples) + j].tolist(),
-                "advantages": adv_local[j].tolist(),
-                "method": a.advantage_method,
-                "credit": a.credit,
-                "beta": a.credit_beta,
-                "distances": None,
-                "token_advantages": (
-                    token_adv[j, :t] if token_adv is not None else adv_local[j].sum().expand(t)
-                ).tolist(),
-            }
+            rows = None
             if distances is not None:
                 if distances.shape[1] == len(self.reward_names):
-                    rec["distances"] = [
+                    rows = [
                         distances[j, k, :t].tolist() if active[j, k] else None
                         for k in range(distances.shape[1])
                     ]
                 else:
-                    rec["distances"] = [distances[j, 0, :t].tolist()]
+                    rows = [distances[j, 0, :t].tolist()]
             checked = self._checked_masks(scored, j)
-            if checked:
-                rec["checked_tokens"] = {
-                    self.reward_names[k]: cm[:t].int().tolist() for k, cm in checked.items()
-                }
-            records.append(rec)
+            rec = SampleRecord(
+                step=step,
+                prompt="\n\n".join(msg["content"] for msg in scored.examples[j].messages()),
+                response=scored.texts[j],
+                tokens=[tok.decode([i]) for i in ids[:t]],
+                reward_names=self.reward_names,
+                rewards=scored.rewards[self.accelerator.process_index * len(scored.examples) + j].tolist(),
+                advantages=adv_local[j].tolist(),
+                method=a.advantage_method,
+                credit=a.credit,
+                beta=a.credit_beta,
+                distances=rows,
+                token_advantages=(
+                    token_adv[j, :t] if token_adv is not None else adv_local[j].sum().expand(t)
+                ).tolist(),
+                checked_tokens={self.reward_names[k]: cm[:t].int().tolist() for k, cm in checked.items()}
+                if checked
+                else None,
+            )
+            records.append(rec.to_json())
         append_jsonl(f"{a.output_dir}/{SAMPLES_JSONL}", records)
