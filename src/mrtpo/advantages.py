@@ -626,11 +626,9 @@ def gd2po_keep(advantages: Tensor, variant: str = "hard") -> Tensor:
     if variant == "hard":
         conflict = (advantages > ACTIVE_TOL).any(1) & (advantages < -ACTIVE_TOL).any(1)  # [N]
         return (~conflict).to(advantages.dtype)
-    if variant == "snr":
-        total_abs = advantages.abs().sum(1)  # [N]
-        ratio = advantages.sum(1).abs() / total_abs.clamp(min=torch.finfo(advantages.dtype).tiny)
-        return torch.where(total_abs > 0, ratio.clamp(max=1.0), torch.ones_like(total_abs))
-    raise ValueError(f"gd2po variant must be 'hard' or 'snr'; got {variant!r}")
+    total_abs = advantages.abs().sum(1)  # [N]  variant "snr"
+    ratio = advantages.sum(1).abs() / total_abs.clamp(min=torch.finfo(advantages.dtype).tiny)
+    return torch.where(total_abs > 0, ratio.clamp(max=1.0), torch.ones_like(total_abs))
 
 
 def group_correlation_sum(rewards: Tensor, group: Tensor, num_groups: int) -> Tensor:
@@ -682,15 +680,8 @@ def grpo(b: Batch, *, eps: Positive = EPS) -> Tensor:
     normalization. A group of size 1 has mean 0 and std 1 (Â = w_k r / (1 + eps)); a group whose R is
     constant gets 0, also when its individual rewards vary.
 
-    Args:
-        b: the batch (rewards; weights default ones).
-        options: ``eps`` (1e-6).
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        R_j weighted reward sum of response j; std_group unbiased.
+    Options: ``eps`` (1e-6).
+    Notation: R_j weighted reward sum of response j; std_group unbiased.
     """
     terms = b.r * b.w()  # [N, K]
     st = group_stats(terms, b.group, b.num_groups)
@@ -716,16 +707,9 @@ def gdpo(b: Batch, *, eps: Positive = EPS, whiten: Whiten = "response") -> Tenso
     TRL's ``multi_objective_aggregation="normalize_then_sum"`` advantage when ``eps=1e-4`` and groups
     have two or more responses.
 
-    Args:
-        b: the batch (rewards; weights default ones).
-        options: ``eps`` (1e-6); ``whiten`` ("response" | "token") and ``lengths`` ([N] token counts,
-            required for "token"), see :func:`whiten_columns`.
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        A group z-scores (unbiased std); batch statistics over the N responses (or their tokens).
+    Options: ``eps`` (1e-6); ``whiten`` ("response" | "token") and ``lengths`` ([N] token counts,
+    required for "token"), see :func:`whiten_columns`.
+    Notation: A group z-scores (unbiased std); batch statistics over the N responses (or their tokens).
     """
     z = group_zscore(b.r, b.group, b.num_groups, eps)
     return whiten_columns(z * b.w(), eps, b.units(whiten))
@@ -741,15 +725,8 @@ def saw(b: Batch, *, eps: Positive = EPS, whiten: Whiten = "response") -> Tensor
     δ = 1e-8 (DESIGN). ``u`` are the user's ``weights`` (None = ones, giving DESIGN's SAW exactly); they
     multiply the computed ω. See :func:`saw_weights`.
 
-    Args:
-        b: the batch (rewards; weights default ones, reward_min).
-        options: ``eps`` (1e-6), ``whiten``, ``lengths`` (as GDPO).
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        CV coefficient of variation (unbiased std / mean) of the shifted reward over the batch.
+    Options: ``eps`` (1e-6), ``whiten``, ``lengths`` (as GDPO).
+    Notation: CV coefficient of variation (unbiased std / mean) of the shifted reward over the batch.
     """
     w = b.w() * saw_weights(b.r, b.reward_min)
     z = group_zscore(b.r, b.group, b.num_groups, eps)
@@ -769,15 +746,8 @@ def dara(
 
     (DESIGN section 3: "GDPO batch normalization of the sum".)
 
-    Args:
-        b: the batch (rewards; weights default ones).
-        options: ``eps`` (1e-6), ``variant`` ("asym" | "sym"), ``whiten``, ``lengths`` (as GDPO).
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        π_k share of groups in which reward k varies; λ_k its scale (>= 1).
+    Options: ``eps`` (1e-6), ``variant`` ("asym" | "sym"), ``whiten``, ``lengths`` (as GDPO).
+    Notation: π_k share of groups in which reward k varies; λ_k its scale (>= 1).
     """
     z = group_zscore(b.r, b.group, b.num_groups, eps)
     lam = dara_scales(z, b.group, b.num_groups)  # [K]
@@ -796,15 +766,8 @@ def dvao(b: Batch, *, eps: Positive = EPS) -> Tensor:
     normalization. The scale of w cancels (default w_k = 1/K, as in DESIGN). DESIGN's formula has no
     eps: the ``eps`` option is accepted for the shared interface and does not change DVAO.
 
-    Args:
-        b: the batch (rewards; weights default 1/K).
-        options: ``eps`` (no effect, see above).
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        σ_k population std of reward k in the group.
+    Options: ``eps`` (no effect, see above).
+    Notation: σ_k population std of reward k in the group.
     """
     w = b.w(1.0 / b.r.shape[1])  # [K]
     st = group_stats(b.r, b.group, b.num_groups)
@@ -826,15 +789,8 @@ def sa_mrpo(
     γ = 0.5 by default (DESIGN). ``u`` are the user's ``weights`` (None = ones, giving DESIGN's SA-MRPO
     exactly); they multiply the computed ω. See :func:`sa_mrpo_weights`.
 
-    Args:
-        b: the batch (rewards; weights default ones, reward_min and reward_max).
-        options: ``eps`` (1e-6), ``gamma`` (0.5, >= 0), ``whiten``, ``lengths`` (as GDPO).
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        s_k saturation of reward k in the batch.
+    Options: ``eps`` (1e-6), ``gamma`` (0.5, >= 0), ``whiten``, ``lengths`` (as GDPO).
+    Notation: s_k saturation of reward k in the batch.
     """
     w = b.w() * sa_mrpo_weights(b.r, b.reward_min, b.reward_max, gamma)
     z = group_zscore(b.r, b.group, b.num_groups, eps)
@@ -856,16 +812,9 @@ def gd2po(
     The split gives the row sum Â_j. Variant "hard" is DESIGN's; "snr" (soft keep weight
     |Σ_k A| / Σ_k |A|) is this project's own choice, not from the paper. All zeros if nothing is kept.
 
-    Args:
-        b: the batch (rewards; weights default ones).
-        options: ``eps`` (1e-6), ``variant`` ("hard" | "snr"), ``whiten``, ``lengths`` (as GDPO; with
-            "token" the whitening weight is κ_j times the token count).
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        κ_j keep weight, δ_i kept share of group i, x_j the scaled sum, Â_j its whitened value.
+    Options: ``eps`` (1e-6), ``variant`` ("hard" | "snr"), ``whiten``, ``lengths`` (as GDPO; with
+    "token" the whitening weight is κ_j times the token count).
+    Notation: κ_j keep weight, δ_i kept share of group i, x_j the scaled sum, Â_j its whitened value.
     """
     a = b.w() * group_zscore(b.r, b.group, b.num_groups, eps)  # [N, K]
     kappa = gd2po_keep(a, variant)  # [N]
@@ -896,15 +845,8 @@ def corr_grpo(b: Batch, *, eps: Positive = EPS) -> Tensor:
     (which therefore gets 0). ρ is of the unweighted rewards. No batch normalization. See
     :func:`group_correlation_sum`.
 
-    Args:
-        b: the batch (rewards; weights default ones).
-        options: ``eps`` (1e-6).
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        c centered weighted rewards; Σ ρ_kl the variance of the sum of standardized rewards.
+    Options: ``eps`` (1e-6).
+    Notation: c centered weighted rewards; Σ ρ_kl the variance of the sum of standardized rewards.
     """
     st = group_stats(b.r, b.group, b.num_groups)
     rho_sum = group_correlation_sum(b.r, b.group, b.num_groups)  # [P]

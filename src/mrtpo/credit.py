@@ -436,8 +436,9 @@ def _bool_mask(mask: Tensor) -> Tensor:
     return mask
 
 
-def _check_distances(distances: Tensor, mask: Tensor) -> None:
-    """Raise ValueError naming (response, reward, token) of the first non-finite or negative valid entry."""
+def _valid_distances(distances: Tensor, mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """``distances`` [N, K', T] in ``dtype`` with 0 on padding; ValueError naming (response, reward,
+    token) of the first non-finite or negative entry on a valid token."""
     valid = mask[:, None, :].expand(distances.shape)  # [N, K', T]
     bad = valid & ~(torch.isfinite(distances) & (distances >= 0))
     if bad.any():
@@ -447,6 +448,7 @@ def _check_distances(distances: Tensor, mask: Tensor) -> None:
             f"distances[{j}, {k}, {t}] = {value} on a valid token (response {j}, reward {k}, token {t}); "
             "distances must be finite and >= 0 wherever mask is 1"
         )
+    return torch.where(valid, distances.to(dtype), torch.zeros((), dtype=dtype, device=distances.device))
 
 
 @torch.no_grad()
@@ -499,12 +501,8 @@ def token_weights(
                 "(from mask)"
             )
         mask = mask.to(distances.device)
-        _check_distances(distances, mask)
         dtype = distances.dtype if distances.is_floating_point() else torch.float32
-        dtype = torch.promote_types(dtype, torch.float32)
-        distances = torch.where(
-            mask[:, None, :], distances.to(dtype), torch.zeros((), dtype=dtype, device=distances.device)
-        )  # [N, K', T], 0 on padding
+        distances = _valid_distances(distances, mask, torch.promote_types(dtype, torch.float32))
     return fn(distances, mask, generator)
 
 
@@ -555,7 +553,7 @@ def allocate(
         N responses, K rewards, T response tokens; Â per-reward advantages; d Jensen–Shannon distances;
         w token weights (mean 1 per response and reward); β allocation strength; S token advantages.
     """
-    _get_mode(mode)  # validate the name before any other work
+    fn = _get_mode(mode)  # validate the name before any other work
     if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not (0.0 <= float(beta) <= 1.0):
         raise ValueError(f"beta={beta!r} must be a number in [0, 1]")
     beta = float(beta)
@@ -591,11 +589,13 @@ def allocate(
         d = distances.to(device=adv.device, dtype=dtype)  # [N, K', T]
         # Pairs with Â = 0 are ignored: their distances (0 or NaN from a skipped replay) become 0.
         ignored = adv == 0 if shape[1] == k else (adv == 0).all(dim=1, keepdim=True)  # [N, K']
-        d = torch.where(ignored[:, :, None], torch.zeros((), dtype=dtype, device=d.device), d)
+        d = _valid_distances(
+            torch.where(ignored[:, :, None], torch.zeros((), dtype=dtype, device=d.device), d), mask, dtype
+        )
     else:
         d = None
 
-    w = token_weights(d, mask, mode=mode, generator=generator).to(dtype)  # [N, K', T]
+    w = fn(d, mask, generator).to(dtype)  # [N, K', T]
     m = mask.to(dtype)  # [N, T]
     base = adv.sum(dim=1, keepdim=True) * m  # [N, T]  Σ_k Â[j, k] on valid tokens
     if w.shape[1] == 1:

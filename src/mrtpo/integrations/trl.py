@@ -6,11 +6,12 @@ changes three seams:
 
 1. ``_calculate_rewards``: scores each response with the task's verifier objects (DESIGN section 4)
    and keeps the gathered reward matrix ``[N, K]`` (all processes);
-2. ``_generate_and_score_completions``: after TRL's own pass, replaces TRL's advantages with
-   ``mrtpo.advantages.compute(method, rewards [N, K], group_ids [N]) -> [N, K]``, slices this
-   process's rows and, when token credit is on, replays the local responses (``mrtpo.replay``) and
-   allocates (``mrtpo.credit.allocate``), handing TRL's loss advantages ``[B, T]``; with
-   ``credit="none"`` TRL gets the row sums ``[B]`` (the response-level method);
+2. ``_generate_and_score_completions``: after TRL's own pass, replaces TRL's advantages with those
+   of the core's credit step, ``mrtpo.step.credit_step``: ``Â = mrtpo.advantages.compute(method,
+   rewards [N, K], group_ids [N]) -> [N, K]``, this process's rows, the replay the credit scheme asks
+   for (:meth:`MRTPOTrainer._replay` for distances, :meth:`MRTPOTrainer._cort` for CoRT's relevance)
+   and the allocation, handing TRL's loss advantages ``[B, T]``; with a response-level scheme
+   (``credit="none"``) TRL gets the row sums ``[B]``;
 3. ``_compute_loss``: only for the OPSD baseline (``loss="opsd"``), a self-distillation divergence
    (``mrtpo.losses``) instead of the policy-gradient surrogate.
 

@@ -18,8 +18,10 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
    with verl's signature ``fn(token_level_rewards, response_mask, index, config, ...) -> (advantages,
    returns)``, both ``(bs, response_length)``. It reads the reward matrix ``[N, K]`` from the
    per-reward arrays of ``non_tensor_batch``, computes ``Â = mrtpo.advantages.compute(method, ...)``
-   ``[N, K]`` and gives each valid token ``Σ_k Â[j, k]`` (``credit="none"``) or the MRTPO token
-   advantage ``mrtpo.credit.allocate(Â, distances, response_mask, beta, mode)`` ``[N, T]``.
+   ``[N, K]`` and the token advantages ``[N, T]`` of the credit scheme ``algorithm.mrtpo.credit``
+   through the core's credit step (:func:`credit_step` -> ``mrtpo.step.credit_step``, the function
+   the TRL trainer calls): ``Σ_k Â[j, k]`` on each valid token for ``none``, the MRTPO token advantage
+   ``allocate(Â, distances, response_mask, beta, scheme)`` for the others.
 4. **The hook** (:func:`compute_advantage`, :func:`install`): verl's ``compute_advantage`` passes a
    registered estimator only ``token_level_rewards``, ``response_mask``, ``index`` and ``config``, not
    the batch (verl's own ``gdpo`` is special-cased there). :func:`compute_advantage` has the same
