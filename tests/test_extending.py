@@ -19,16 +19,37 @@ if str(HERE) not in sys.path:
 
 from test_trl_trainer import make_trainer  # noqa: E402
 
-# ------------------------------------------------------------------ a user's advantage method
+# ------------------------------------------------------------------ the user's code
 
 
-@advantages.register("user_centered")
 def user_centered(
     b: advantages.Batch, *, scale: advantages.Positive = 1.0, sign: Literal[1, -1] = 1
 ) -> torch.Tensor:
     """Â[j, k] = sign · scale · w_k (r[j, k] − mean_group(r[:, k]))."""
     st = advantages.group_stats(b.r, b.group, b.num_groups)
     return sign * scale * b.w() * st.centered
+
+
+def user_squared(distances, mask, generator):
+    """w = d² / mean_valid(d²) per (response, reward) row (1 where that mean is 0), 0 on padding."""
+    m = mask[:, None, :].to(distances.dtype)  # [N, 1, T]
+    sq = distances**2 * m
+    mean = sq.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)  # [N, K, 1]
+    return torch.where(mean > 0, sq / torch.where(mean > 0, mean, torch.ones_like(mean)), m.expand_as(sq))
+
+
+@pytest.fixture(autouse=True)
+def registered():
+    """Register the user's method and scheme for each test here, and remove them afterwards (the
+    registries are global: other test modules list the built-in names)."""
+    advantages.register("user_centered")(user_centered)
+    credit.register_scheme("user_squared", replay="reward")(user_squared)
+    yield
+    advantages.ADVANTAGES.remove("user_centered")
+    credit.CREDIT_SCHEMES.remove("user_squared")
+
+
+# ------------------------------------------------------------------ a user's advantage method
 
 
 def test_custom_advantage_method_through_compute():
@@ -53,15 +74,6 @@ def test_custom_advantage_method_through_compute():
 
 
 # ------------------------------------------------------------------ a user's credit scheme
-
-
-@credit.register_scheme("user_squared", replay="reward")
-def user_squared(distances, mask, generator):
-    """w = d² / mean_valid(d²) per (response, reward) row (1 where that mean is 0), 0 on padding."""
-    m = mask[:, None, :].to(distances.dtype)  # [N, 1, T]
-    sq = distances**2 * m
-    mean = sq.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)  # [N, K, 1]
-    return torch.where(mean > 0, sq / torch.where(mean > 0, mean, torch.ones_like(mean)), m.expand_as(sq))
 
 
 def test_custom_scheme_through_allocate():

@@ -146,30 +146,22 @@ def _vector(name: str, value: Any, size: int, size_name: str, device: torch.devi
 
 
 def _group_index(group_ids: Any, n: int, device: torch.device) -> tuple[Tensor, int, list[Any]]:
-    """Group index [N] in [0, P), P, and the original id of each index."""
+    """Group index [N] in [0, P) (in order of first appearance), P, and the original id of each index."""
     if isinstance(group_ids, Tensor):
-        if group_ids.dim() != 1:
-            raise ValueError(f"group_ids has shape {tuple(group_ids.shape)}; expected [N={n}]")
         if group_ids.dtype.is_floating_point or group_ids.dtype.is_complex or group_ids.dtype == torch.bool:
             raise ValueError(f"group_ids must hold integer ids; got dtype {group_ids.dtype}")
-        items: Any = group_ids
-    else:
-        try:
-            items = list(group_ids)
-        except TypeError:
-            raise ValueError(
-                f"group_ids must be a [N] tensor or sequence; got {type(group_ids).__name__}"
-            ) from None
-    if len(items) != n:
-        raise ValueError(f"group_ids has {len(items)} entries; expected N={n} (one per row of rewards)")
-    if isinstance(items, Tensor):
-        uniq, inverse = torch.unique(items.to(device), return_inverse=True)
-        return inverse.long(), len(uniq), uniq.tolist()
+        if group_ids.dim() != 1:
+            raise ValueError(f"group_ids has shape {tuple(group_ids.shape)}; expected [N={n}]")
+        group_ids = group_ids.tolist()
     index: dict[Any, int] = {}
     try:
-        codes = [index.setdefault(x, len(index)) for x in items]
+        codes = [index.setdefault(x, len(index)) for x in group_ids]
     except TypeError:
-        raise ValueError("group_ids must hold hashable ids (ints or strings)") from None
+        raise ValueError(
+            "group_ids must be a [N] tensor or sequence of hashable ids (ints or strings)"
+        ) from None
+    if len(codes) != n:
+        raise ValueError(f"group_ids has {len(codes)} entries; expected N={n} (one per row of rewards)")
     return torch.tensor(codes, dtype=torch.long, device=device), len(index), list(index)
 
 
@@ -259,10 +251,10 @@ class AdvantageMethod:
     fn: Callable[..., Tensor]
     needs: tuple[str, ...] = ()
 
-    def options(self) -> dict[str, inspect.Parameter]:
-        """The keyword options of ``fn``, by name."""
-        params = list(inspect.signature(self.fn).parameters.values())[1:]
-        return {p.name: p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    def options(self) -> list[str]:
+        """The names of ``fn``'s keyword options."""
+        params = inspect.signature(self.fn).parameters.values()
+        return [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
 
 
 ADVANTAGES: Registry[AdvantageMethod] = Registry("advantage method")
