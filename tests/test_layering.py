@@ -8,6 +8,7 @@ CORE = [
     "mrtpo.prompt",
     "mrtpo.head",
     "mrtpo.advantages",
+    "mrtpo.distance",
     "mrtpo.credit",
     "mrtpo.losses",
     "mrtpo.records",
