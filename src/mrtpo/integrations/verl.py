@@ -886,6 +886,11 @@ def make_distance_fn(model: Any, tokenizer: Any, **replay_options: Any) -> Dista
     """
 
     def distance_fn(data: Any, advantages: Tensor, mode: str) -> Tensor:
+        if mode not in ("reward", "joint"):
+            raise ValueError(
+                f"make_distance_fn replays Jensen–Shannon distances (credit schemes whose replay is 'reward' or "
+                f"'joint'); a scheme with replay {mode!r} needs a distance_fn that computes it"
+            )
         res = replay_distances(model, tokenizer, data, advantages=advantages, mode=mode, **replay_options)
         meta = getattr(data, "meta_info", None)
         if isinstance(meta, dict):
