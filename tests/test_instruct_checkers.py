@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("if_verifiable")
 
+from mrtpo.eval.ifeval import evaluate_predictions, evaluate_row
 from mrtpo.tasks.instruct import check, check_loose, checked_spans, checkers, nltk_fallback
-from mrtpo.tasks.instruct.scoring import evaluate_predictions, evaluate_row
 
 END = "startend:end_checker"
 PHRASE = "Is there anything else I can help with?"  # 39 characters

@@ -73,3 +73,51 @@ def test_recipe_composes_with_verl_config(compose, path, tmp_path):
     assert fn is va.compute_score
     env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
     assert env.VERL_USE_EXTERNAL_MODULES == "mrtpo.integrations.verl_plugin"
+
+
+MRTPO_RECIPES = {  # verl recipe -> the TRL recipe with the same Table 9 settings
+    "verl_sql_mrtpo.yaml": "sql_qwen2.5-coder-7b.yaml",
+    "verl_instruct_mrtpo.yaml": "instruct_qwen2.5-7b.yaml",
+    "verl_tools_mrtpo.yaml": "tools_qwen2.5-3b.yaml",
+}
+
+
+def test_every_task_has_an_mrtpo_recipe():
+    assert sorted(MRTPO_RECIPES) == sorted(p.name for p in RECIPES if p.name.endswith("_mrtpo.yaml"))
+
+
+@pytest.mark.parametrize("name", sorted(MRTPO_RECIPES))
+def test_mrtpo_recipe_matches_table9_and_worker_replay(compose, name):
+    from mrtpo.integrations import verl_main, verl_worker
+
+    root = RECIPES[0].parent
+    cfg = compose(root / name)
+    trl = yaml.safe_load((root / MRTPO_RECIPES[name]).read_text())
+    # token credit through the worker replay: MRTPO credit, an FSDP2 actor, options that parse
+    node = va.VerlMRTPOConfig.from_algorithm(cfg.algorithm)
+    assert node.credit == trl["method"]["credit"] == "reward" and node.beta == trl["method"]["beta"]
+    assert cfg.algorithm.adv_estimator == "mrtpo_" + trl["method"]["advantage_method"]
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp2" and cfg.actor_rollout_ref.ref.strategy == "fsdp2"
+    assert verl_worker.ReplayOptions.from_config(cfg).sharding == "auto"
+    verl_main.check_config(cfg)
+    # the paper's Table 9 settings, as in the TRL recipe of the same task
+    t = trl["trl"]
+    rollout = cfg.actor_rollout_ref.rollout
+    assert cfg.actor_rollout_ref.model.path == trl["model"]["path"]
+    assert cfg.trainer.total_training_steps == t["max_steps"]
+    assert rollout.n == t["num_generations"]
+    assert cfg.data.train_batch_size == t["generation_batch_size"] // t["num_generations"]  # prompts per step
+    # one optimizer step per batch, as the TRL recipe's generation_batch_size = per-device x devices x accumulation
+    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == cfg.data.train_batch_size
+    assert (rollout.temperature, rollout.top_p) == (t["temperature"], t["top_p"])
+    assert rollout.top_k == (t["top_k"] if t["top_k"] > 0 else -1)  # no top-k: TRL 0, verl -1
+    assert cfg.data.max_response_length == t["max_completion_length"]
+    assert cfg.actor_rollout_ref.actor.optim.lr == t["learning_rate"]
+    assert (
+        cfg.actor_rollout_ref.actor.clip_ratio_low
+        == cfg.actor_rollout_ref.actor.clip_ratio_high
+        == t["epsilon"]
+    )
+    assert (
+        not cfg.actor_rollout_ref.actor.use_kl_loss and not cfg.algorithm.use_kl_in_reward and t["beta"] == 0
+    )

@@ -122,16 +122,20 @@ def make_generator(
 
 
 def add_generation_arguments(parser) -> None:
-    """The CLI options every ``mrtpo eval`` command shares."""
-    parser.add_argument("--model", required=True, help="local model folder or hub id")
-    parser.add_argument("--backend", default="auto", choices=["auto", "transformers", "vllm"])
-    parser.add_argument("--max-new-tokens", type=int, default=512)
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--limit", type=int, default=None, help="evaluate the first N rows only")
-    parser.add_argument("--output", default=None, help="JSON file for every prediction and verdict")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    """The model and decoding options every ``mrtpo eval NAME`` command shares."""
+    g = parser.add_argument_group("generation (with --model)")
+    g.add_argument("--model", default=None, help="local model folder or hub id to generate with")
+    g.add_argument("--backend", default="auto", choices=["auto", "transformers", "vllm"])
+    g.add_argument("--max-new-tokens", type=int, default=512)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--batch-size", type=int, default=8)
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+
+
+def sampling_info(args) -> dict[str, Any]:
+    """The decoding settings of ``args`` as recorded in evaluation reports."""
+    return {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p}
 
 
 def generator_from_args(args):

@@ -34,8 +34,8 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
    ``extra_info``. In verl's loop it runs after the old log-probs (the policy that sampled) and before
    ``compute_advantage``; the hook calls a ``distance_fn`` given to :func:`install` and stores the
    result as ``batch["mrtpo_distances"]``. :func:`make_distance_fn` builds one for a model held by the
-   calling process. A ``distance_fn`` that runs on verl's actor workers (FSDP / Megatron engines in Ray)
-   is not part of this module; see docs/verl.md.
+   calling process; :mod:`mrtpo.integrations.verl_worker` one that replays on verl's actor workers
+   (installed by :mod:`mrtpo.integrations.verl_main`); see docs/verl.md.
 
 Configuration: the optional node ``algorithm.mrtpo`` (:class:`VerlMRTPOConfig`), e.g.
 ``+algorithm.mrtpo.credit=reward +algorithm.mrtpo.beta=0.5 +algorithm.mrtpo.options.whiten=token``.
@@ -132,8 +132,9 @@ class VerlMRTPOConfig:
         metadata={
             "help": "Token credit. 'none': every valid token gets the row sum Σ_k Â[j, k] (the response-level "
             "method). 'reward' (MRTPO), 'joint', 'shuffled' need batch['mrtpo_distances'] (replay, see "
-            "install(distance_fn=...)); 'uniform' is w = 1 (equals 'none' up to rounding). The default is "
-            "'none' here because verl's Ray workers do not compute distances by themselves."
+            "install(distance_fn=...); python -m mrtpo.integrations.verl_main installs it); 'uniform' is w = 1 "
+            "(equals 'none' up to rounding). The default is 'none' here because verl's own entry point "
+            "(verl.trainer.main_ppo) computes no distances."
         },
     )
     beta: float = field(
@@ -168,12 +169,23 @@ class VerlMRTPOConfig:
     seed: int = field(
         default=0, metadata={"help": "Seed of credit='shuffled' (mixed with a hash of the batch's uids)."}
     )
+    replay: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Options of the replay on verl's actor workers (mrtpo.integrations.verl_main): sharding, "
+            "token_budget, chunk_size, prefix_sharing, template_kwargs; see verl_worker.ReplayOptions."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.credit not in CREDITS:
             raise ValueError(f"algorithm.mrtpo.credit={self.credit!r} must be one of {', '.join(CREDITS)}")
         if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not 0 <= self.beta <= 1:
             raise ValueError(f"algorithm.mrtpo.beta={self.beta!r} must be a number in [0, 1]")
+        if not isinstance(self.replay, dict):
+            raise ValueError(
+                f"algorithm.mrtpo.replay must be a mapping of replay options; got {self.replay!r}"
+            )
         if not isinstance(self.options, dict):
             raise ValueError(
                 f"algorithm.mrtpo.options must be a mapping of option names; got {self.options!r}"
@@ -802,6 +814,7 @@ def replay_distances(
     prefix_sharing: bool = True,
     template_kwargs: Mapping[str, Any] | None = None,
     progress: bool = False,
+    sharding: str = "none",
 ) -> replay_mod.ReplayResult:
     """Replay distances of a DataProto's responses: ``[N, K, T]`` (``[N, 1, T]`` for ``joint``).
 
@@ -819,6 +832,9 @@ def replay_distances(
         advantages: [N, K] response-level advantages (skipping), or None (every pair runs).
         mode: "reward" (leave-one-out per reward) or "joint" (all rewards' segments removed at once).
         token_budget, chunk_size, prefix_sharing, progress: options of :func:`mrtpo.replay.replay`.
+        sharding: :func:`mrtpo.replay.replay`'s parameter sharding (passed on only when not "none"):
+            "gather" / "lockstep" for a model sharded over the process group (collective: every rank
+            calls, also with zero rows).
 
     Returns:
         :class:`mrtpo.replay.ReplayResult` with ``distances: [N, K', T] float32`` padded to the batch's
@@ -863,6 +879,7 @@ def replay_distances(
         active = adv * (adv.abs() > adv_registry.ACTIVE_TOL)  # [N, K], 0 where the pair is skipped
     reqs = replay_mod.make_requests(contexts, responses, mode=mode, advantages=active)
     pad = getattr(tokenizer, "pad_token_id", None)
+    shard_kw = {} if sharding == "none" else {"sharding": sharding}
     res = replay_mod.replay(
         model,
         reqs,
@@ -871,6 +888,7 @@ def replay_distances(
         chunk_size=chunk_size,
         pad_id=0 if pad is None else int(pad),
         progress=progress,
+        **shard_kw,
     )
     d = torch.zeros(n, res.distances.shape[1], t, dtype=torch.float32)  # [N, K', T]
     d[:, :, : res.distances.shape[2]] = res.distances.cpu()

@@ -4,7 +4,7 @@
   official IFEval and IFBench checkers (:mod:`.checkers`, NLTK-data fallbacks in :mod:`.nltk_fallback`);
 - :class:`InstructTask`, :class:`ConstraintVerifier` (:mod:`.verify`), checked spans (:mod:`.spans`);
 - data: HIR-16K / IFEval-format loaders and the IFEval / IFBench evaluation sets (:mod:`.data`), a
-  synthetic prompt generator (:mod:`.synth`), evaluation scoring (:mod:`.scoring`).
+  synthetic prompt generator (:mod:`.synth`). IFEval / IFBench scoring: :mod:`mrtpo.eval.ifeval`.
 """
 
 from mrtpo.tasks.instruct.checkers import MissingNltkData, check, check_loose, describe, instruction_ids
@@ -15,7 +15,6 @@ from mrtpo.tasks.instruct.data import (
     read_rows,
     rows_to_examples,
 )
-from mrtpo.tasks.instruct.scoring import score_predictions
 from mrtpo.tasks.instruct.spans import checked_spans, span_kind
 from mrtpo.tasks.instruct.verify import ConstraintVerifier, InstructTask, UnusedSlot
 
@@ -34,6 +33,5 @@ __all__ = [
     "make_example",
     "read_rows",
     "rows_to_examples",
-    "score_predictions",
     "span_kind",
 ]

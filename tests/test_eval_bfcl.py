@@ -11,7 +11,7 @@ pytest.importorskip(
     "bfcl_eval", reason="bfcl-eval not installed (pip install --no-deps -r requirements-nodeps.txt)"
 )
 
-from mrtpo.tasks.tools import bfcl as B
+from mrtpo.eval import bfcl as B
 
 # Rows whose possible answer contradicts the function doc or BFCL's own type converters, so no output
 # passes BFCL's checker (found by the ground-truth sanity test below):

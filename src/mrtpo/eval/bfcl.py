@@ -1,4 +1,4 @@
-"""BFCL-v4 single-turn AST evaluation: data, prompts, output decoding and BFCL's own AST checker.
+"""``mrtpo eval bfcl``: BFCL-v4 single-turn AST accuracy: data, prompts, decoding and BFCL's own AST checker.
 
 Data and checking come from the ``bfcl-eval`` wheel (installed with ``--no-deps``; see
 requirements-nodeps.txt): questions and possible answers are the JSON-lines files under
@@ -31,6 +31,14 @@ Aggregates (BFCL's ``eval_runner_helper``): ``simple`` = unweighted mean of simp
 simple_java, simple_javascript; ``non_live_overall`` = unweighted mean of simple, multiple, parallel,
 parallel_multiple; ``live_overall`` = row-weighted mean of live_simple, live_multiple, live_parallel,
 live_parallel_multiple (= their pooled accuracy). An aggregate is None unless all its members ran.
+
+Saved responses (``--responses``): BFCL's own result files, JSON lines ``{"id": ..., "result": ...}``
+(``BFCL_v4_<category>_result.json``, as ``bfcl generate`` writes them), one file or a folder of them
+(searched recursively; only the single-turn AST categories are read). A ``result`` string is a
+prompting model's output, decoded as above; a list ``[{name: arguments}, ...]`` (arguments a JSON string
+or an object) is a function-calling model's output, checked as those calls. Without ``--categories``,
+the categories present in the responses are scored. ``--save-responses PATH`` writes the same format:
+one file when PATH ends in ``.json`` / ``.jsonl``, else a folder of ``BFCL_v4_<category>_result.json``.
 """
 
 from __future__ import annotations
@@ -44,12 +52,20 @@ import re
 import sys
 import tempfile
 import types
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from mrtpo.eval.benchmark import (
+    Benchmark,
+    Item,
+    Responses,
+    read_json_lines,
+    register_benchmark,
+    write_json_lines,
+)
 from mrtpo.tasks.tools.data import SEP, toolrl_system_prompt, toolrl_user_prompt
 from mrtpo.tasks.tools.parse import ToolCallParseError, parse_calls
 
@@ -394,13 +410,9 @@ def score_outputs(entries: Sequence[BfclEntry], outputs: Sequence[str]) -> dict[
     """
     if len(entries) != len(outputs):
         raise ValueError(f"got {len(outputs)} outputs for {len(entries)} BFCL entries")
-    per: dict[str, dict[str, float]] = {}
     rows = []
     for e, text in zip(entries, outputs):
         c = check_output(e, text)
-        stats = per.setdefault(e.category, {"correct": 0, "total": 0})
-        stats["total"] += 1
-        stats["correct"] += int(c.valid)
         rows.append(
             {
                 "id": e.id,
@@ -411,10 +423,21 @@ def score_outputs(entries: Sequence[BfclEntry], outputs: Sequence[str]) -> dict[
                 "output": text,
             }
         )
+    return {**aggregate(rows), "rows": rows}
+
+
+def aggregate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``{"categories": {cat: {"correct", "total", "accuracy"}}, "summary": summarize(...)}`` of verdict
+    rows (``category``, ``valid``), categories in BFCL's order."""
+    per: dict[str, dict[str, float]] = {}
+    for r in rows:
+        stats = per.setdefault(r["category"], {"correct": 0, "total": 0})
+        stats["total"] += 1
+        stats["correct"] += int(r["valid"])
     ordered = {c: per[c] for c in CATEGORIES if c in per}
     for stats in ordered.values():
         stats["accuracy"] = stats["correct"] / stats["total"]
-    return {"categories": ordered, "summary": summarize(ordered), "rows": rows}
+    return {"categories": ordered, "summary": summarize(ordered)}
 
 
 def format_table(metrics: dict[str, Any]) -> str:
@@ -573,25 +596,132 @@ def render_ground_truth(entry: BfclEntry, style: str = "python") -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-@dataclass
-class Evaluation:
-    """Inputs of one BFCL run: entries and their chat prompts, in category order."""
-
-    entries: list[BfclEntry] = field(default_factory=list)
-    prompts: list[list[dict]] = field(default_factory=list)
+# --- the benchmark plug-in ------------------------------------------------------------------------
 
 
-def prepare(
-    categories: Sequence[str],
-    *,
-    style: str = "bfcl",
-    data_dir: str | Path | None = None,
-    limit: int | None = None,
-) -> Evaluation:
-    """Load ``categories`` (first ``limit`` rows of each) and build their prompts."""
-    ev = Evaluation()
-    for cat in categories:
-        for e in load_bfcl(cat, data_dir=data_dir, limit=limit):
-            ev.entries.append(e)
-            ev.prompts.append(build_messages(e, style))
-    return ev
+def category_of(item_id: str) -> str:
+    """BFCL's category of an id (``live_simple_3-2-0`` -> ``live_simple``)."""
+    return item_id.rsplit("_", 1)[0]
+
+
+def _fc_text(calls: list) -> str:
+    """A function-calling model's ``[{name: arguments}]`` as ``<tool_call>`` JSON (decoded like ToolRL's)."""
+    lines = []
+    for call in calls:
+        if not isinstance(call, dict) or len(call) != 1:
+            raise ValueError(f"expected one {{name: arguments}} per call, got {call!r}")
+        ((name, arguments),) = call.items()
+        if isinstance(arguments, str):
+            arguments = json.loads(arguments)
+        lines.append(json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False))
+    return "<tool_call>\n" + "\n".join(lines) + "\n</tool_call>"
+
+
+@register_benchmark("bfcl")
+class BfclBenchmark(Benchmark):
+    """BFCL-v4 single-turn AST accuracy, per category and BFCL's aggregates (module docstring)."""
+
+    description = "BFCL-v4 single-turn AST accuracy (bfcl-eval's data and checker)"
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        parser.add_argument(
+            "--categories",
+            nargs="+",
+            default=None,
+            metavar="CATEGORY",
+            help="BFCL categories (default: all single-turn AST categories, or with --responses those "
+            f"present): {' '.join(CATEGORIES)}",
+        )
+        parser.add_argument(
+            "--prompt-style",
+            default="bfcl",
+            choices=list(PROMPT_STYLES),
+            help="bfcl: BFCL's default prompt (Python call list); toolrl: the RLLA system prompt "
+            "(tool_call JSON lines)",
+        )
+        parser.add_argument(
+            "--data-dir", default=None, help="a folder laid out like bfcl_eval/data (default: the wheel's)"
+        )
+
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        unknown = [c for c in args.categories or () if c not in CATEGORIES]
+        if unknown:
+            raise ValueError(f"--categories: unknown {unknown}; known: {', '.join(CATEGORIES)}")
+        if args.data_dir is not None and not Path(args.data_dir).is_dir():
+            raise FileNotFoundError(f"--data-dir {args.data_dir!r} is not a folder")
+        self.categories = list(args.categories or CATEGORIES)
+
+    def load(self) -> list[Item]:
+        items = []
+        for cat in self.categories:
+            for e in load_bfcl(cat, data_dir=self.args.data_dir):
+                items.append(Item(e.id, build_messages(e, self.args.prompt_style), {"entry": e}))
+        return items
+
+    def apply_limit(self, items: list[Item], limit: int) -> list[Item]:
+        """The first ``limit`` rows of each category."""
+        seen: dict[str, int] = {}
+        out = []
+        for it in items:
+            cat = it.data["entry"].category
+            seen[cat] = seen.get(cat, 0) + 1
+            if seen[cat] <= limit:
+                out.append(it)
+        return out
+
+    def read_responses(self, path: Path) -> Responses:
+        path = Path(path)
+        if path.is_dir():
+            files = sorted(f for c in CATEGORIES for f in path.rglob(f"{VERSION_PREFIX}_{c}_result.json"))
+            if not files:
+                raise FileNotFoundError(f"{path}: no {VERSION_PREFIX}_<category>_result.json file inside")
+        else:
+            files = [path]
+        out = Responses(path)
+        chosen = set(self.args.categories or CATEGORIES)
+        for file in files:
+            for where, row in read_json_lines(file):
+                if not isinstance(row, dict) or not isinstance(row.get("id"), str) or "result" not in row:
+                    raise ValueError(
+                        f"{where}: expected BFCL's result format, an object with 'id' and 'result'"
+                    )
+                if self.args.categories and category_of(row["id"]) not in chosen:
+                    continue  # a category left out with --categories
+                result = row["result"]
+                try:
+                    text = result if isinstance(result, str) else _fc_text(result)
+                except (ValueError, TypeError, AttributeError) as e:
+                    raise ValueError(f"{where}: 'result' is neither text nor a list of calls ({e})") from None
+                out.add(row["id"], text, where)
+        if not self.args.categories:
+            present = {category_of(k) for k in out}
+            self.categories = [c for c in CATEGORIES if c in present] or self.categories
+        return out
+
+    def write_responses(self, path: Path, items: Sequence[Item], responses: Mapping[str, str]) -> None:
+        rows = [{"id": it.id, "result": responses[it.id]} for it in items]
+        if path.suffix in (".json", ".jsonl"):
+            write_json_lines(path, rows)
+            return
+        for cat in dict.fromkeys(category_of(r["id"]) for r in rows):
+            write_json_lines(
+                path / f"{VERSION_PREFIX}_{cat}_result.json", [r for r in rows if category_of(r["id"]) == cat]
+            )
+
+    def score(self, items: Sequence[Item], responses: Mapping[str, str]) -> list[dict[str, Any]]:
+        return score_outputs([it.data["entry"] for it in items], [responses[it.id] for it in items])["rows"]
+
+    def aggregate(self, verdicts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return aggregate(verdicts)
+
+    def format_report(self, report: Mapping[str, Any]) -> str:
+        return format_table(report)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "data": str(self.args.data_dir or default_data_dir()),
+            "prompt_style": self.args.prompt_style,
+            "categories": self.categories,
+        }

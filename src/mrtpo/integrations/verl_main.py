@@ -1,0 +1,124 @@
+"""Entry point for MRTPO token credit on verl's legacy trainer: replay on the actor workers.
+
+    python -m mrtpo.integrations.verl_main --config-path=$PWD/recipes --config-name=verl_sql_mrtpo \\
+        actor_rollout_ref.model.path=/models/Qwen2.5-Coder-7B-Instruct trainer.n_gpus_per_node=8
+
+It is verl 0.9.1's ``verl.trainer.main_ppo`` with ``trainer.use_v1=False`` and one change, the task runner
+(:data:`MRTPOTaskRunner`, passed to verl's ``run_ppo(config, task_runner_class=...)``):
+
+- the actor role (``ActorRollout`` / ``ActorRolloutRef``) is mapped to
+  :class:`mrtpo.integrations.verl_worker.MRTPOActorRolloutRefWorker` (verl's worker plus ``mrtpo_replay``);
+- the trainer is :class:`MRTPORayPPOTrainer`, verl's ``RayPPOTrainer`` whose ``init_workers`` ends with
+  ``mrtpo.integrations.verl.install(distance_fn=make_worker_distance_fn(actor_rollout_wg, options))``, so
+  the ``compute_advantage`` hook of the driver gets the distances from the workers.
+
+verl's ``TaskRunner.run`` builds ``RayPPOTrainer`` by its module-level name in
+``verl.trainer.main_ppo_v0``; :data:`MRTPOTaskRunner`'s ``run`` points that name at
+:class:`MRTPORayPPOTrainer` for the duration of the call (in the TaskRunner's own Ray process) instead of
+copying verl's ``run``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import ray
+from verl.trainer import main_ppo_v0
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.trainer.ppo.utils import Role
+
+from mrtpo.integrations import verl as va
+from mrtpo.integrations.verl_worker import MRTPOActorRolloutRefWorker, ReplayOptions, make_worker_distance_fn
+
+logger = logging.getLogger(__name__)
+
+ACTOR_ROLES = (Role.ActorRollout, Role.ActorRolloutRef)
+
+
+class MRTPORayPPOTrainer(RayPPOTrainer):
+    """verl's ``RayPPOTrainer``; after ``init_workers`` the ``compute_advantage`` hook replays on the actor
+    worker group (:func:`mrtpo.integrations.verl_worker.make_worker_distance_fn`)."""
+
+    def init_workers(self) -> None:
+        super().init_workers()
+        options = ReplayOptions.from_config(self.config)
+        self.mrtpo_distance_fn = make_worker_distance_fn(self.actor_rollout_wg, options)
+        va.install(distance_fn=self.mrtpo_distance_fn)
+        logger.info("mrtpo: compute_advantage replays on the actor workers (%s)", options)
+
+
+@contextlib.contextmanager
+def _trainer_class(cls: type) -> Iterator[None]:
+    prev = main_ppo_v0.RayPPOTrainer
+    main_ppo_v0.RayPPOTrainer = cls
+    try:
+        yield
+    finally:
+        main_ppo_v0.RayPPOTrainer = prev
+
+
+def check_config(config: Any) -> None:
+    """What the MRTPO task runner needs of verl's config; ValueError naming the key otherwise."""
+    if va._get(va._get(config, "trainer"), "use_v1", False):
+        raise ValueError(
+            "trainer.use_v1=True: MRTPO token credit runs on verl's legacy trainer; set trainer.use_v1=False"
+        )
+    va.VerlMRTPOConfig.from_algorithm(va._get(config, "algorithm"))  # the mrtpo node parses
+    ReplayOptions.from_config(config)  # and so do its replay options
+
+
+class _MRTPOTaskRunner(main_ppo_v0.TaskRunner.__ray_actor_class__):
+    """verl's legacy ``TaskRunner`` with the MRTPO worker and trainer (see the module docstring)."""
+
+    def add_actor_rollout_worker(self, config: Any) -> tuple[type, type]:
+        _, worker_group_cls = super().add_actor_rollout_worker(config)
+        roles = [r for r in ACTOR_ROLES if r in self.role_worker_mapping]
+        if len(roles) != 1:
+            raise RuntimeError(f"verl mapped the actor to {roles}; expected one of {ACTOR_ROLES}")
+        self.role_worker_mapping[roles[0]] = ray.remote(MRTPOActorRolloutRefWorker)
+        return MRTPOActorRolloutRefWorker, worker_group_cls
+
+    def run(self, config: Any) -> None:
+        check_config(config)
+        va.install()  # estimators and hook in this process (the distance_fn comes with init_workers)
+        with _trainer_class(MRTPORayPPOTrainer):
+            super().run(config)
+
+
+MRTPOTaskRunner = ray.remote(_MRTPOTaskRunner)
+"""The Ray actor class for ``run_ppo(config, task_runner_class=MRTPOTaskRunner)``."""
+
+
+def run(config: Any) -> None:
+    """verl's ``main_ppo.main`` for the legacy trainer with :data:`MRTPOTaskRunner`."""
+    from verl.trainer.main_ppo import run_ppo
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    check_config(config)
+    auto_set_device(config)
+    validate_config(
+        config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+    )
+    run_ppo(config, task_runner_class=MRTPOTaskRunner)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Hydra entry point on verl's ``ppo_trainer`` config (``--config-path`` / ``--config-name`` / overrides)."""
+    import hydra
+    import verl.trainer
+
+    config_dir = str(Path(verl.trainer.__file__).resolve().parent / "config")
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    hydra.main(config_path=config_dir, config_name="ppo_trainer", version_base=None)(run)()
+
+
+if __name__ == "__main__":
+    main()
