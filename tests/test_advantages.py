@@ -59,9 +59,14 @@ def test_unknown_method_is_a_value_error_listing_names():
 def test_registered_functions_share_one_signature():
     import inspect
 
-    params = {name: list(inspect.signature(adv.ADVANTAGES.get(name)).parameters) for name in adv.available()}
-    expected = ["rewards", "group_ids", "weights", "reward_min", "reward_max", "options"]
-    assert all(p == expected for p in params.values()), params
+    # every method is fn(batch, *, typed keyword options); "eps" is common to all
+    for name in adv.available():
+        params = list(inspect.signature(adv.ADVANTAGES.get(name).fn).parameters.values())
+        assert params[0].name == "b" and params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD, name
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[1:]), name
+        assert "eps" in adv.ADVANTAGES.get(name).options(), name
+    assert adv.ADVANTAGES.get("saw").needs == ("reward_min",)
+    assert adv.ADVANTAGES.get("sa_mrpo").needs == ("reward_min", "reward_max")
 
 
 # ------------------------------------------------------------------ hand-computed values
@@ -498,7 +503,7 @@ def test_option_errors():
     r = torch.zeros(4, 2)
     with pytest.raises(
         ValueError,
-        match=r"unknown option 'gama' for advantage method 'sa_mrpo'; its options: eps, gamma, lengths, whiten",
+        match=r"unknown option 'gama' for advantage method 'sa_mrpo'; its options: eps, gamma, whiten",
     ):
         adv.compute("sa_mrpo", r, [0] * 4, reward_min=[0, 0], reward_max=[1, 1], gama=1.0)
     with pytest.raises(
@@ -729,3 +734,38 @@ def test_vectorized_matches_loop_reference(method, opts, continuous):
         torch.testing.assert_close(
             got, t(expected), atol=1e-9, rtol=1e-9, msg=lambda m, s=seed: f"{method} {opts} seed {s}: {m}"
         )
+
+
+# ------------------------------------------------------------------ huge rewards
+
+
+@pytest.mark.parametrize("method, opts", VARIANTS)
+def test_huge_rewards_do_not_overflow(method, opts):
+    # r² overflows float64 beyond ~1.3e154; every std is taken of exactly rescaled values instead.
+    # Scale-invariant methods give the same advantages (eps is negligible at both scales here, the
+    # group stds being ~0.5 and ~5e154; SAW's delta = 1e-8 moves its weights by ~1e-8 relative);
+    # CorrGRPO's advantage is the centered reward, so it scales.
+    r = t([[1, 0], [0, 1], [1, 1], [0, 0], [1, 0], [0, 0]])
+    g = [0, 0, 0, 0, 1, 1]
+    lo, hi = [0, 0], [1, 1]
+    small = call(method, r, g, (lo, hi), eps=1e-12, **opts)
+    big = call(method, r * 1e155, g, ([0, 0], [1e155, 1e155]), eps=1e-12, **opts)
+    assert torch.isfinite(big).all()
+    expected = small * 1e155 if method == "corr_grpo" else small
+    torch.testing.assert_close(big, expected, rtol=1e-7, atol=1e-7 * expected.abs().max().item())
+
+
+def test_issue_reproduction_corr_grpo_1e155():
+    r = torch.tensor([[1e155, 0], [0, 1e155], [1e155, 1e155], [0, 0]], dtype=torch.float64)
+    out = adv.compute("corr_grpo", r, [0, 0, 0, 0])
+    # ρ of the two columns: centered [±0.5] patterns [+,-,+,-] and [-,+,+,-]: cov 0, so Σρ = 2;
+    # Â = c / sqrt(2 + eps) with c = ±0.5e155
+    c = t([[0.5, -0.5], [-0.5, 0.5], [0.5, 0.5], [-0.5, -0.5]]) * 1e155
+    torch.testing.assert_close(out, c / math.sqrt(2 + EPS), rtol=1e-12, atol=0)
+
+
+def test_result_that_overflows_is_a_clear_error():
+    # the group mean of 1.7e308, 1.7e308, -1.7e308 overflows: no finite advantage exists in float64
+    r = t([[1.7e308], [1.7e308], [-1.7e308]])
+    with pytest.raises(ValueError, match=r"'corr_grpo' gives non-finite advantages .* rescale the rewards"):
+        adv.compute("corr_grpo", r, [0, 0, 0])

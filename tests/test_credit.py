@@ -1,22 +1,13 @@
-"""Tests for mrtpo.credit: Jensen–Shannon distances and token credit allocation (DESIGN section 5)."""
+"""Tests for mrtpo.credit: credit schemes and token credit allocation (DESIGN section 5)."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 
 import pytest
 import torch
 
-from mrtpo.credit import (
-    CREDIT_MODES,
-    DEFAULT_CHUNK_SIZE,
-    _jsd_nats_rows,
-    allocate,
-    js_distance,
-    js_distance_from_hidden,
-    token_weights,
-)
+from mrtpo.credit import CREDIT_MODES, allocate, token_weights
 
 INF = float("inf")
 NAN = float("nan")
@@ -25,18 +16,6 @@ NAN = float("nan")
 # --------------------------------------------------------------------------------------------------
 # references
 # --------------------------------------------------------------------------------------------------
-
-
-def textbook_jsd_bits(logits_p: torch.Tensor, logits_q: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
-    """½KL(p‖m) + ½KL(q‖m), m = ½(p + q), in bits, 0·log 0 = 0; the textbook formula in ``dtype``."""
-    p = torch.softmax(logits_p.to(dtype), dim=-1)
-    q = torch.softmax(logits_q.to(dtype), dim=-1)
-    m = 0.5 * (p + q)
-
-    def kl(a, b):
-        return torch.where(a > 0, a * (a.log() - b.log()), torch.zeros_like(a)).sum(-1)
-
-    return (0.5 * kl(p, m) + 0.5 * kl(q, m)) / math.log(2)
 
 
 def loop_allocate(adv, dist, mask, beta):
@@ -68,203 +47,25 @@ def random_batch(seed, n=6, k=3, t=9, joint=False):
 
 
 # --------------------------------------------------------------------------------------------------
-# Jensen–Shannon distance
-# --------------------------------------------------------------------------------------------------
-
-
-def test_cancellation_free_form_equals_textbook_in_float64():
-    # ¼ Σ s f(a) with s = p + q, a = tanh(Δ/2) is an identity, so in float64 it must agree with
-    # ½KL(p‖m) + ½KL(q‖m) to rounding, for near-equal, unrelated, peaked and zero-probability rows.
-    g = torch.Generator().manual_seed(0)
-    base = torch.randn(40, 200, generator=g, dtype=torch.float64)
-    lp = torch.cat([base[:10], base[10:20] * 8, base[20:30], base[30:]])
-    lq = torch.cat(
-        [
-            base[:10] + 1e-3 * torch.randn(10, 200, generator=g, dtype=torch.float64),
-            torch.randn(10, 200, generator=g, dtype=torch.float64) * 8,
-            base[20:30] + torch.randn(10, 200, generator=g, dtype=torch.float64),
-            base[30:],
-        ]
-    )
-    lp[25, :50] = -INF  # zero probabilities in p only
-    lq[26, 50:] = -INF  # in q only
-    lp[27, :10] = lq[27, :10] = -INF  # in both
-    ours = _jsd_nats_rows(lp, lq) / math.log(2)
-    ref = textbook_jsd_bits(lp, lq)
-    assert torch.allclose(ours, ref, rtol=0, atol=1e-12)
-    assert (ours[30:] == 0).all()  # identical rows: Δ = 0 exactly, so a = 0, f = 0
-
-
-def test_disjoint_and_one_sided_supports_hit_the_bounds():
-    # tanh(Δ/2) rounds to ±1 when one probability is negligible; the clamp keeps log1p finite and
-    # disjoint supports give JSD = ln 2 nats = 1 bit exactly up to float32 rounding.
-    lp = torch.tensor([[0.0, 0.0, -INF, -INF], [0.0, 0.0, -40.0, -40.0]])
-    lq = torch.tensor([[-INF, -INF, 0.0, 0.0], [-40.0, -40.0, 0.0, 0.0]])
-    nats = _jsd_nats_rows(lp, lq)
-    assert nats.tolist() == pytest.approx([math.log(2)] * 2, abs=1e-6)
-    assert torch.isfinite(nats).all()
-
-
-def test_hand_computed_distance():
-    # p = [1, 0], q = [0.5, 0.5], m = [0.75, 0.25]
-    # KL(p‖m) = log2(1/0.75) = 0.4150375; KL(q‖m) = 0.5·log2(0.5/0.75) + 0.5·log2(0.5/0.25)
-    #         = 0.5·(−0.5849625) + 0.5·1 = 0.2075187
-    # JSD = ½(0.4150375 + 0.2075187) = 0.3112781 bits; d = sqrt(0.3112781) = 0.5579230
-    d = js_distance(torch.tensor([0.0, -INF]), torch.tensor([0.0, 0.0]))
-    assert d.shape == ()
-    assert d.item() == pytest.approx(0.5579230, abs=1e-6)
-
-
-@pytest.mark.parametrize("scale", [1e-4, 1e-3, 1e-2, 1e-1, 1.0, 5.0])
-def test_float32_distance_matches_float64_textbook(scale):
-    # Near-identical distributions are the hard case: the textbook form in float32 has JSD error ~1e-7,
-    # i.e. distance error ~3e-4; ours must stay within 1e-6 of the float64 reference at every scale.
-    g = torch.Generator().manual_seed(1)
-    lp = torch.randn(32, 3000, generator=g) * 3
-    lq = lp + scale * torch.randn(32, 3000, generator=g)
-    ref = textbook_jsd_bits(lp, lq).clamp(0, 1).sqrt()
-    ours = js_distance(lp, lq)
-    assert ours.dtype == torch.float32
-    assert (ours.double() - ref).abs().max().item() < 1e-6
-    if scale == 1e-4:  # the tolerance above is one the naive float32 form cannot meet
-        naive = textbook_jsd_bits(lp, lq, dtype=torch.float32).clamp(0, 1).sqrt()
-        assert (naive.double() - ref).abs().max().item() > 1e-5
-
-
-def test_identical_symmetric_bounded():
-    g = torch.Generator().manual_seed(2)
-    a = torch.randn(4, 5, 300, generator=g) * 4
-    b = torch.randn(4, 5, 300, generator=g) * 4
-    assert (js_distance(a, a) == 0).all()
-    assert torch.equal(js_distance(a, b), js_distance(b, a))  # a → −a leaves f unchanged exactly
-    for scale in (0.1, 1.0, 30.0, 300.0):
-        d = js_distance(a * scale, b * scale)
-        assert d.shape == (4, 5)
-        assert ((d >= 0) & (d <= 1)).all()
-
-
-def test_disjoint_supports_give_one():
-    v = 50
-    lp = torch.full((3, v), -INF)
-    lq = torch.full((3, v), -INF)
-    lp[:, :10] = 0.0  # p uniform on tokens 0..9
-    lq[:, 10:] = 0.0  # q uniform on tokens 10..49
-    # m = p/2 + q/2 on disjoint sets: JSD = ½·log2(2) + ½·log2(2) = 1 bit (to float32 rounding)
-    assert js_distance(lp, lq).tolist() == pytest.approx([1.0, 1.0, 1.0], abs=1e-6)
-    # finite logits with a gap of 60 nats: the overlap e^-60 is invisible in float32
-    gap_p = torch.zeros(2, v)
-    gap_q = torch.zeros(2, v)
-    gap_p[:, 0] = 60.0
-    gap_q[:, 1] = 60.0
-    assert js_distance(gap_p, gap_q).tolist() == pytest.approx([1.0, 1.0], abs=1e-3)
-
-
-def test_half_precision_inputs_are_upcast():
-    g = torch.Generator().manual_seed(3)
-    lp = (torch.randn(7, 400, generator=g) * 3).bfloat16()
-    lq = (lp.float() + 0.3 * torch.randn(7, 400, generator=g)).bfloat16()
-    d = js_distance(lp, lq, chunk_size=3)
-    assert d.dtype == torch.float32
-    assert torch.equal(d, js_distance(lp.float(), lq.float()))
-    d16 = js_distance(lp.half(), lq.half())
-    assert d16.dtype == torch.float32
-    # bf16 -> fp16 is exact at these magnitudes (bf16's 8-bit significand fits in fp16's 11 bits, no value
-    # under fp16's normal range), so both upcast to the same float32 logits: the distances are identical
-    assert torch.equal(lp.half().float(), lp.float()) and torch.equal(lq.half().float(), lq.float())
-    assert torch.equal(d16, d)
-    assert js_distance(lp.double(), lq.double()).dtype == torch.float64
-
-
-def test_chunk_size_invariance_and_default():
-    assert DEFAULT_CHUNK_SIZE == 256
-    g = torch.Generator().manual_seed(4)
-    lp = torch.randn(3, 11, 257, generator=g)
-    lq = torch.randn(3, 11, 257, generator=g)
-    full = js_distance(lp, lq)
-    for c in (1, 2, 5, 32, 33, 1000):
-        assert torch.equal(js_distance(lp, lq, chunk_size=c), full)
-
-
-def test_mask_zeroes_rows_and_skips_them():
-    g = torch.Generator().manual_seed(5)
-    lp = torch.randn(2, 6, 100, generator=g)
-    lq = torch.randn(2, 6, 100, generator=g)
-    mask = torch.tensor([[1, 1, 0, 1, 0, 0], [0, 1, 1, 1, 1, 0]])
-    lp[mask == 0] = NAN  # masked rows are not computed: garbage there cannot leak
-    d = js_distance(lp, lq, mask, chunk_size=2)
-    ref = js_distance(torch.nan_to_num(lp), lq)
-    assert (d[mask == 0] == 0).all()
-    assert torch.equal(d[mask == 1], ref[mask == 1])
-    assert torch.equal(js_distance(lp, lq, mask.bool()), d)
-
-
-def test_no_gradient_is_tracked():
-    lp = torch.randn(3, 20, requires_grad=True)
-    lq = torch.randn(3, 20, requires_grad=True)
-    assert not js_distance(lp, lq).requires_grad
-
-
-def test_distance_input_errors():
-    a = torch.zeros(2, 3, 5)
-    with pytest.raises(
-        ValueError, match=r"logits_p has shape \(2, 3, 5\) but logits_q has shape \(2, 3, 4\)"
-    ):
-        js_distance(a, torch.zeros(2, 3, 4))
-    with pytest.raises(ValueError, match=r"mask has shape \(2, 2\); expected the leading shape \(2, 3\)"):
-        js_distance(a, a, torch.ones(2, 2))
-    with pytest.raises(ValueError, match="chunk_size=0"):
-        js_distance(a, a, chunk_size=0)
-    with pytest.raises(ValueError, match="floating point"):
-        js_distance(a.long(), a.long())
-
-
-@pytest.mark.parametrize("with_bias", [True, False])
-def test_from_hidden_equals_projected_logits(with_bias):
-    g = torch.Generator().manual_seed(6)
-    v, h = 700, 24
-    weight = torch.randn(v, h, generator=g) / math.sqrt(h) * 3
-    bias = torch.randn(v, generator=g) if with_bias else None
-    hp = torch.randn(2, 37, h, generator=g)
-    hq = hp + torch.cat([torch.zeros(2, 5, h), 0.05 * torch.randn(2, 32, h, generator=g)], dim=1)
-    hq[1, -5:] = torch.randn(5, h, generator=g)  # some unrelated rows
-    logits_p = hp @ weight.T + (bias if with_bias else 0)
-    logits_q = hq @ weight.T + (bias if with_bias else 0)
-    ref = js_distance(logits_p, logits_q)
-    for c in (3, 16, DEFAULT_CHUNK_SIZE):
-        d = js_distance_from_hidden(hp, hq, weight, bias, chunk_size=c)
-        assert d.shape == (2, 37)
-        assert (d - ref).abs().max().item() < 1e-6
-    assert (js_distance_from_hidden(hp, hq, weight, bias)[:, :5] == 0).all()  # identical hidden rows
-    mask = torch.rand(2, 37, generator=g) < 0.5
-    dm = js_distance_from_hidden(hp, hq, weight, bias, mask, chunk_size=4)
-    assert (dm[~mask] == 0).all()
-    assert (dm[mask] - ref[mask]).abs().max().item() < 1e-6
-
-
-def test_from_hidden_half_precision_and_errors():
-    g = torch.Generator().manual_seed(7)
-    weight = torch.randn(300, 16, generator=g).bfloat16()
-    hp = torch.randn(9, 16, generator=g).bfloat16()
-    hq = torch.randn(9, 16, generator=g).bfloat16()
-    d = js_distance_from_hidden(hp, hq, weight)
-    assert d.dtype == torch.float32
-    ref = js_distance(hp.float() @ weight.float().T, hq.float() @ weight.float().T)
-    assert (d - ref).abs().max().item() < 1e-6
-    with pytest.raises(ValueError, match=r"weight has shape \(300, 15\); expected \(V, H\) with H = 16"):
-        js_distance_from_hidden(hp, hq, weight[:, :15])
-    with pytest.raises(ValueError, match=r"bias has shape \(299,\); expected \(V,\) = \(300,\)"):
-        js_distance_from_hidden(hp, hq, weight, torch.zeros(299))
-    with pytest.raises(ValueError, match=r"hidden_p has shape \(9, 16\) but hidden_q has shape \(8, 16\)"):
-        js_distance_from_hidden(hp, hq[:8], weight)
-
-
-# --------------------------------------------------------------------------------------------------
 # token weights and allocation
 # --------------------------------------------------------------------------------------------------
 
 
 def test_modes_registry():
-    assert CREDIT_MODES.names() == ["joint", "reward", "shuffled", "uniform"]
+    assert CREDIT_MODES.names() == ["cort", "joint", "none", "reward", "shuffled", "uniform"]
+    from mrtpo.credit import scheme
+
+    replays = {name: scheme(name).replay for name in CREDIT_MODES.names()}
+    assert replays == {
+        "cort": "logprob",
+        "joint": "joint",
+        "none": "none",
+        "reward": "reward",
+        "shuffled": "reward",
+        "uniform": "none",
+    }
+    assert [n for n in CREDIT_MODES.names() if not scheme(n).token_level] == ["none"]
+    assert [n for n in CREDIT_MODES.names() if scheme(n).ramped] == ["cort"]
 
 
 def test_hand_computed_single_reward():
@@ -417,7 +218,8 @@ def test_allocation_errors():
     with pytest.raises(ValueError, match=r"beta=-0.1"):
         allocate(adv, torch.zeros(4, 3, 7), mask, beta=-0.1)
     with pytest.raises(
-        ValueError, match=r"unknown credit mode 'rewards'; known: joint, reward, shuffled, uniform"
+        ValueError,
+        match=r"unknown credit mode 'rewards'; known: cort, joint, none, reward, shuffled, uniform",
     ):
         allocate(adv, torch.zeros(4, 3, 7), mask, mode="rewards")
     with pytest.raises(ValueError, match=r"mode 'joint' takes one shared distance row"):
@@ -456,21 +258,3 @@ def test_empty_response_and_int_mask():
     assert torch.equal(s_bool, s_int)
     assert (s_bool[2] == 0).all()
     assert allocate(adv.float(), dist.float(), mask).dtype == torch.float32
-
-
-def test_from_hidden_one_against_many_equals_pairwise():
-    # hidden_q [C, T, H] against hidden_p [T, H]: p is projected once per chunk and compared with every
-    # context; the result must equal C separate pairwise calls.
-    g = torch.Generator().manual_seed(3)
-    hp = torch.randn(9, 16, generator=g)
-    hq = hp + 0.3 * torch.randn(3, 9, 16, generator=g)
-    w = torch.randn(500, 16, generator=g)
-    b = torch.randn(500, generator=g)
-    mask = torch.tensor([1, 1, 0, 1, 1, 1, 1, 0, 1], dtype=torch.bool)
-    many = js_distance_from_hidden(hp, hq, w, b, mask, chunk_size=4)
-    assert many.shape == (3, 9)
-    for c in range(3):
-        assert torch.equal(many[c], js_distance_from_hidden(hp, hq[c], w, b, mask, chunk_size=4))
-    assert (many[:, ~mask] == 0).all()
-    with pytest.raises(ValueError, match=r"hidden_q \[C, \.\.\., H\]"):
-        js_distance_from_hidden(hp, hq[:, :5], w, b)

@@ -3,7 +3,18 @@
 import subprocess
 import sys
 
-CORE = ["mrtpo.registry", "mrtpo.prompt", "mrtpo.types", "mrtpo.advantages", "mrtpo.credit", "mrtpo.replay"]
+CORE = [
+    "mrtpo.registry",
+    "mrtpo.prompt",
+    "mrtpo.head",
+    "mrtpo.advantages",
+    "mrtpo.distance",
+    "mrtpo.credit",
+    "mrtpo.losses",
+    "mrtpo.records",
+    "mrtpo.step",
+    "mrtpo.replay",
+]
 HEAVY = ["transformers", "trl", "accelerate", "datasets", "matplotlib", "mrtpo.tasks", "mrtpo.integrations"]
 
 

@@ -127,3 +127,53 @@ def test_cort_relevance_and_ramp():
     assert linear_ramp(0, 0.5, 0) == 0.5
     with pytest.raises(ValueError, match=r"\[N, T\]"):
         cort_relevance(torch.zeros(1, 3), torch.zeros(1, 2), torch.ones(1, 3))
+
+
+@pytest.mark.parametrize("divergence", ["jsd", "forward_kl"])
+def test_opsd_on_a_softcapped_model_equals_its_own_logits(divergence):
+    """Gemma 2 soft-caps its logits (cap · tanh(z / cap)): the divergence from hidden states, with the
+    head of mrtpo.head.head_of, equals the divergence of the model's own logits; the plain linear head
+    does not."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from mrtpo.head import head_of
+
+    cfg = Gemma2Config(
+        vocab_size=61,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+        final_logit_softcapping=0.5,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    model = Gemma2ForCausalLM(cfg).eval()
+    g = torch.Generator().manual_seed(1)
+    student_ids = torch.randint(1, 61, (2, 9), generator=g)  # rollout prompt + response
+    teacher_ids = torch.cat([torch.randint(1, 61, (2, 3), generator=g), student_ids], dim=1)  # + privileged
+    t, tau = 5, 0.7
+    with torch.no_grad():
+        out_s = model(student_ids, output_hidden_states=True)
+        out_t = model(teacher_ids, output_hidden_states=True)
+    h_s, h_t = out_s.hidden_states[-1][:, -t - 1 : -1], out_t.hidden_states[-1][:, -t - 1 : -1]  # [2, T, H]
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    logq = torch.log_softmax(out_s.logits[:, -t - 1 : -1].double() / tau, -1)  # the model's own logits
+    logp = torch.log_softmax(out_t.logits[:, -t - 1 : -1].double() / tau, -1)
+    per_token = (
+        generalized_jsd(logp.reshape(-1, 61), logq.reshape(-1, 61), 0.5)
+        if divergence == "jsd"
+        else forward_kl(logp.reshape(-1, 61), logq.reshape(-1, 61))
+    ).view(2, t) * mask
+    head = head_of(model)
+    assert head.softcap == 0.5 and head.scale == 1.0
+    kw = dict(divergence=divergence, temperature=tau, chunk_size=3)
+    ours = distill_divergence_from_hidden(
+        h_s, h_t, head.weight, head.bias, mask, scale=head.scale, softcap=head.softcap, **kw
+    )
+    torch.testing.assert_close(ours.double(), per_token, atol=1e-6, rtol=1e-5)
+    plain = distill_divergence_from_hidden(h_s, h_t, head.weight, head.bias, mask, **kw)
+    assert (plain.double() - per_token).abs().max() > 1e-4  # ignoring the cap: 100x the tolerance above

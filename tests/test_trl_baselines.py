@@ -89,3 +89,48 @@ def test_cort_relevance_ramp_and_allocation(tmp_path):
         a = batch["advantages"][slice(*batch["process_rows"])].sum(1, keepdim=True)
         expect = credit.allocate(a, batch["distances"], batch["completion_mask"], beta=b)
         torch.testing.assert_close(batch["token_advantages"], expect)
+
+
+def _gemma2(tok):
+    """A tiny random Gemma 2 (logits soft-capped: cap · tanh(z / cap)) on the tiny tokenizer."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    cfg = Gemma2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=256,
+        final_logit_softcapping=0.5,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    torch.manual_seed(0)
+    return Gemma2ForCausalLM(cfg).float()
+
+
+def test_opsd_on_a_softcapped_model_matches_its_own_logits(tmp_path):
+    """OPSD projects hidden states itself: on Gemma 2 it must apply the soft-cap as the model does."""
+    from test_trl_trainer import tiny_tokenizer
+
+    task, tok = TinyTask(privileged=True), tiny_tokenizer()
+    tr = make_trainer(
+        tmp_path / "g", task=task, model=_gemma2(tok), tok=tok, loss="opsd", credit="none", max_steps=1
+    )
+    tr.train()
+    (log,) = [h for h in tr.state.log_history if "opsd/divergence" in h]
+    batch, init = tr.batches[0], _gemma2(tok).eval()
+    total, count = 0.0, 0
+    for ex, resp in zip(batch["examples"], batch["completion_ids"]):
+        ctx = replay.build_contexts(tok, ex.segments, tr.reward_names)
+        student = torch.log_softmax(_logits(init, ctx.rollout, resp), -1)  # the model's own (capped) logits
+        teacher = torch.log_softmax(_logits(init, ctx.full, resp), -1)
+        d = generalized_jsd(teacher, student, 0.5)  # [T]
+        total, count = total + d.sum().item(), count + d.numel()
+    expected = total / count
+    assert expected > 1e-7
+    assert abs(log["opsd/divergence"] - expected) <= 1e-3 * expected

@@ -193,7 +193,9 @@ def test_user_errors_name_the_field():
         ValueError, match=r"unknown key\(s\) 'credt' under algorithm.mrtpo; known: beta, credit"
     ):
         va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credt": "reward"}})
-    with pytest.raises(ValueError, match="credit='tokens' must be one of none, reward, joint"):
+    with pytest.raises(
+        ValueError, match="credit='tokens' must be one of cort, joint, none, reward, shuffled, uniform"
+    ):
         va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credit": "tokens"}})
     with pytest.raises(ValueError, match=r"needs batch\['mrtpo_distances'\]"):
         est(

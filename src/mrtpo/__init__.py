@@ -1,6 +1,8 @@
 """mrtpo: multi-reward RL for language models with reward-specific token-level credit assignment.
 
-The core (``mrtpo.advantages``, ``mrtpo.credit``, ``mrtpo.replay``, ``mrtpo.prompt``) is plain PyTorch.
+The core (``mrtpo.advantages``, ``mrtpo.credit``, ``mrtpo.step``, ``mrtpo.replay``, ``mrtpo.head``,
+``mrtpo.losses``, ``mrtpo.prompt``, ``mrtpo.records``) is plain PyTorch; ``mrtpo.step.credit_step`` is the
+credit step every engine calls.
 Tasks live in ``mrtpo.tasks``, the TRL trainer in ``mrtpo.integrations.trl`` (``mrtpo.MRTPOTrainer``,
 imported lazily so that the core does not pull in transformers).
 """

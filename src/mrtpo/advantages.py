@@ -1,14 +1,16 @@
 """Response-level multi-reward advantages: rewards [N, K] -> per-reward advantages [N, K] (DESIGN section 3).
 
-Every method is registered under a name in :data:`ADVANTAGES` and shares one signature
-(:class:`AdvantageFn`)::
+:func:`compute` is the front door: it validates the inputs once into a :class:`Batch` and calls the
+method registered under that name in :data:`ADVANTAGES`. A method is a plain function of the batch
+with typed keyword options::
 
-    fn(rewards, group_ids, weights, reward_min, reward_max, **options) -> Tensor[N, K]
+    @register("gdpo")
+    def gdpo(b: Batch, *, eps: Positive = EPS, whiten: Whiten = "response") -> Tensor:  # [N, K]
 
-so callers pick a method by name and never branch on it. :func:`compute` is the front door; it turns a
-lookup miss into a ``ValueError`` that lists the known names. The row sum ``Â[j, :].sum()`` is the
-method's response advantage; MRTPO (``mrtpo.credit``) spreads each column over the tokens relevant to
-that reward.
+Its options are read from the signature: an unknown option is an error listing the known ones, and a
+value is checked against its annotation (``Positive``, ``NonNegative``, ``float``, ``int``, ``str``,
+``bool`` or a ``Literal`` of choices). The row sum ``Â[j, :].sum()`` is the method's response
+advantage; MRTPO (``mrtpo.credit``) spreads each column over the tokens relevant to that reward.
 
 Conventions shared by all methods:
 
@@ -18,13 +20,15 @@ Conventions shared by all methods:
   its z-score is ``r / (1 + eps)``; a reward constant within a group of two or more responses gets
   exactly 0 there.
 - Batch whitening (:func:`whiten_columns`, "GDPO batch normalization") is over responses by default;
-  option ``whiten="token"`` weights every response by its token count (option ``lengths: [N]``), as
-  verl's ``masked_whiten`` does. GDPO, SAW, DARA, SA-MRPO and GD²PO accept it.
+  option ``whiten="token"`` weights every response by its token count (``lengths: [N]``), as verl's
+  ``masked_whiten`` does. GDPO, SAW, DARA, SA-MRPO and GD²PO accept it.
 - Degenerate denominators: when the quantity whose std is the denominator is constant (std at most 1e-9
   times the largest term, i.e. only rounding), the affected advantages are exactly 0 instead of
   ``(rounding noise) / eps``. This matters for the per-reward split: with rewards [[1, 0], [0, 1]] in
   one group the summed reward is constant, GRPO's usual advantage is 0, and the split would otherwise
   be ±0.5 / 1e-6 per column. Row sums are unaffected (they are 0 either way).
+- Large rewards: standard deviations are taken of values scaled by a power of two (exact), so rewards
+  up to ~1e307 do not overflow their squares; a result that is still not finite raises ValueError.
 - Input checks raise ``ValueError`` naming the field: non-finite rewards name row, column and group
   (``rewards[7, 2] is nan (group 3)``); shapes of ``group_ids``, ``weights``, bounds and ``lengths``
   are checked against N and K; unknown options list the method's options.
@@ -40,11 +44,13 @@ Notation:
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import Tensor
@@ -55,7 +61,7 @@ EPS = 1e-6
 """DESIGN's eps, added to every std in a denominator (option ``eps``)."""
 
 ACTIVE_TOL = 1e-8
-"""A per-reward advantage counts as nonzero (DARA's active groups) or signed (GD²PO's conflicts) beyond this."""
+"""A per-reward advantage counts as nonzero (DARA's active groups, replayed pairs) or signed (GD²PO's conflicts) beyond this."""
 
 SAW_DELTA = 1e-8
 """SAW's delta: shift of the rewards above their minimum and guard of the CV denominator (DESIGN)."""
@@ -69,111 +75,59 @@ DEGENERATE_RTOL = 1e-9
 BOUND_SLACK = 1e-6
 """Rewards may pass their declared bounds by this much (times max(1, |bound|)) before it is an error."""
 
-
-class AdvantageFn(Protocol):
-    """The signature every registered advantage method shares.
-
-    Args:
-        rewards: [N, K] float, finite.
-        group_ids: [N] int tensor or sequence of hashable ids; responses with equal ids form a group
-            (groups need not be contiguous).
-        weights: [K] float >= 0, or None (ones; DVAO: 1/K).
-        reward_min: [K] float or None; each reward's lowest value (needed by SAW and SA-MRPO).
-        reward_max: [K] float or None; each reward's highest value (needed by SA-MRPO).
-        **options: method options (``eps`` for all; see each method).
-
-    Returns:
-        [N, K] advantages Â; the row sum is the method's response advantage.
-    """
-
-    def __call__(
-        self,
-        rewards: Tensor | Sequence[Sequence[float]],
-        group_ids: Tensor | Sequence[Any],
-        weights: Tensor | Sequence[float] | None = None,
-        reward_min: Tensor | Sequence[float] | None = None,
-        reward_max: Tensor | Sequence[float] | None = None,
-        **options: Any,
-    ) -> Tensor: ...
-
-
-ADVANTAGES: Registry[AdvantageFn] = Registry("advantage method")
-
-
-def available() -> list[str]:
-    """Sorted names of the registered advantage methods."""
-    return ADVANTAGES.names()
-
-
-def compute(
-    method: str,
-    rewards: Tensor | Sequence[Sequence[float]],
-    group_ids: Tensor | Sequence[Any],
-    *,
-    weights: Tensor | Sequence[float] | None = None,
-    reward_min: Tensor | Sequence[float] | None = None,
-    reward_max: Tensor | Sequence[float] | None = None,
-    **options: Any,
-) -> Tensor:
-    """Per-reward advantages Â [N, K] of the registered method ``method``.
-
-    Args:
-        method: a name from :func:`available` ("grpo", "gdpo", "saw", "dara", "dvao", "sa_mrpo",
-            "gd2po", "corr_grpo").
-        rewards: [N, K] float, finite.
-        group_ids: [N] ids; equal ids form a group.
-        weights: [K] float >= 0 or None.
-        reward_min, reward_max: [K] float bounds or None (SAW needs ``reward_min``, SA-MRPO both).
-        **options: the method's options, e.g. ``eps=1e-4``, ``whiten="token", lengths=...``.
-
-    Returns:
-        [N, K] float32 (float64 for float64 rewards).
-
-    Raises:
-        ValueError: unknown method (listing the known ones), bad shapes, non-finite rewards, unknown
-            or invalid options, missing bounds.
-    """
-    try:
-        fn = ADVANTAGES.get(method)
-    except KeyError as e:
-        raise ValueError(e.args[0]) from None
-    return fn(rewards, group_ids, weights, reward_min, reward_max, **options)
+Positive = Annotated[float, "> 0"]
+"""Option type: a finite number > 0."""
+NonNegative = Annotated[float, ">= 0"]
+"""Option type: a finite number >= 0."""
+Whiten = Literal["response", "token"]
+"""Option type of ``whiten``: batch statistics over responses or over tokens (``lengths``)."""
 
 
 # --------------------------------------------------------------------------------------------------
-# Input checks
+# The validated batch
 # --------------------------------------------------------------------------------------------------
 
 
 @dataclass
-class _Batch:
-    """Validated inputs of one call.
+class Batch:
+    """Validated inputs of one :func:`compute` call (all float64 on the rewards' device).
 
     Attributes:
-        r: [N, K] float64 rewards.
+        r: [N, K] finite rewards.
         group: [N] long, group index in [0, P).
         num_groups: P.
         ids: [P] the original group id of each group index (for messages).
-        w: [K] float64 weights.
-        reward_min, reward_max: [K] float64 or None.
-        out_dtype: dtype of the result.
+        weights: [K] weights >= 0, or None (the method's default, see :meth:`w`).
+        reward_min, reward_max: [K] bounds or None (a method that needs them declares it).
+        lengths: [N] token counts >= 0, or None.
     """
 
     r: Tensor
     group: Tensor
     num_groups: int
     ids: list[Any]
-    w: Tensor
-    reward_min: Tensor | None
-    reward_max: Tensor | None
-    out_dtype: torch.dtype
+    weights: Tensor | None = None
+    reward_min: Tensor | None = None
+    reward_max: Tensor | None = None
+    lengths: Tensor | None = None
 
-    def finish(self, adv: Tensor) -> Tensor:
-        return adv.to(self.out_dtype)
+    def w(self, default: float = 1.0) -> Tensor:
+        """[K] the reward weights, ``default`` each when none were given."""
+        if self.weights is not None:
+            return self.weights
+        return torch.full((self.r.shape[1],), default, dtype=self.r.dtype, device=self.r.device)
+
+    def units(self, whiten: str) -> Tensor:
+        """[N] whitening units: 1 per response, or its token count for ``whiten="token"``."""
+        if whiten == "response":
+            return torch.ones_like(self.r[:, 0])
+        if self.lengths is None:
+            raise ValueError("whiten='token' needs option lengths: [N] token count of each response")
+        return self.lengths
 
 
-def _as_vector(name: str, value: Any, size: int, size_name: str, device: torch.device) -> Tensor:
-    """A [size] finite float64 tensor from a tensor or sequence, or ValueError naming ``name``."""
+def _vector(name: str, value: Any, size: int, size_name: str, device: torch.device, lowest=None) -> Tensor:
+    """A [size] finite float64 tensor (>= ``lowest`` if given), or ValueError naming ``name``."""
     try:
         t = torch.as_tensor(value, dtype=torch.float64, device=device)
     except (TypeError, ValueError, RuntimeError) as e:
@@ -184,53 +138,42 @@ def _as_vector(name: str, value: Any, size: int, size_name: str, device: torch.d
         raise ValueError(f"{name} has shape {tuple(t.shape)}; expected [{size_name}={size}]")
     bad = (~torch.isfinite(t)).nonzero()
     if len(bad):
-        i = int(bad[0, 0])
-        raise ValueError(f"{name}[{i}] is {t[i].item()}; expected a finite number")
+        raise ValueError(f"{name}[{int(bad[0, 0])}] is {t[int(bad[0, 0])].item()}; expected a finite number")
+    if lowest is not None and (t < 0).any():
+        i = int((t < 0).nonzero()[0, 0])
+        raise ValueError(f"{name}[{i}] is {t[i].item()}; {lowest}")
     return t
 
 
 def _group_index(group_ids: Any, n: int, device: torch.device) -> tuple[Tensor, int, list[Any]]:
-    """Group index [N] in [0, P), P, and the original id of each index."""
+    """Group index [N] in [0, P) (in order of first appearance), P, and the original id of each index."""
     if isinstance(group_ids, Tensor):
-        if group_ids.dim() != 1:
-            raise ValueError(f"group_ids has shape {tuple(group_ids.shape)}; expected [N={n}]")
         if group_ids.dtype.is_floating_point or group_ids.dtype.is_complex or group_ids.dtype == torch.bool:
             raise ValueError(f"group_ids must hold integer ids; got dtype {group_ids.dtype}")
-        if group_ids.shape[0] != n:
-            raise ValueError(
-                f"group_ids has {group_ids.shape[0]} entries; expected N={n} (one per row of rewards)"
-            )
-        uniq, inverse = torch.unique(group_ids.to(device), return_inverse=True)
-        return inverse.long(), len(uniq), uniq.tolist()
-    try:
-        items = list(group_ids)
-    except TypeError:
-        raise ValueError(
-            f"group_ids must be a [N] tensor or sequence; got {type(group_ids).__name__}"
-        ) from None
-    if len(items) != n:
-        raise ValueError(f"group_ids has {len(items)} entries; expected N={n} (one per row of rewards)")
+        if group_ids.dim() != 1:
+            raise ValueError(f"group_ids has shape {tuple(group_ids.shape)}; expected [N={n}]")
+        group_ids = group_ids.tolist()
     index: dict[Any, int] = {}
     try:
-        codes = [index.setdefault(x, len(index)) for x in items]
+        codes = [index.setdefault(x, len(index)) for x in group_ids]
     except TypeError:
-        raise ValueError("group_ids must hold hashable ids (ints or strings)") from None
+        raise ValueError(
+            "group_ids must be a [N] tensor or sequence of hashable ids (ints or strings)"
+        ) from None
+    if len(codes) != n:
+        raise ValueError(f"group_ids has {len(codes)} entries; expected N={n} (one per row of rewards)")
     return torch.tensor(codes, dtype=torch.long, device=device), len(index), list(index)
 
 
-def _prepare(
-    method: str,
+def make_batch(
     rewards: Any,
     group_ids: Any,
-    weights: Any,
-    reward_min: Any,
-    reward_max: Any,
-    *,
-    needs_min: bool = False,
-    needs_max: bool = False,
-    default_weight: Callable[[int], float] = lambda k: 1.0,
-) -> _Batch:
-    """Validate the shared arguments of every method (see :class:`AdvantageFn`)."""
+    weights: Any = None,
+    reward_min: Any = None,
+    reward_max: Any = None,
+    lengths: Any = None,
+) -> tuple[Batch, torch.dtype]:
+    """Validate the inputs of :func:`compute` into a :class:`Batch`; also the result's dtype."""
     if isinstance(rewards, Tensor):
         if not rewards.dtype.is_floating_point:
             raise ValueError(f"rewards must be a floating-point tensor [N, K]; got dtype {rewards.dtype}")
@@ -245,122 +188,202 @@ def _prepare(
     n, k = r_in.shape
     if n == 0 or k == 0:
         raise ValueError(f"rewards has shape {(n, k)}; expected at least one response and one reward")
-    out_dtype = torch.float64 if r_in.dtype == torch.float64 else torch.float32
-    device = r_in.device
+    dev = r_in.device
     r = r_in.to(torch.float64)
-    group, num_groups, ids = _group_index(group_ids, n, device)
-
+    group, num_groups, ids = _group_index(group_ids, n, dev)
     bad = (~torch.isfinite(r)).nonzero()
     if len(bad):
         i, c = int(bad[0, 0]), int(bad[0, 1])
         raise ValueError(f"rewards[{i}, {c}] is {r[i, c].item()} (group {ids[int(group[i])]})")
 
-    if weights is None:
-        w = torch.full((k,), default_weight(k), dtype=torch.float64, device=device)
-    else:
-        w = _as_vector("weights", weights, k, "K", device)
-        neg = (w < 0).nonzero()
-        if len(neg):
-            i = int(neg[0, 0])
-            raise ValueError(f"weights[{i}] is {w[i].item()}; reward weights must be >= 0")
+    def vec(name, value, size, size_name, lowest=None):
+        return None if value is None else _vector(name, value, size, size_name, dev, lowest)
 
-    lo = None if reward_min is None else _as_vector("reward_min", reward_min, k, "K", device)
-    hi = None if reward_max is None else _as_vector("reward_max", reward_max, k, "K", device)
-    missing = [
-        name
-        for name, need, v in (("reward_min", needs_min, lo), ("reward_max", needs_max, hi))
-        if need and v is None
-    ]
+    b = Batch(
+        r,
+        group,
+        num_groups,
+        ids,
+        vec("weights", weights, k, "K", "reward weights must be >= 0"),
+        vec("reward_min", reward_min, k, "K"),
+        vec("reward_max", reward_max, k, "K"),
+        vec("lengths", lengths, n, "N", "token counts must be >= 0"),
+    )
+    return b, torch.float64 if r_in.dtype == torch.float64 else torch.float32
+
+
+def _check_bounds(method: str, b: Batch, needs: tuple[str, ...]) -> None:
+    """The bounds ``needs`` are given, ordered, and hold the rewards (up to :data:`BOUND_SLACK`)."""
+    bounds = {"reward_min": b.reward_min, "reward_max": b.reward_max}
+    missing = [name for name in needs if bounds[name] is None]
     if missing:
-        needed = " and ".join(
-            n_ for n_, need in (("reward_min", needs_min), ("reward_max", needs_max)) if need
-        )
         raise ValueError(
-            f"advantage method {method!r} needs {needed} ([K] floats, each reward's declared bounds); "
-            f"missing: {', '.join(missing)}"
+            f"advantage method {method!r} needs {' and '.join(needs)} ([K] floats, each reward's declared "
+            f"bounds); missing: {', '.join(missing)}"
         )
-    if needs_min and needs_max:
-        flat = (hi <= lo).nonzero()
-        if len(flat):
-            i = int(flat[0, 0])
-            raise ValueError(f"reward_max[{i}] = {hi[i].item()} must exceed reward_min[{i}] = {lo[i].item()}")
-    for name, bound, below in (
-        ("reward_min", lo if needs_min else None, True),
-        ("reward_max", hi if needs_max else None, False),
-    ):
-        if bound is None:
-            continue
+    lo, hi = b.reward_min, b.reward_max
+    if len(needs) == 2 and (hi <= lo).any():
+        i = int((hi <= lo).nonzero()[0, 0])
+        raise ValueError(f"reward_max[{i}] = {hi[i].item()} must exceed reward_min[{i}] = {lo[i].item()}")
+    for name in needs:
+        bound = bounds[name]
         slack = BOUND_SLACK * bound.abs().clamp(min=1.0)
-        out = (r < bound - slack) if below else (r > bound + slack)
-        hit = out.nonzero()
+        below = name == "reward_min"
+        hit = ((b.r < bound - slack) if below else (b.r > bound + slack)).nonzero()
         if len(hit):
             i, c = int(hit[0, 0]), int(hit[0, 1])
-            side = "below" if below else "above"
             raise ValueError(
-                f"rewards[{i}, {c}] = {r[i, c].item()} is {side} {name}[{c}] = {bound[c].item()} "
-                f"(group {ids[int(group[i])]})"
+                f"rewards[{i}, {c}] = {b.r[i, c].item()} is {'below' if below else 'above'} {name}[{c}] = "
+                f"{bound[c].item()} (group {b.ids[int(b.group[i])]})"
             )
-    return _Batch(r, group, num_groups, ids, w, lo, hi, out_dtype)
 
 
-def _positive_number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
-        raise ValueError(f"option {name} must be a positive finite number; got {value!r}")
-    return float(value)
+# --------------------------------------------------------------------------------------------------
+# Registry and options
+# --------------------------------------------------------------------------------------------------
 
 
-def _nonnegative_number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
-        raise ValueError(f"option {name} must be a finite number >= 0; got {value!r}")
-    return float(value)
+@dataclass(frozen=True)
+class AdvantageMethod:
+    """A registered method: ``fn(batch, **options) -> [N, K]`` and the bounds it needs."""
+
+    name: str
+    fn: Callable[..., Tensor]
+    needs: tuple[str, ...] = ()
+
+    def options(self) -> list[str]:
+        """The names of ``fn``'s keyword options."""
+        params = inspect.signature(self.fn).parameters.values()
+        return [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
 
 
-def _choice(*values: str) -> Callable[[str, Any], str]:
-    def check(name: str, value: Any) -> str:
-        if value not in values:
-            raise ValueError(f"option {name} must be one of {', '.join(map(repr, values))}; got {value!r}")
+ADVANTAGES: Registry[AdvantageMethod] = Registry("advantage method")
+
+
+def register(
+    name: str, *, needs: Sequence[str] = ()
+) -> Callable[[Callable[..., Tensor]], Callable[..., Tensor]]:
+    """Decorator: register ``fn(b: Batch, *, option: type = default, ...) -> Tensor [N, K]`` as ``name``.
+
+    Args:
+        name: the method's name in :func:`compute` and configs.
+        needs: bounds the method reads (``"reward_min"``, ``"reward_max"``); :func:`compute` checks that
+            they are given and hold the rewards before calling it.
+    """
+    unknown = sorted(set(needs) - {"reward_min", "reward_max"})
+    if unknown:
+        raise ValueError(f"needs may name reward_min and reward_max; got {unknown}")
+
+    def deco(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        ADVANTAGES.register(name)(
+            AdvantageMethod(name, fn, tuple(n for n in ("reward_min", "reward_max") if n in needs))
+        )
+        return fn
+
+    return deco
+
+
+def available() -> list[str]:
+    """Sorted names of the registered advantage methods."""
+    return ADVANTAGES.names()
+
+
+def _check_option(name: str, value: Any, hint: Any) -> Any:
+    """``value`` checked against the option's annotation ``hint``; ValueError naming the option."""
+    extra = ""
+    if typing.get_origin(hint) is Annotated:
+        hint, extra = typing.get_args(hint)[0], typing.get_args(hint)[1]
+    if typing.get_origin(hint) is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            raise ValueError(f"option {name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
         return value
-
-    return check
-
-
-def _any(name: str, value: Any) -> Any:
+    if hint is float or hint is int:
+        real = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+        ok = real and (hint is float or float(value).is_integer())
+        if extra == "> 0":
+            ok, what = ok and value > 0, "a positive finite number"
+        elif extra == ">= 0":
+            ok, what = ok and value >= 0, "a finite number >= 0"
+        else:
+            what = "a finite number" if hint is float else "an integer"
+        if not ok:
+            raise ValueError(f"option {name} must be {what}; got {value!r}")
+        return hint(value)
+    if hint in (str, bool) and not isinstance(value, hint):
+        raise ValueError(f"option {name} must be a {hint.__name__}; got {value!r}")
     return value
 
 
-_EPS_OPT = {"eps": (EPS, _positive_number)}
-_WHITEN_OPTS = {"whiten": ("response", _choice("response", "token")), "lengths": (None, _any)}
+def compute(
+    method: str,
+    rewards: Tensor | Sequence[Sequence[float]],
+    group_ids: Tensor | Sequence[Any],
+    *,
+    weights: Tensor | Sequence[float] | None = None,
+    reward_min: Tensor | Sequence[float] | None = None,
+    reward_max: Tensor | Sequence[float] | None = None,
+    lengths: Tensor | Sequence[float] | None = None,
+    **options: Any,
+) -> Tensor:
+    """Per-reward advantages Â [N, K] of the registered method ``method``.
 
+    Args:
+        method: a name from :func:`available` ("grpo", "gdpo", "saw", "dara", "dvao", "sa_mrpo",
+            "gd2po", "corr_grpo", or one added with :func:`register`).
+        rewards: [N, K] float, finite.
+        group_ids: [N] ids; equal ids form a group.
+        weights: [K] float >= 0 or None (the method's default: ones; DVAO 1/K).
+        reward_min, reward_max: [K] float bounds or None (SAW needs ``reward_min``, SA-MRPO both).
+        lengths: [N] token counts >= 0 (needed by ``whiten="token"``).
+        **options: the method's options, e.g. ``eps=1e-4``, ``whiten="token"``.
 
-def _options(
-    method: str, given: dict[str, Any], spec: dict[str, tuple[Any, Callable[[str, Any], Any]]]
-) -> dict:
-    """Defaults of ``spec`` overridden by ``given``; unknown names and bad values raise ValueError."""
-    unknown = sorted(set(given) - set(spec))
+    Returns:
+        [N, K] float32 (float64 for float64 rewards).
+
+    Raises:
+        ValueError: unknown method (listing the known ones), bad shapes, non-finite rewards, unknown
+            or invalid options, missing bounds, a non-finite result (rewards too large).
+    """
+    try:
+        m = ADVANTAGES.get(method)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
+    params = m.options()
+    unknown = sorted(set(options) - set(params))
     if unknown:
         raise ValueError(
             f"unknown option {', '.join(map(repr, unknown))} for advantage method {method!r}; "
-            f"its options: {', '.join(sorted(spec))}"
+            f"its options: {', '.join(sorted(params)) or '(none)'}"
         )
-    out = {}
-    for name, (default, check) in spec.items():
-        out[name] = check(name, given[name]) if name in given else default
-    return out
+    try:
+        hints = typing.get_type_hints(m.fn, include_extras=True)
+    except Exception:  # annotations that do not resolve: options go unchecked
+        hints = {}
+    opts = {k: _check_option(k, v, hints.get(k, Any)) for k, v in options.items()}
+    b, out_dtype = make_batch(rewards, group_ids, weights, reward_min, reward_max, lengths)
+    _check_bounds(method, b, m.needs)
+    adv = m.fn(b, **opts)
+    if not torch.isfinite(adv).all():
+        raise ValueError(
+            f"advantage method {method!r} gives non-finite advantages for these rewards (largest |reward| "
+            f"{b.r.abs().max().item():.3g}); rescale the rewards"
+        )
+    return adv.to(out_dtype)
 
 
-def _units(b: _Batch, opt: dict) -> Tensor:
-    """[N] float64 whitening units: 1 per response, or its token count for ``whiten="token"``."""
-    n = b.r.shape[0]
-    if opt["whiten"] == "response":
-        return torch.ones(n, dtype=torch.float64, device=b.r.device)
-    if opt["lengths"] is None:
-        raise ValueError("whiten='token' needs option lengths: [N] token count of each response")
-    lengths = _as_vector("lengths", opt["lengths"], n, "N", b.r.device)
-    neg = (lengths < 0).nonzero()
-    if len(neg):
-        i = int(neg[0, 0])
-        raise ValueError(f"lengths[{i}] is {lengths[i].item()}; token counts must be >= 0")
-    return lengths
+# --------------------------------------------------------------------------------------------------
+# Formulas
+# --------------------------------------------------------------------------------------------------
+
+
+def _pow2_scale(x: Tensor, dim: int) -> Tensor:
+    """A power of two near max |x| along ``dim`` (1 where that is 0), kept as a dim of size 1.
+
+    Dividing by it is exact, so sums of squares of ``x / scale`` never overflow or lose bits."""
+    top = x.abs().amax(dim, keepdim=True)
+    scale = torch.ldexp(torch.ones_like(top), torch.frexp(top).exponent)
+    return torch.where(top > 0, scale, torch.ones_like(top))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -376,15 +399,23 @@ class GroupStats:
         count: [P] float, responses per group.
         mean: [P, C] float, group mean.
         centered: [N, C] float, x - mean_group(x), exactly 0 where the column is constant in the group.
-        sumsq: [P, C] float, Σ_j centered² over the group.
+        scale: [P, C] float, a power of two near the group's max |centered| (1 where that is 0).
+        scaled: [N, C] float, centered / scale of its group (|scaled| < 1: squares cannot overflow).
         constant: [P, C] bool, the column takes one value in the group (true for a group of size 1).
     """
 
     count: Tensor
     mean: Tensor
     centered: Tensor
-    sumsq: Tensor
+    scale: Tensor
+    scaled: Tensor
     constant: Tensor
+    group: Tensor
+
+    def std(self, correction: int = 1) -> Tensor:
+        """[P, C] sqrt(Σ_j centered² / (count - correction)) (denominator at least 1), without overflow."""
+        sumsq = torch.zeros_like(self.scale).index_add_(0, self.group, self.scaled**2)  # [P, C]
+        return self.scale * (sumsq / (self.count[:, None] - correction).clamp(min=1)).sqrt()
 
 
 def group_stats(x: Tensor, group: Tensor, num_groups: int) -> GroupStats:
@@ -393,19 +424,18 @@ def group_stats(x: Tensor, group: Tensor, num_groups: int) -> GroupStats:
     count = torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(
         0, group, torch.ones_like(x[:, 0])
     )
-    total = torch.zeros(num_groups, c, dtype=x.dtype, device=x.device).index_add_(0, group, x)  # [P, C]
-    mean = total / count[:, None]  # [P, C]
+    mean = torch.zeros(num_groups, c, dtype=x.dtype, device=x.device).index_add_(0, group, x) / count[:, None]
     idx = group[:, None].expand(n, c)
-    gmax = torch.full((num_groups, c), -math.inf, dtype=x.dtype, device=x.device).scatter_reduce(
-        0, idx, x, "amax"
-    )
-    gmin = torch.full((num_groups, c), math.inf, dtype=x.dtype, device=x.device).scatter_reduce(
-        0, idx, x, "amin"
-    )
-    constant = gmax == gmin  # [P, C]
+
+    def reduce(values: Tensor, how: str, start: float) -> Tensor:  # [P, C]
+        return torch.full((num_groups, c), start, dtype=x.dtype, device=x.device).scatter_reduce(
+            0, idx, values, how
+        )
+
+    constant = reduce(x, "amax", -math.inf) == reduce(x, "amin", math.inf)  # [P, C]
     centered = torch.where(constant[group], torch.zeros_like(x), x - mean[group])  # [N, C]
-    sumsq = torch.zeros(num_groups, c, dtype=x.dtype, device=x.device).index_add_(0, group, centered**2)
-    return GroupStats(count, mean, centered, sumsq, constant)
+    scale = _pow2_scale(reduce(centered.abs(), "amax", 0.0)[None], 0)[0]  # [P, C]
+    return GroupStats(count, mean, centered, scale, centered / scale[group], constant, group)
 
 
 def group_zscore(rewards: Tensor, group: Tensor, num_groups: int, eps: float = EPS) -> Tensor:
@@ -430,8 +460,7 @@ def group_zscore(rewards: Tensor, group: Tensor, num_groups: int, eps: float = E
         std_group is the unbiased sample std over the responses of one group.
     """
     st = group_stats(rewards, group, num_groups)
-    std = (st.sumsq / (st.count[:, None] - 1).clamp(min=1)).sqrt()  # [P, K]
-    z = st.centered / (std[group] + eps)  # [N, K]
+    z = st.centered / (st.std()[group] + eps)  # [N, K]
     single = (st.count == 1)[group]  # [N]
     return torch.where(single[:, None], rewards / (1.0 + eps), z)
 
@@ -477,9 +506,9 @@ def whiten_columns(
     if total <= 0 or n_units <= 1:
         return torch.zeros_like(terms)
     mean = (weight[:, None] * terms).sum(0) / total  # [C]
-    s = terms.sum(1)  # [N]
-    var = (weight * (s - mean.sum()) ** 2).sum() / total * n_units / (n_units - 1)
-    std = var.sqrt()
+    dev = terms.sum(1) - mean.sum()  # [N]  s_j - mean(s)
+    sc = _pow2_scale(dev, 0)  # [1], exact rescaling so that the squares cannot overflow
+    std = sc[0] * ((weight * (dev / sc) ** 2).sum() / total * n_units / (n_units - 1)).sqrt()
     scale = terms[weight > 0].abs().max()
     if std <= DEGENERATE_RTOL * scale:
         return torch.zeros_like(terms)
@@ -509,7 +538,8 @@ def saw_weights(rewards: Tensor, reward_min: Tensor, delta: float = SAW_DELTA) -
     n, k = rewards.shape
     shifted = (rewards - reward_min).clamp(min=0) + delta  # [N, K]
     mean = shifted.mean(0)  # [K]
-    std = shifted.std(0, correction=1) if n > 1 else torch.zeros_like(mean)
+    sc = _pow2_scale(shifted, 0)  # [1, K], exact rescaling so that the squares cannot overflow
+    std = (shifted / sc).std(0, correction=1) * sc[0] if n > 1 else torch.zeros_like(mean)
     cv = std / (mean + delta)  # [K]
     if cv.sum() <= delta:
         return torch.ones_like(cv)
@@ -588,11 +618,9 @@ def gd2po_keep(advantages: Tensor, variant: str = "hard") -> Tensor:
     if variant == "hard":
         conflict = (advantages > ACTIVE_TOL).any(1) & (advantages < -ACTIVE_TOL).any(1)  # [N]
         return (~conflict).to(advantages.dtype)
-    if variant == "snr":
-        total_abs = advantages.abs().sum(1)  # [N]
-        ratio = advantages.sum(1).abs() / total_abs.clamp(min=torch.finfo(advantages.dtype).tiny)
-        return torch.where(total_abs > 0, ratio.clamp(max=1.0), torch.ones_like(total_abs))
-    raise ValueError(f"gd2po variant must be 'hard' or 'snr'; got {variant!r}")
+    total_abs = advantages.abs().sum(1)  # [N]  variant "snr"
+    ratio = advantages.sum(1).abs() / total_abs.clamp(min=torch.finfo(advantages.dtype).tiny)
+    return torch.where(total_abs > 0, ratio.clamp(max=1.0), torch.ones_like(total_abs))
 
 
 def group_correlation_sum(rewards: Tensor, group: Tensor, num_groups: int) -> Tensor:
@@ -615,10 +643,11 @@ def group_correlation_sum(rewards: Tensor, group: Tensor, num_groups: int) -> Te
     """
     k = rewards.shape[1]
     st = group_stats(rewards, group, num_groups)
-    outer = st.centered[:, :, None] * st.centered[:, None, :]  # [N, K, K]
+    # per group and column, centered / scale: ρ does not depend on the column scales, and |x| < 1
+    outer = st.scaled[:, :, None] * st.scaled[:, None, :]  # [N, K, K]
     cov = torch.zeros(num_groups, k, k, dtype=rewards.dtype, device=rewards.device)
     cov = cov.index_add_(0, group, outer)  # [P, K, K], unnormalized (the factor cancels in ρ)
-    var = st.sumsq  # [P, K]
+    var = torch.zeros_like(st.scale).index_add_(0, group, st.scaled**2)  # [P, K]
     active = ~st.constant  # [P, K]
     both = active[:, :, None] & active[:, None, :]  # [P, K, K]
     denom = (var[:, :, None] * var[:, None, :]).sqrt()
@@ -633,8 +662,8 @@ def group_correlation_sum(rewards: Tensor, group: Tensor, num_groups: int) -> Te
 # --------------------------------------------------------------------------------------------------
 
 
-@ADVANTAGES.register("grpo")
-def grpo(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+@register("grpo")
+def grpo(b: Batch, *, eps: Positive = EPS) -> Tensor:
     """GRPO of the weighted reward sum, split by reward (Shao et al. 2024, DeepSeekMath; DESIGN).
 
     Â[j, k] = w_k (r[j, k] - mean_group(r[:, k])) / (std_group(R) + eps),  R_j = Σ_k w_k r[j, k]
@@ -643,26 +672,13 @@ def grpo(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **o
     normalization. A group of size 1 has mean 0 and std 1 (Â = w_k r / (1 + eps)); a group whose R is
     constant gets 0, also when its individual rewards vary.
 
-    Args:
-        rewards: [N, K] float.
-        group_ids: [N] ids.
-        weights: [K] float >= 0 or None (ones).
-        reward_min, reward_max: unused.
-        **options: ``eps`` (1e-6).
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        R_j weighted reward sum of response j; std_group unbiased.
+    Options: ``eps`` (1e-6).
+    Notation: R_j weighted reward sum of response j; std_group unbiased.
     """
-    b = _prepare("grpo", rewards, group_ids, weights, reward_min, reward_max)
-    opt = _options("grpo", options, _EPS_OPT)
-    eps = opt["eps"]
-    terms = b.r * b.w  # [N, K]
+    terms = b.r * b.w()  # [N, K]
     st = group_stats(terms, b.group, b.num_groups)
     total = group_stats(terms.sum(1, keepdim=True), b.group, b.num_groups)
-    std = (total.sumsq[:, 0] / (total.count - 1).clamp(min=1)).sqrt()  # [P]
+    std = total.std()[:, 0]  # [P]
     scale = torch.zeros(b.num_groups, dtype=terms.dtype, device=terms.device)
     scale = scale.scatter_reduce(0, b.group, terms.abs().sum(1), "amax")  # [P]
     single = total.count == 1  # [P]
@@ -670,11 +686,11 @@ def grpo(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **o
     adv = st.centered / (std[b.group, None] + eps)  # [N, K]
     adv = torch.where(single[b.group, None], terms / (1.0 + eps), adv)
     adv = torch.where(flat[b.group, None], torch.zeros_like(adv), adv)
-    return b.finish(adv)
+    return adv
 
 
-@ADVANTAGES.register("gdpo")
-def gdpo(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+@register("gdpo")
+def gdpo(b: Batch, *, eps: Positive = EPS, whiten: Whiten = "response") -> Tensor:
     """GDPO: group z-score per reward, then batch normalization of the weighted sum (Liu et al. 2026).
 
     A = group_zscore(r);  Â[j, k] = (w_k A[j, k] - mean_batch(w_k A[:, k])) / (std_batch(Σ_l w_l A[:, l]) + eps)
@@ -683,29 +699,16 @@ def gdpo(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **o
     TRL's ``multi_objective_aggregation="normalize_then_sum"`` advantage when ``eps=1e-4`` and groups
     have two or more responses.
 
-    Args:
-        rewards: [N, K] float.
-        group_ids: [N] ids.
-        weights: [K] float >= 0 or None (ones).
-        reward_min, reward_max: unused.
-        **options: ``eps`` (1e-6); ``whiten`` ("response" | "token") and ``lengths`` ([N] token counts,
-            required for "token"), see :func:`whiten_columns`.
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        A group z-scores (unbiased std); batch statistics over the N responses (or their tokens).
+    Options: ``eps`` (1e-6); ``whiten`` ("response" | "token") and ``lengths`` ([N] token counts,
+    required for "token"), see :func:`whiten_columns`.
+    Notation: A group z-scores (unbiased std); batch statistics over the N responses (or their tokens).
     """
-    b = _prepare("gdpo", rewards, group_ids, weights, reward_min, reward_max)
-    opt = _options("gdpo", options, {**_EPS_OPT, **_WHITEN_OPTS})
-    units = _units(b, opt)
-    z = group_zscore(b.r, b.group, b.num_groups, opt["eps"])
-    return b.finish(whiten_columns(z * b.w, opt["eps"], units))
+    z = group_zscore(b.r, b.group, b.num_groups, eps)
+    return whiten_columns(z * b.w(), eps, b.units(whiten))
 
 
-@ADVANTAGES.register("saw")
-def saw(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+@register("saw", needs=("reward_min",))
+def saw(b: Batch, *, eps: Positive = EPS, whiten: Whiten = "response") -> Tensor:
     """SAW: GDPO with each reward weighted by its batch coefficient of variation (He et al. 2026).
 
     r̃_k = r_k - r_k^min + δ;  CV_k = std_batch(r̃_k) / (mean_batch(r̃_k) + δ);
@@ -714,30 +717,18 @@ def saw(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **op
     δ = 1e-8 (DESIGN). ``u`` are the user's ``weights`` (None = ones, giving DESIGN's SAW exactly); they
     multiply the computed ω. See :func:`saw_weights`.
 
-    Args:
-        rewards: [N, K] float, each >= reward_min.
-        group_ids: [N] ids.
-        weights: [K] float >= 0 or None (ones).
-        reward_min: [K] float, required (each verifier's declared minimum).
-        reward_max: unused.
-        **options: ``eps`` (1e-6), ``whiten``, ``lengths`` (as GDPO).
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        CV coefficient of variation (unbiased std / mean) of the shifted reward over the batch.
+    Options: ``eps`` (1e-6), ``whiten``, ``lengths`` (as GDPO).
+    Notation: CV coefficient of variation (unbiased std / mean) of the shifted reward over the batch.
     """
-    b = _prepare("saw", rewards, group_ids, weights, reward_min, reward_max, needs_min=True)
-    opt = _options("saw", options, {**_EPS_OPT, **_WHITEN_OPTS})
-    units = _units(b, opt)
-    w = b.w * saw_weights(b.r, b.reward_min)
-    z = group_zscore(b.r, b.group, b.num_groups, opt["eps"])
-    return b.finish(whiten_columns(z * w, opt["eps"], units))
+    w = b.w() * saw_weights(b.r, b.reward_min)
+    z = group_zscore(b.r, b.group, b.num_groups, eps)
+    return whiten_columns(z * w, eps, b.units(whiten))
 
 
-@ADVANTAGES.register("dara")
-def dara(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+@register("dara")
+def dara(
+    b: Batch, *, eps: Positive = EPS, variant: Literal["asym", "sym"] = "asym", whiten: Whiten = "response"
+) -> Tensor:
     """DARA: larger, capped weight for rewards that vary in fewer groups (Zheng et al. 2026).
 
     A = group_zscore(r); λ = dara_scales(A) (λ_k = min(5, sqrt(max_l π_l / π_k)));
@@ -747,33 +738,17 @@ def dara(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **o
 
     (DESIGN section 3: "GDPO batch normalization of the sum".)
 
-    Args:
-        rewards: [N, K] float.
-        group_ids: [N] ids.
-        weights: [K] float >= 0 or None (ones).
-        reward_min, reward_max: unused.
-        **options: ``eps`` (1e-6), ``variant`` ("asym" | "sym"), ``whiten``, ``lengths`` (as GDPO).
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        π_k share of groups in which reward k varies; λ_k its scale (>= 1).
+    Options: ``eps`` (1e-6), ``variant`` ("asym" | "sym"), ``whiten``, ``lengths`` (as GDPO).
+    Notation: π_k share of groups in which reward k varies; λ_k its scale (>= 1).
     """
-    b = _prepare("dara", rewards, group_ids, weights, reward_min, reward_max)
-    opt = _options("dara", options, {**_EPS_OPT, "variant": ("asym", _choice("asym", "sym")), **_WHITEN_OPTS})
-    units = _units(b, opt)
-    z = group_zscore(b.r, b.group, b.num_groups, opt["eps"])
+    z = group_zscore(b.r, b.group, b.num_groups, eps)
     lam = dara_scales(z, b.group, b.num_groups)  # [K]
-    if opt["variant"] == "asym":
-        t = z + (lam - 1.0) * z.clamp(min=0)
-    else:
-        t = lam * z
-    return b.finish(whiten_columns(t * b.w, opt["eps"], units))
+    t = z + (lam - 1.0) * z.clamp(min=0) if variant == "asym" else lam * z
+    return whiten_columns(t * b.w(), eps, b.units(whiten))
 
 
-@ADVANTAGES.register("dvao")
-def dvao(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+@register("dvao")
+def dvao(b: Batch, *, eps: Positive = EPS) -> Tensor:
     """DVAO: per-reward centering over a variance-weighted denominator (Jiang et al. 2026).
 
     per group:  Â[j, k] = w_k (r[j, k] - μ_k) / Σ_l w_l σ_l,  Â = 0 if Σ_l w_l σ_l <= 1e-8
@@ -783,34 +758,21 @@ def dvao(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **o
     normalization. The scale of w cancels (default w_k = 1/K, as in DESIGN). DESIGN's formula has no
     eps: the ``eps`` option is accepted for the shared interface and does not change DVAO.
 
-    Args:
-        rewards: [N, K] float.
-        group_ids: [N] ids.
-        weights: [K] float >= 0 or None (1/K).
-        reward_min, reward_max: unused.
-        **options: ``eps`` (no effect, see above).
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        σ_k population std of reward k in the group.
+    Options: ``eps`` (no effect, see above).
+    Notation: σ_k population std of reward k in the group.
     """
-    b = _prepare(
-        "dvao", rewards, group_ids, weights, reward_min, reward_max, default_weight=lambda k: 1.0 / k
-    )
-    _options("dvao", options, _EPS_OPT)
+    w = b.w(1.0 / b.r.shape[1])  # [K]
     st = group_stats(b.r, b.group, b.num_groups)
-    sigma = (st.sumsq / st.count[:, None]).sqrt()  # [P, K], population std
-    denom = (sigma * b.w).sum(1)  # [P]
+    denom = (st.std(correction=0) * w).sum(1)  # [P], Σ_l w_l σ_l with population stds
     ok = denom > DVAO_TOL
-    adv = b.w * st.centered / torch.where(ok, denom, torch.ones_like(denom))[b.group, None]
-    adv = torch.where(ok[b.group, None], adv, torch.zeros_like(adv))
-    return b.finish(adv)
+    adv = w * st.centered / torch.where(ok, denom, torch.ones_like(denom))[b.group, None]
+    return torch.where(ok[b.group, None], adv, torch.zeros_like(adv))
 
 
-@ADVANTAGES.register("sa_mrpo")
-def sa_mrpo(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+@register("sa_mrpo", needs=("reward_min", "reward_max"))
+def sa_mrpo(
+    b: Batch, *, eps: Positive = EPS, gamma: NonNegative = 0.5, whiten: Whiten = "response"
+) -> Tensor:
     """SA-MRPO: GDPO with each reward discounted by its batch saturation (Wang et al. 2026b).
 
     s_k = (mean_batch(r_k) - r_k^min) / (r_k^max - r_k^min);  ω_k = (1 - s_k)^γ;
@@ -819,31 +781,18 @@ def sa_mrpo(rewards, group_ids, weights=None, reward_min=None, reward_max=None, 
     γ = 0.5 by default (DESIGN). ``u`` are the user's ``weights`` (None = ones, giving DESIGN's SA-MRPO
     exactly); they multiply the computed ω. See :func:`sa_mrpo_weights`.
 
-    Args:
-        rewards: [N, K] float within [reward_min, reward_max].
-        group_ids: [N] ids.
-        weights: [K] float >= 0 or None (ones).
-        reward_min, reward_max: [K] float, both required, reward_max > reward_min.
-        **options: ``eps`` (1e-6), ``gamma`` (0.5, >= 0), ``whiten``, ``lengths`` (as GDPO).
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        s_k saturation of reward k in the batch.
+    Options: ``eps`` (1e-6), ``gamma`` (0.5, >= 0), ``whiten``, ``lengths`` (as GDPO).
+    Notation: s_k saturation of reward k in the batch.
     """
-    b = _prepare(
-        "sa_mrpo", rewards, group_ids, weights, reward_min, reward_max, needs_min=True, needs_max=True
-    )
-    opt = _options("sa_mrpo", options, {**_EPS_OPT, "gamma": (0.5, _nonnegative_number), **_WHITEN_OPTS})
-    units = _units(b, opt)
-    w = b.w * sa_mrpo_weights(b.r, b.reward_min, b.reward_max, opt["gamma"])
-    z = group_zscore(b.r, b.group, b.num_groups, opt["eps"])
-    return b.finish(whiten_columns(z * w, opt["eps"], units))
+    w = b.w() * sa_mrpo_weights(b.r, b.reward_min, b.reward_max, gamma)
+    z = group_zscore(b.r, b.group, b.num_groups, eps)
+    return whiten_columns(z * w, eps, b.units(whiten))
 
 
-@ADVANTAGES.register("gd2po")
-def gd2po(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+@register("gd2po")
+def gd2po(
+    b: Batch, *, eps: Positive = EPS, variant: Literal["hard", "snr"] = "hard", whiten: Whiten = "response"
+) -> Tensor:
     """GD²PO: drop responses whose rewards disagree in sign, scale prompts by their kept share (Liu et al. 2026a).
 
     A[j, k] = w_k · group_zscore(r)[j, k];  κ = gd2po_keep(A, variant);
@@ -855,45 +804,30 @@ def gd2po(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **
     The split gives the row sum Â_j. Variant "hard" is DESIGN's; "snr" (soft keep weight
     |Σ_k A| / Σ_k |A|) is this project's own choice, not from the paper. All zeros if nothing is kept.
 
-    Args:
-        rewards: [N, K] float.
-        group_ids: [N] ids.
-        weights: [K] float >= 0 or None (ones).
-        reward_min, reward_max: unused.
-        **options: ``eps`` (1e-6), ``variant`` ("hard" | "snr"), ``whiten``, ``lengths`` (as GDPO; with
-            "token" the whitening weight is κ_j times the token count).
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        κ_j keep weight, δ_i kept share of group i, x_j the scaled sum, Â_j its whitened value.
+    Options: ``eps`` (1e-6), ``variant`` ("hard" | "snr"), ``whiten``, ``lengths`` (as GDPO; with
+    "token" the whitening weight is κ_j times the token count).
+    Notation: κ_j keep weight, δ_i kept share of group i, x_j the scaled sum, Â_j its whitened value.
     """
-    b = _prepare("gd2po", rewards, group_ids, weights, reward_min, reward_max)
-    opt = _options(
-        "gd2po", options, {**_EPS_OPT, "variant": ("hard", _choice("hard", "snr")), **_WHITEN_OPTS}
-    )
-    units = _units(b, opt)
-    a = b.w * group_zscore(b.r, b.group, b.num_groups, opt["eps"])  # [N, K]
-    kappa = gd2po_keep(a, opt["variant"])  # [N]
+    a = b.w() * group_zscore(b.r, b.group, b.num_groups, eps)  # [N, K]
+    kappa = gd2po_keep(a, variant)  # [N]
     count = torch.zeros(b.num_groups, dtype=a.dtype, device=a.device).index_add_(
         0, b.group, torch.ones_like(kappa)
     )
     delta = torch.zeros_like(count).index_add_(0, b.group, kappa) / count  # [P]
     row = a.sum(1)  # [N]
     x = delta[b.group] * row  # [N]
-    adv_row = kappa * whiten_columns(x[:, None], opt["eps"], units, kappa)[:, 0]  # [N]
+    adv_row = kappa * whiten_columns(x[:, None], eps, b.units(whiten), kappa)[:, 0]  # [N]
     k = a.shape[1]
     share = torch.where(
         (row != 0)[:, None],
         a / torch.where(row != 0, row, torch.ones_like(row))[:, None],
         torch.full_like(a, 1.0 / k),
     )  # [N, K], rows sum to 1
-    return b.finish(adv_row[:, None] * share)
+    return adv_row[:, None] * share
 
 
-@ADVANTAGES.register("corr_grpo")
-def corr_grpo(rewards, group_ids, weights=None, reward_min=None, reward_max=None, **options) -> Tensor:
+@register("corr_grpo")
+def corr_grpo(b: Batch, *, eps: Positive = EPS) -> Tensor:
     """CorrGRPO: centered weighted rewards over the std of the correlated sum (DESIGN section 3).
 
     per group:  c[j, k] = w_k (r[j, k] - μ_k);  ρ = Pearson correlation matrix of the group's rewards
@@ -903,22 +837,10 @@ def corr_grpo(rewards, group_ids, weights=None, reward_min=None, reward_max=None
     (which therefore gets 0). ρ is of the unweighted rewards. No batch normalization. See
     :func:`group_correlation_sum`.
 
-    Args:
-        rewards: [N, K] float.
-        group_ids: [N] ids.
-        weights: [K] float >= 0 or None (ones).
-        reward_min, reward_max: unused.
-        **options: ``eps`` (1e-6).
-
-    Returns:
-        [N, K] advantages.
-
-    Notation:
-        c centered weighted rewards; Σ ρ_kl the variance of the sum of standardized rewards.
+    Options: ``eps`` (1e-6).
+    Notation: c centered weighted rewards; Σ ρ_kl the variance of the sum of standardized rewards.
     """
-    b = _prepare("corr_grpo", rewards, group_ids, weights, reward_min, reward_max)
-    opt = _options("corr_grpo", options, _EPS_OPT)
     st = group_stats(b.r, b.group, b.num_groups)
     rho_sum = group_correlation_sum(b.r, b.group, b.num_groups)  # [P]
-    denom = (rho_sum.clamp(min=0) + opt["eps"]).sqrt()  # [P]
-    return b.finish(b.w * st.centered / denom[b.group, None])
+    denom = (rho_sum.clamp(min=0) + eps).sqrt()  # [P]
+    return b.w() * st.centered / denom[b.group, None]

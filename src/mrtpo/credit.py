@@ -1,292 +1,112 @@
-"""Jensen–Shannon distances between next-token distributions, and token credit allocation (MRTPO).
+"""Token credit allocation (MRTPO): replay distances -> per-token weights -> token advantages.
 
-Two halves (DESIGN section 5):
-
-- :func:`js_distance` / :func:`js_distance_from_hidden`: per-token base-2 Jensen–Shannon distance
-  ``d = sqrt(JSD(p, q))`` in [0, 1] between the policy's next-token distributions under the full
-  context ``C`` and a leave-one-out context ``C_-k``. Exact over the full vocabulary, float32, in
-  chunks of rows so that peak extra memory is O(chunk_size · V).
-- :func:`token_weights` / :func:`allocate`: turn the distances into per-token weights that average 1
-  over each response, and spread each reward's response-level advantage ``Â[j, k]`` over the tokens::
+:func:`token_weights` / :func:`allocate` (DESIGN section 5) turn the Jensen–Shannon distances of
+:mod:`mrtpo.distance` (``js_distance`` and ``js_distance_from_hidden`` are re-exported here) into
+per-token weights that average 1 over each response, and spread each reward's response-level
+advantage ``Â[j, k]`` over the tokens::
 
       w[j, k, t] = d[j, k, t] / mean_{valid t} d[j, k, :]      (w = 1 on valid t if that mean is 0)
       S[j, t]    = Σ_k Â[j, k] · ((1 − β) + β · w[j, k, t])    (0 on padding)
 
-The allocation modes (``reward``, ``joint``, ``shuffled``, ``uniform``) live in :data:`CREDIT_MODES`
-and share one signature (:data:`CreditMode`).
+Credit schemes (:class:`CreditScheme`: a name, the replay it needs and a weights function) live in
+:data:`CREDIT_SCHEMES`: ``reward`` (MRTPO), ``joint``, ``shuffled``, ``uniform``, ``none`` (response
+level) and ``cort``; :func:`register_scheme` adds one. :func:`mrtpo.step.credit_step` runs a scheme on a
+batch for every engine.
 
 This module is part of the core: it imports torch and the standard library only.
 """
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from mrtpo.distance import DEFAULT_CHUNK_SIZE, js_distance, js_distance_from_hidden
 from mrtpo.registry import Registry
 
 __all__ = [
     "CREDIT_MODES",
+    "CREDIT_SCHEMES",
     "DEFAULT_CHUNK_SIZE",
     "CreditMode",
+    "CreditScheme",
     "allocate",
     "js_distance",
     "js_distance_from_hidden",
+    "register_scheme",
+    "scheme",
     "token_weights",
 ]
-
-DEFAULT_CHUNK_SIZE = 256
-"""Rows per chunk in :func:`js_distance` / :func:`js_distance_from_hidden`.
-
-A chunk holds about ten ``[chunk_size, V]`` float32 buffers at once: with V = 151,936 (Qwen2.5) and
-256 rows that is about 1.5 GB, small beside a 3B–7B model's activations, and enough rows to keep the
-matmuls and reductions efficient. Lower it on small devices; the result does not depend on it."""
-
-_LN2 = math.log(2.0)
-
-
-def _jsd_nats_from_logprobs(logp: Tensor, p: Tensor, logq: Tensor) -> Tensor:
-    """Jensen–Shannon divergence in nats per row, from log-probabilities (cancellation-free form).
-
-    DESIGN section 5 defines JSD = ½KL(p‖m) + ½KL(q‖m), m = ½(p + q). With Δ = log p − log q and
-    a = (p − q)/(p + q) = tanh(Δ/2) one has 2p/(p + q) = 1 + a and 2q/(p + q) = 1 − a, so
-
-        JSD = ½ Σ_v [p_v ln(1 + a_v) + q_v ln(1 − a_v)]
-            = ¼ Σ_v (p_v + q_v) · f(a_v),   f(a) = (1 + a) ln(1 + a) + (1 − a) ln(1 − a) ≥ 0,
-
-    a sum of non-negative terms: no cancellation between KL(p‖m) and KL(q‖m) across the vocabulary.
-    Inside one entry the two parts cancel to O(a²) with an absolute error O(eps·|a|·p), and since
-    the distance sqrt(JSD) grows like |a| the distance keeps an absolute error of O(eps) even when
-    p ≈ q (the textbook form, evaluated in float32, is off by ~1e-4 in distance there). Entries where
-    both probabilities are exactly 0 (−inf in both) contribute 0.
-
-    Args:
-        logp: [R, V] log-softmax under context C.
-        p: [R, V] ``logp.exp()`` (passed in so that one p serves several q).
-        logq: [R, V] log-softmax under the other context; overwritten (used as scratch).
-
-    Returns:
-        [R] JSD in nats, in [0, ln 2] up to rounding.
-    """
-    # a is clamped to ±(the float next to 1) so that log1p(∓a) stays finite where tanh(Δ/2) rounds to
-    # ±1 (one probability negligible beside the other; the term it multiplies is then ~eps of its
-    # partner, and f(±1) = 2 ln 2 holds to working precision).
-    a_max = 1.0 - torch.finfo(logp.dtype).eps / 2
-    a = torch.sub(logp, logq).mul_(0.5).tanh_().nan_to_num_(0.0).clamp_(-a_max, a_max)  # [R, V]
-    q = logq.exp_()  # [R, V]
-    terms = torch.log1p(a).mul_(p)  # [R, V]  p ln(1 + a)
-    terms.add_(a.neg_().log1p_().mul_(q))  # + q ln(1 − a)
-    return terms.sum(dim=-1).mul_(0.5)  # [R]
-
-
-def _jsd_nats_rows(logits_p: Tensor, logits_q: Tensor) -> Tensor:
-    """JSD in nats between softmax(logits_p) and softmax(logits_q), per row: [R, V] x [R, V] -> [R]."""
-    logp = torch.log_softmax(logits_p, dim=-1)  # [R, V]
-    return _jsd_nats_from_logprobs(logp, logp.exp(), torch.log_softmax(logits_q, dim=-1))
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _check_chunk_size(chunk_size: int) -> None:
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size={chunk_size!r} must be a positive integer")
-
-
-def _row_mask(mask: Tensor | None, lead: torch.Size, device: torch.device) -> Tensor | None:
-    """Flattened boolean row mask [R] from ``mask`` of shape ``lead`` (None: every row is valid)."""
-    if mask is None:
-        return None
-    if not isinstance(mask, Tensor):
-        mask = torch.as_tensor(mask)
-    if tuple(mask.shape) != tuple(lead):
-        raise ValueError(f"mask has shape {tuple(mask.shape)}; expected the leading shape {tuple(lead)}")
-    return mask.to(device=device).reshape(-1) != 0
-
-
-def _chunked_distance(
-    rows: int,
-    compute: Callable[[Tensor], Tensor],
-    lead: torch.Size,
-    mask: Tensor | None,
-    chunk_size: int,
-    device: torch.device,
-    dtype: torch.dtype,
-    n_ctx: int = 1,
-) -> Tensor:
-    """Shared driver: ``compute(row_index [c] long) -> JSD nats [n_ctx, c]`` over the valid rows in chunks.
-
-    Returns [n_ctx, *lead] distances sqrt(clamp(JSD / ln 2, 0, 1)); masked rows are 0.
-    """
-    out = torch.zeros(n_ctx, rows, dtype=dtype, device=device)  # [C, R]
-    valid = _row_mask(mask, lead, device)
-    index = torch.arange(rows, device=device) if valid is None else valid.nonzero().squeeze(1)  # [R_valid]
-    for start in range(0, index.numel(), chunk_size):
-        idx = index[start : start + chunk_size]  # [c]
-        jsd_bits = compute(idx) / _LN2  # [C, c]
-        out[:, idx] = jsd_bits.clamp_(0.0, 1.0).sqrt_()
-    return out.reshape(n_ctx, *lead)
-
-
-@torch.no_grad()
-def js_distance(
-    logits_p: Tensor,
-    logits_q: Tensor,
-    mask: Tensor | None = None,
-    *,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-) -> Tensor:
-    """Base-2 Jensen–Shannon distance between softmax(logits_p) and softmax(logits_q), row by row.
-
-    Formula (DESIGN section 5; the paper's relevance measure)::
-
-        p = softmax(logits_p), q = softmax(logits_q), m = ½(p + q)
-        JSD(p, q) = ½ KL(p ‖ m) + ½ KL(q ‖ m)        (logs base 2, so JSD ∈ [0, 1])
-        d = sqrt(JSD(p, q))                          ∈ [0, 1], a metric
-
-    evaluated without cancellation as JSD_nats = ¼ Σ_v s_v f(a_v) with s = p + q,
-    a = tanh((log p − log q)/2), f(a) = (1+a)ln(1+a) + (1−a)ln(1−a); JSD_bits = JSD_nats / ln 2,
-    clamped to [0, 1]. The textbook form loses ~1e-7 to cancellation when p ≈ q, which sqrt turns into a
-    distance error of ~3e-4; this form is accurate to ~1e-6 in distance.
-
-    Rows are processed ``chunk_size`` at a time over the flattened leading axes; each chunk is upcast to
-    float32 (float64 inputs are computed in float64), so bf16/fp16 logits are accepted and the peak extra
-    memory is O(chunk_size · V). No gradient flows (``torch.no_grad``).
-
-    Args:
-        logits_p: [..., V] float (any floating dtype), e.g. [T, V] under the full context C.
-        logits_q: [..., V] same shape, e.g. under the leave-one-out context C_−k.
-        mask: [...] bool or 0/1, optional; rows where it is False/0 are not computed and return 0.
-        chunk_size: rows per chunk (default :data:`DEFAULT_CHUNK_SIZE` = 256).
-
-    Returns:
-        [...] float32 (float64 for float64 inputs) distances in [0, 1]; NaN where a valid row's logits
-        contain NaN or +inf.
-
-    Notation:
-        V vocabulary size; KL in bits; m the mixture; d the Jensen–Shannon distance.
-    """
-    _check_chunk_size(chunk_size)
-    if not (isinstance(logits_p, Tensor) and isinstance(logits_q, Tensor)):
-        raise ValueError("logits_p and logits_q must be tensors")
-    if logits_p.shape != logits_q.shape:
-        raise ValueError(
-            f"logits_p has shape {tuple(logits_p.shape)} but logits_q has shape {tuple(logits_q.shape)};"
-            " expected equal shapes [..., V]"
-        )
-    if logits_p.dim() < 1 or logits_p.shape[-1] < 1:
-        raise ValueError(f"logits have shape {tuple(logits_p.shape)}; expected [..., V] with V >= 1")
-    if not (logits_p.is_floating_point() and logits_q.is_floating_point()):
-        raise ValueError(f"logits must be floating point; got {logits_p.dtype} and {logits_q.dtype}")
-    lead, vocab = logits_p.shape[:-1], logits_p.shape[-1]
-    rows = math.prod(lead)
-    flat_p = logits_p.reshape(rows, vocab)  # [R, V]
-    flat_q = logits_q.reshape(rows, vocab)  # [R, V]
-    dtype = _compute_dtype(torch.promote_types(logits_p.dtype, logits_q.dtype))
-
-    def compute(idx: Tensor) -> Tensor:
-        return _jsd_nats_rows(flat_p[idx].to(dtype), flat_q[idx].to(dtype)).unsqueeze(0)  # [1, c]
-
-    return _chunked_distance(rows, compute, lead, mask, chunk_size, logits_p.device, dtype)[0]
-
-
-@torch.no_grad()
-def js_distance_from_hidden(
-    hidden_p: Tensor,
-    hidden_q: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    mask: Tensor | None = None,
-    *,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-) -> Tensor:
-    """:func:`js_distance` of the LM-head logits of two hidden-state tensors, never holding [T, V] logits.
-
-    Equals ``js_distance(hidden_p @ weight.T + bias, hidden_q @ weight.T + bias, mask)`` (DESIGN section
-    5: "project a chunk with the LM head, log-softmax both contexts, reduce per row"): each chunk of
-    ``chunk_size`` hidden rows is projected in float32 (float64 for float64 inputs), so the peak extra
-    memory is O(chunk_size · V) for the logits, plus one float32 copy of ``weight`` ([V, H]) when it is
-    stored in half precision (pass a float32 weight to avoid the copy; half-precision logits would be too
-    coarse for distances near 0). No gradient flows (``torch.no_grad``).
-
-    One context against several: ``hidden_q`` may have one more leading axis than ``hidden_p``
-    (``[C, ..., H]`` against ``[..., H]``, the full context against C leave-one-out contexts); then each
-    chunk of ``hidden_p`` is projected and log-softmaxed once and compared with all C, and the result
-    is ``[C, ...]``.
-
-    Args:
-        hidden_p: [..., H] float, last hidden states (after the final norm) under context C.
-        hidden_q: [..., H] same shape, under context C_−k; or [C, ..., H].
-        weight: [V, H] float, the LM head (``lm_head.weight``).
-        bias: [V] float, optional LM-head bias.
-        mask: [...] bool or 0/1, optional; masked rows return 0 and are not projected.
-        chunk_size: rows per chunk (default :data:`DEFAULT_CHUNK_SIZE` = 256).
-
-    Returns:
-        [...] (or [C, ...]) float32 (float64 for float64 inputs) distances in [0, 1].
-
-    Notation:
-        H hidden size, V vocabulary size, C contexts compared with C; logits = hidden @ weight.T + bias.
-    """
-    _check_chunk_size(chunk_size)
-    many = hidden_q.dim() == hidden_p.dim() + 1 and hidden_q.shape[1:] == hidden_p.shape
-    if hidden_p.shape != hidden_q.shape and not many:
-        raise ValueError(
-            f"hidden_p has shape {tuple(hidden_p.shape)} but hidden_q has shape {tuple(hidden_q.shape)};"
-            " expected equal shapes [..., H] or hidden_q [C, ..., H]"
-        )
-    if hidden_p.dim() < 1:
-        raise ValueError(f"hidden_p has shape {tuple(hidden_p.shape)}; expected [..., H]")
-    hid = hidden_p.shape[-1]
-    if weight.dim() != 2 or weight.shape[1] != hid or weight.shape[0] < 1:
-        raise ValueError(f"weight has shape {tuple(weight.shape)}; expected (V, H) with H = {hid}")
-    vocab = weight.shape[0]
-    if bias is not None and tuple(bias.shape) != (vocab,):
-        raise ValueError(f"bias has shape {tuple(bias.shape)}; expected (V,) = ({vocab},)")
-    if not (hidden_p.is_floating_point() and hidden_q.is_floating_point() and weight.is_floating_point()):
-        raise ValueError("hidden states and weight must be floating point")
-    lead = hidden_p.shape[:-1]
-    rows = math.prod(lead)
-    n_ctx = hidden_q.shape[0] if many else 1
-    flat_p = hidden_p.reshape(rows, hid)  # [R, H]
-    flat_q = hidden_q.reshape(n_ctx, rows, hid)  # [C, R, H]
-    dtype = _compute_dtype(torch.promote_types(hidden_p.dtype, weight.dtype))
-    w = weight.to(dtype)  # [V, H]
-    b = None if bias is None else bias.to(dtype)  # [V]
-
-    def log_probs(h: Tensor) -> Tensor:
-        return torch.log_softmax(torch.nn.functional.linear(h.to(dtype), w, b), dim=-1)  # [c, V]
-
-    def compute(idx: Tensor) -> Tensor:
-        logp = log_probs(flat_p[idx])  # [c, V]
-        p = logp.exp()  # [c, V]
-        return torch.stack(
-            [_jsd_nats_from_logprobs(logp, p, log_probs(flat_q[i, idx])) for i in range(n_ctx)]
-        )
-
-    out = _chunked_distance(rows, compute, lead, mask, chunk_size, hidden_p.device, dtype, n_ctx)  # [C, ...]
-    return out if many else out[0]
-
 
 # --------------------------------------------------------------------------------------------------
 # Token weights and allocation
 # --------------------------------------------------------------------------------------------------
 
-CreditMode = Callable[[Tensor | None, Tensor, torch.Generator | None], Tensor]
-"""Signature every credit mode shares: ``(distances, mask, generator) -> weights``.
+WeightsFn = Callable[[Tensor | None, Tensor, torch.Generator | None], Tensor]
+"""Signature of a scheme's weights function: ``(distances, mask, generator) -> weights``.
 
-- distances: [N, K', T] float, finite and >= 0, already 0 on padding (or None where the mode allows it);
+- distances: [N, K', T] float, finite and >= 0, already 0 on padding (None for schemes without replay);
 - mask: [N, T] bool;
-- generator: torch.Generator or None (only modes that draw random numbers use it);
+- generator: torch.Generator or None (only schemes that draw random numbers use it);
 - returns weights [N, K', T] (K' = 1 when distances is None) with mean 1 over each row's valid tokens
   (rows without valid tokens: all 0) and exactly 0 on padding."""
 
-CREDIT_MODES: Registry[CreditMode] = Registry("credit mode")
+CreditMode = WeightsFn  # the former name of the weights signature
+
+REPLAYS = ("none", "reward", "joint", "logprob")
+"""What a credit scheme needs from replay: nothing; one JS distance row per reward (C vs C_-k,
+[N, K, T]); one shared row (C vs C_-all, [N, 1, T]); or the sampled-token log-probability relevance
+|log pi(y_t | C) - log pi(y_t | C_-all)| ([N, 1, T], CoRT)."""
+
+
+@dataclass(frozen=True)
+class CreditScheme:
+    """A token credit scheme: how response-level advantages Â [N, K] become token advantages [N, T].
+
+    Attributes:
+        name: registry name (``credit`` in configs).
+        replay: what it needs from replay, one of :data:`REPLAYS`.
+        weights: its :data:`WeightsFn` (token weights of mean 1; :func:`allocate` mixes them with β).
+        token_level: False for the response-level scheme ``none`` (engines then hand their loss one
+            advantage per response instead of [N, T]).
+        ramped: the allocation strength ramps linearly from 0 to β over the first ``ramp_steps``
+            optimizer steps (CoRT).
+    """
+
+    name: str
+    replay: str
+    weights: WeightsFn
+    token_level: bool = True
+    ramped: bool = False
+
+
+CREDIT_SCHEMES: Registry[CreditScheme] = Registry("credit mode")
+CREDIT_MODES = CREDIT_SCHEMES  # the former name of the registry
+
+
+def register_scheme(
+    name: str, *, replay: str, token_level: bool = True, ramped: bool = False
+) -> Callable[[WeightsFn], WeightsFn]:
+    """Decorator: register ``fn`` as the weights function of a new :class:`CreditScheme` ``name``.
+
+    Example::
+
+        @register_scheme("squared", replay="reward")
+        def squared(distances, mask, generator):  # [N, K, T] -> [N, K, T], mean 1 over valid tokens
+            return token_weights(distances**2, mask, mode="reward")
+    """
+    if replay not in REPLAYS:
+        raise ValueError(f"replay={replay!r} must be one of {', '.join(REPLAYS)}")
+
+    def deco(fn: WeightsFn) -> WeightsFn:
+        CREDIT_SCHEMES.register(name)(CreditScheme(name, replay, fn, token_level, ramped))
+        return fn
+
+    return deco
 
 
 def _mean_normalized(distances: Tensor, mask: Tensor) -> Tensor:
@@ -314,13 +134,13 @@ def _needs_distances(mode: str, distances: Tensor | None) -> Tensor:
     return distances
 
 
-@CREDIT_MODES.register("reward")
+@register_scheme("reward", replay="reward")
 def _reward_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """MRTPO: one distance row per reward, distances [N, K, T]; w = d / mean_valid(d) per (j, k)."""
     return _mean_normalized(_needs_distances("reward", distances), mask)
 
 
-@CREDIT_MODES.register("joint")
+@register_scheme("joint", replay="joint")
 def _joint_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """Joint replay: one distance row per response (C vs C without every reward's segments), [N, 1, T],
     shared by all rewards; w = d / mean_valid(d)."""
@@ -333,7 +153,7 @@ def _joint_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generat
     return _mean_normalized(d, mask)
 
 
-@CREDIT_MODES.register("shuffled")
+@register_scheme("shuffled", replay="reward")
 def _shuffled_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """Control: the MRTPO weights of each (response, reward) row permuted uniformly at random among that
     row's valid tokens (padding stays padding), drawn from ``generator``."""
@@ -352,7 +172,7 @@ def _shuffled_mode(distances: Tensor | None, mask: Tensor, generator: torch.Gene
     return torch.zeros_like(w).scatter_(-1, order, w.gather(-1, perm))  # [N, K', T]
 
 
-@CREDIT_MODES.register("uniform")
+@register_scheme("uniform", replay="none")
 def _uniform_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """w = 1 on every valid token: the response-level method. Distances are ignored (may be None)."""
     m = mask[:, None, :].to(torch.float32 if distances is None else distances.dtype)  # [N, 1, T]
@@ -361,10 +181,20 @@ def _uniform_mode(distances: Tensor | None, mask: Tensor, generator: torch.Gener
     return m.expand(distances.shape).clone()  # [N, K', T]
 
 
-def _get_mode(mode: str) -> CreditMode:
-    if mode not in CREDIT_MODES:
-        raise ValueError(f"unknown credit mode {mode!r}; known: {', '.join(CREDIT_MODES.names())}")
-    return CREDIT_MODES.get(mode)
+register_scheme("none", replay="none", token_level=False)(_uniform_mode)  # response level: Σ_k Â[j, k]
+register_scheme("cort", replay="logprob", ramped=True)(_joint_mode)  # CoRT: w = rel / mean rel, β ramped
+
+
+def scheme(name: str) -> CreditScheme:
+    """The registered :class:`CreditScheme` ``name``; ValueError listing the known names otherwise."""
+    try:
+        return CREDIT_SCHEMES.get(name)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
+
+
+def _get_mode(mode: str) -> WeightsFn:
+    return scheme(mode).weights
 
 
 def _bool_mask(mask: Tensor) -> Tensor:
@@ -381,8 +211,9 @@ def _bool_mask(mask: Tensor) -> Tensor:
     return mask
 
 
-def _check_distances(distances: Tensor, mask: Tensor) -> None:
-    """Raise ValueError naming (response, reward, token) of the first non-finite or negative valid entry."""
+def _valid_distances(distances: Tensor, mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """``distances`` [N, K', T] in ``dtype`` with 0 on padding; ValueError naming (response, reward,
+    token) of the first non-finite or negative entry on a valid token."""
     valid = mask[:, None, :].expand(distances.shape)  # [N, K', T]
     bad = valid & ~(torch.isfinite(distances) & (distances >= 0))
     if bad.any():
@@ -392,6 +223,7 @@ def _check_distances(distances: Tensor, mask: Tensor) -> None:
             f"distances[{j}, {k}, {t}] = {value} on a valid token (response {j}, reward {k}, token {t}); "
             "distances must be finite and >= 0 wherever mask is 1"
         )
+    return torch.where(valid, distances.to(dtype), torch.zeros((), dtype=dtype, device=distances.device))
 
 
 @torch.no_grad()
@@ -409,10 +241,10 @@ def token_weights(
         w[j, k, t] = d[j, k, t] / mean_{t valid} d[j, k, :]     (w = 1 on valid t if that mean is 0)
         w[j, k, t] = 0                                          on padding (mask[j, t] = 0)
 
-    Modes (:data:`CREDIT_MODES`): ``reward`` (MRTPO, K' = K rows, one per reward); ``joint`` (K' = 1
-    shared row); ``shuffled`` (the ``reward`` weights permuted at random among each row's valid tokens,
-    using ``generator``; the control of the paper's Table 5); ``uniform`` (w = 1; ``distances`` may be
-    None, then K' = 1). Values of ``distances`` on padding are ignored (may be NaN).
+    Modes (:data:`CREDIT_SCHEMES`): ``reward`` (MRTPO, K' = K rows, one per reward); ``joint`` and
+    ``cort`` (K' = 1 shared row); ``shuffled`` (the ``reward`` weights permuted at random among each
+    row's valid tokens, using ``generator``; the control of the paper's Table 5); ``uniform`` and
+    ``none`` (w = 1; ``distances`` may be None, then K' = 1). Values of ``distances`` on padding are ignored (may be NaN).
 
     Args:
         distances: [N, K', T] float, Jensen–Shannon distances (finite, >= 0 on valid tokens), or None
@@ -444,12 +276,8 @@ def token_weights(
                 "(from mask)"
             )
         mask = mask.to(distances.device)
-        _check_distances(distances, mask)
         dtype = distances.dtype if distances.is_floating_point() else torch.float32
-        dtype = torch.promote_types(dtype, torch.float32)
-        distances = torch.where(
-            mask[:, None, :], distances.to(dtype), torch.zeros((), dtype=dtype, device=distances.device)
-        )  # [N, K', T], 0 on padding
+        distances = _valid_distances(distances, mask, torch.promote_types(dtype, torch.float32))
     return fn(distances, mask, generator)
 
 
@@ -485,7 +313,8 @@ def allocate(
         distances: [N, K, T] or [N, 1, T] float, replay distances d (None allowed for ``uniform``).
         mask: [N, T] bool or 0/1, 1 on response tokens.
         beta: allocation strength β in [0, 1] (default 0.5).
-        mode: credit mode, one of ``CREDIT_MODES`` (``reward``, ``joint``, ``shuffled``, ``uniform``).
+        mode: a registered credit scheme (``reward``, ``joint``, ``shuffled``, ``uniform``, ``none``,
+            ``cort``, or one added with :func:`register_scheme`).
         generator: torch.Generator for ``shuffled``.
 
     Returns:
@@ -499,7 +328,7 @@ def allocate(
         N responses, K rewards, T response tokens; Â per-reward advantages; d Jensen–Shannon distances;
         w token weights (mean 1 per response and reward); β allocation strength; S token advantages.
     """
-    _get_mode(mode)  # validate the name before any other work
+    fn = _get_mode(mode)  # validate the name before any other work
     if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not (0.0 <= float(beta) <= 1.0):
         raise ValueError(f"beta={beta!r} must be a number in [0, 1]")
     beta = float(beta)
@@ -535,11 +364,13 @@ def allocate(
         d = distances.to(device=adv.device, dtype=dtype)  # [N, K', T]
         # Pairs with Â = 0 are ignored: their distances (0 or NaN from a skipped replay) become 0.
         ignored = adv == 0 if shape[1] == k else (adv == 0).all(dim=1, keepdim=True)  # [N, K']
-        d = torch.where(ignored[:, :, None], torch.zeros((), dtype=dtype, device=d.device), d)
+        d = _valid_distances(
+            torch.where(ignored[:, :, None], torch.zeros((), dtype=dtype, device=d.device), d), mask, dtype
+        )
     else:
         d = None
 
-    w = token_weights(d, mask, mode=mode, generator=generator).to(dtype)  # [N, K', T]
+    w = fn(d, mask, generator).to(dtype)  # [N, K', T]
     m = mask.to(dtype)  # [N, T]
     base = adv.sum(dim=1, keepdim=True) * m  # [N, T]  Σ_k Â[j, k] on valid tokens
     if w.shape[1] == 1:

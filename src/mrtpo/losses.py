@@ -32,6 +32,8 @@ import math
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from mrtpo.head import DEFAULT_CHUNK_SIZE, LogitHead, row_chunks
+
 DIVERGENCES = ("jsd", "forward_kl")
 
 
@@ -64,13 +66,12 @@ def forward_kl(logp_teacher: torch.Tensor, logp_student: torch.Tensor) -> torch.
     return (logp_teacher.exp() * (logp_teacher - logp_student)).sum(-1)
 
 
-def _chunk_divergence(h_s, h_t, weight, bias, divergence: str, beta: float, temperature: float):
+def _chunk_divergence(h_s, h_t, head: LogitHead, divergence: str, beta: float, temperature: float):
     """Divergence of one chunk of rows: project both with the LM head in fp32, log-softmax, reduce."""
-    z_s = torch.nn.functional.linear(h_s.float(), weight.float(), None if bias is None else bias.float())
+    z_s = head.logits(h_s)  # [c, V], gradient into h_s and the head weight
     with torch.no_grad():
-        z_t = torch.nn.functional.linear(
-            h_t.float(), weight.detach().float(), None if bias is None else bias.float()
-        )
+        bias = None if head.bias is None else head.bias.detach()
+        z_t = head.logits(h_t, head.weight.detach(), bias)  # [c, V]
     logq = torch.log_softmax(z_s / temperature, dim=-1)  # [c, V]
     logp = torch.log_softmax(z_t / temperature, dim=-1)  # [c, V], no grad
     if divergence == "jsd":
@@ -88,7 +89,9 @@ def distill_divergence_from_hidden(
     divergence: str = "jsd",
     beta: float = 0.5,
     temperature: float = 1.0,
-    chunk_size: int = 256,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    scale: float = 1.0,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Per-token OPSD divergence between teacher and student next-token distributions.
 
@@ -107,6 +110,8 @@ def distill_divergence_from_hidden(
         beta: JSD mixture weight, in (0, 1).
         temperature: logits are divided by it before the softmax.
         chunk_size: rows per chunk.
+        scale, softcap: the model's logit transform (:class:`mrtpo.head.LogitHead`; read them with
+            :func:`mrtpo.head.head_of`), applied before the temperature as the model's own logits.
 
     Returns:
         [N, T] float32 divergence in nats; 0 at masked tokens.
@@ -117,8 +122,6 @@ def distill_divergence_from_hidden(
         raise ValueError(
             f"h_student {tuple(h_student.shape)} and h_teacher {tuple(h_teacher.shape)} must both be [N, T, H]"
         )
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     N, T, _ = h_student.shape
     if mask is None:
         mask = torch.ones(N, T, dtype=torch.bool, device=h_student.device)
@@ -127,17 +130,16 @@ def distill_divergence_from_hidden(
     idx = mask.reshape(-1).nonzero(as_tuple=True)[0]  # [M]
     hs = h_student.reshape(N * T, -1)[idx]  # [M, H]
     ht = h_teacher.detach().reshape(N * T, -1)[idx]  # [M, H]
+    head = LogitHead.from_tensors(weight, bias, scale, softcap)
     parts = []
-    for start in range(0, idx.numel(), chunk_size):
-        sl = slice(start, start + chunk_size)
+    for sl in row_chunks(idx.numel(), chunk_size):
         if torch.is_grad_enabled() and (hs.requires_grad or weight.requires_grad):
             parts.append(
                 checkpoint(
                     _chunk_divergence,
                     hs[sl],
                     ht[sl],
-                    weight,
-                    bias,
+                    head,
                     divergence,
                     beta,
                     temperature,
@@ -145,7 +147,7 @@ def distill_divergence_from_hidden(
                 )
             )
         else:
-            parts.append(_chunk_divergence(hs[sl], ht[sl], weight, bias, divergence, beta, temperature))
+            parts.append(_chunk_divergence(hs[sl], ht[sl], head, divergence, beta, temperature))
     flat = torch.zeros(N * T, dtype=torch.float32, device=h_student.device)
     if parts:
         flat = flat.index_put((idx,), torch.cat(parts))

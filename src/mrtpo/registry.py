@@ -41,6 +41,12 @@ class Registry(Generic[T]):
             known = ", ".join(sorted(self._entries)) or "(none)"
             raise KeyError(f"unknown {self.kind} {name!r}; known: {known}") from None
 
+    def remove(self, name: str) -> T:
+        """Unregister ``name`` and return its object (KeyError listing the names when absent)."""
+        obj = self.get(name)
+        del self._entries[name]
+        return obj
+
     def names(self) -> list[str]:
         return sorted(self._entries)
 

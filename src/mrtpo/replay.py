@@ -47,6 +47,7 @@ from typing import Any, Literal
 import torch
 
 from mrtpo import credit
+from mrtpo.head import PROJECTIONS, LogitHead, head_of, row_chunks
 from mrtpo.prompt import Segment, assemble
 
 DEFAULT_TOKEN_BUDGET = 16384
@@ -304,7 +305,7 @@ def make_requests(
 # --------------------------------------------------------------------------------------------------
 
 
-PROJECTION_DTYPES = ("float32", "tf32", "bfloat16")
+PROJECTION_DTYPES = PROJECTIONS
 """Precision of the vocabulary projection ``hidden @ weight.T`` in :func:`replay` (softmax and JS always
 run in float32): "float32" exact (TF32 matmuls turned off for the projection even where the user turned
 them on), "tf32" (``torch.set_float32_matmul_precision("high")``: TF32 tensor cores on CUDA, no effect on
@@ -317,56 +318,9 @@ bits gives ``|z' - z| <= 2^(1-b) |h| |w_v|`` (bfloat16: b = 8, TF32: b = 11).
 
 
 @dataclass
-class _Head:
-    """The LM head as ``logits = softcap(scale * (h @ weight.T + bias))``.
-
-    ``scale`` covers Cohere's ``logit_scale`` (multiply) and Granite's ``logits_scaling`` (divide);
-    ``softcap`` Gemma 2/3's ``final_logit_softcapping`` (``cap * tanh(logits / cap)``). ``module`` is the
-    output-embedding module: its weight is looked up at every :func:`replay` call (under FSDP2 the
-    Parameter object is replaced after each backward), never cached with the rest of the model info.
-    """
-
-    module: Any
-    scale: float = 1.0
-    softcap: float | None = None
-
-    @property
-    def weight(self) -> torch.Tensor:  # [V, H], as registered now (may be sharded)
-        return self.module.weight
-
-    @property
-    def bias(self) -> torch.Tensor | None:  # [V]
-        return getattr(self.module, "bias", None)
-
-    @property
-    def linear(self) -> bool:
-        return self.scale == 1.0 and self.softcap is None
-
-    def logits(
-        self,
-        hidden: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None = None,
-        projection_dtype: str = "float32",
-    ) -> torch.Tensor:
-        """``hidden: [..., H]`` -> ``[..., V] float32``; ``weight: [V, H]`` full (gathered) weight."""
-        if projection_dtype == "bfloat16":
-            z = (hidden.to(torch.bfloat16) @ weight.to(torch.bfloat16).T).float()
-        else:
-            z = hidden.float() @ weight.float().T
-        if bias is not None:
-            z = z + bias.float()
-        if self.scale != 1.0:
-            z = z * self.scale
-        if self.softcap is not None:
-            z = torch.tanh(z / self.softcap) * self.softcap
-        return z
-
-
-@dataclass
 class _ModelInfo:
     body: Any
-    head: _Head
+    head: LogitHead
     prefix_cache: bool  # the body returns a plain DynamicCache of full-attention layers
 
 
@@ -390,26 +344,6 @@ def _last_hidden(out: Any) -> torch.Tensor:
     return out[0] if h is None else h
 
 
-def _head_of(model: Any) -> _Head:
-    get = getattr(model, "get_output_embeddings", None)
-    lin = get() if callable(get) else getattr(model, "lm_head", None)
-    if lin is None or not hasattr(lin, "weight"):
-        raise ValueError(
-            f"replay: {type(model).__name__} has no output embedding (lm_head) to project hidden states"
-        )
-    cfg = getattr(model, "config", None)
-    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    scale = 1.0
-    logit_scale = getattr(model, "logit_scale", None)  # Cohere: logits * logit_scale
-    if isinstance(logit_scale, (int, float)) and not isinstance(logit_scale, bool):
-        scale *= float(logit_scale)
-    logits_scaling = getattr(text, "logits_scaling", None)  # Granite: logits / logits_scaling
-    if isinstance(logits_scaling, (int, float)) and logits_scaling not in (0, 1):
-        scale /= float(logits_scaling)
-    softcap = getattr(text, "final_logit_softcapping", None)  # Gemma 2/3
-    return _Head(lin, scale, float(softcap) if softcap else None)
-
-
 def _model_info(model: Any) -> _ModelInfo:
     """Body, head (module and logit transform) and KV-cache support of ``model``, checked once per model.
 
@@ -424,7 +358,7 @@ def _model_info(model: Any) -> _ModelInfo:
         info = None
     if info is not None:
         return info
-    body, head = _decoder(model), _head_of(model)
+    body, head = _decoder(model), head_of(model)
     with full_weight(head.weight) as w, full_weight(head.bias) as bias:
         v = w.shape[0]
         probe = (torch.arange(6, device=w.device) * 7919 % v).unsqueeze(0)  # [1, 6] arbitrary ids
@@ -658,7 +592,7 @@ def _matmul_precision(projection_dtype: str) -> Iterator[None]:
 
 
 def _js_from_hidden(
-    head: _Head,
+    head: LogitHead,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     h_p: torch.Tensor,
@@ -682,11 +616,11 @@ def _js_from_hidden(
             # one projection + log-softmax of the full context per chunk, shared by the K' contexts
             return credit.js_distance_from_hidden(h_p, h_q, weight, bias, chunk_size=chunk_size).float()
         out = torch.empty(kk, t, dtype=torch.float32, device=h_q.device)
-        for s in range(0, t, chunk_size):
-            lp = head.logits(h_p[s : s + chunk_size], weight, bias, projection_dtype)  # [c, V]
+        for rows in row_chunks(t, chunk_size):
+            lp = head.logits(h_p[rows], weight, bias, projection_dtype)  # [c, V]
             for k in range(kk):
-                lq = head.logits(h_q[k, s : s + chunk_size], weight, bias, projection_dtype)  # [c, V]
-                out[k, s : s + chunk_size] = credit.js_distance(lp, lq, chunk_size=chunk_size).float()
+                lq = head.logits(h_q[k, rows], weight, bias, projection_dtype)  # [c, V]
+                out[k, rows] = credit.js_distance(lp, lq, chunk_size=chunk_size).float()
         return out
 
 

@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from mrtpo.records import SampleRecord
+
 __all__ = [
     "CreditView",
     "credit_view",
@@ -54,8 +56,6 @@ __all__ = [
 ]
 
 DEFAULT_BETA = 0.5
-SKIP_TOL = 1e-8
-"""A null distance row is accepted where |Â[k]| is at most this (the trainer's replay skips such pairs)."""
 
 _DIST_RGB = (217, 72, 1)  # dark orange (distance)
 _POS_RGB = (33, 102, 172)  # blue (positive advantage)
@@ -125,19 +125,6 @@ class CreditView:
         return out
 
 
-def _number_list(value: Any, name: str, size: int | None = None) -> list[float]:
-    if not isinstance(value, (list, tuple)):
-        raise ValueError(f"{name} must be a list of numbers, got {type(value).__name__}")
-    out = []
-    for i, x in enumerate(value):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-            raise ValueError(f"{name}[{i}] = {x!r}; expected a finite number")
-        out.append(float(x))
-    if size is not None and len(out) != size:
-        raise ValueError(f"{name} has {len(out)} entries; expected {size}")
-    return out
-
-
 def _display_tokens(tokens: list[str], response: str | None) -> list[str]:
     """Token strings for display, spelling the response where possible.
 
@@ -165,7 +152,7 @@ def _display_tokens(tokens: list[str], response: str | None) -> list[str]:
 
 
 def credit_view(
-    record: dict[str, Any], *, beta: float | None = DEFAULT_BETA, where: str = "record"
+    record: dict[str, Any] | SampleRecord, *, beta: float | None = DEFAULT_BETA, where: str = "record"
 ) -> CreditView:
     """Compute the response-level and MRTPO token advantages of a samples.jsonl record.
 
@@ -183,58 +170,29 @@ def credit_view(
     import torch
 
     from mrtpo import credit
+    from mrtpo.advantages import ACTIVE_TOL
 
-    if not isinstance(record, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    for key in ("tokens", "reward_names", "advantages", "distances"):
-        if key not in record:
-            raise ValueError(f"{where}: field {key!r} is missing")
-    names = record["reward_names"]
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"{where}: reward_names must be a non-empty list of strings")
-    k = len(names)
-    tokens = record["tokens"]
-    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-        raise ValueError(f"{where}: tokens must be a list of strings")
-    t_len = len(tokens)
-    if t_len == 0:
-        raise ValueError(f"{where}: tokens is empty; nothing to explain")
-    adv = _number_list(record["advantages"], f"{where}: advantages", k)
-    rows = record["distances"]
+    rec = record if isinstance(record, SampleRecord) else SampleRecord.from_json(record, where)
+    names, tokens, adv = rec.reward_names, rec.tokens, rec.advantages
+    k, t_len = len(names), len(tokens)
+    rows = rec.distances
     if rows is None:  # a run without replay (response-level credit): nothing to redistribute
-        rows = [None] * k
-        mode = "none"
-    elif not isinstance(rows, list) or len(rows) not in (k, 1):
-        got = len(rows) if isinstance(rows, list) else type(rows).__name__
-        raise ValueError(f"{where}: distances has {got} rows; expected K={k} (one per reward) or 1 (joint)")
+        rows, mode = [None] * k, "none"
     else:
         mode = "reward" if len(rows) == k else "joint"
     dist = np.zeros((len(rows), t_len), dtype=np.float64)  # [K', T]
     skipped = []
     for i, row in enumerate(rows):
-        if row is None and mode == "none":
-            skipped.append(True)
-            continue
-        if row is None:  # replay skips pairs with |Â| <= 1e-8 (mrtpo.advantages.ACTIVE_TOL)
-            needed = abs(adv[i]) > SKIP_TOL if mode == "reward" else any(abs(a) > SKIP_TOL for a in adv)
+        if row is None and mode != "none":  # replay skips pairs with |Â| <= ACTIVE_TOL
+            needed = abs(adv[i]) > ACTIVE_TOL if mode == "reward" else any(abs(a) > ACTIVE_TOL for a in adv)
             if needed:
                 which = f"advantages[{i}] = {adv[i]}" if mode == "reward" else f"advantages = {adv}"
                 raise ValueError(f"{where}: distances[{i}] is null but {which} is not 0")
-            skipped.append(True)
-            continue
-        vals = _number_list(row, f"{where}: distances[{i}]", t_len)
-        if any(v < 0 for v in vals):
-            t = next(j for j, v in enumerate(vals) if v < 0)
-            raise ValueError(f"{where}: distances[{i}][{t}] = {vals[t]}; distances are >= 0")
-        dist[i] = vals
-        skipped.append(False)
-    rewards = record.get("rewards")
-    if rewards is not None:
-        rewards = _number_list(rewards, f"{where}: rewards", k)
-    if beta is None:
-        beta = record.get("beta", DEFAULT_BETA)
-        beta = DEFAULT_BETA if beta is None else beta
-    beta = float(beta)
+        if row is not None:
+            dist[i] = row
+        skipped.append(row is None)
+    rewards = rec.rewards
+    beta = float((DEFAULT_BETA if rec.beta is None else rec.beta) if beta is None else beta)
 
     a = torch.tensor([adv], dtype=torch.float64)  # [1, K]
     d = torch.from_numpy(dist)[None]  # [1, K', T]
@@ -250,9 +208,9 @@ def credit_view(
     weights = credit.token_weights(d, mask, mode=core_mode)[0]  # [K', T]
 
     logged, note = None, ""
-    if record.get("token_advantages") is not None:
-        logged = np.asarray(_number_list(record["token_advantages"], f"{where}: token_advantages", t_len))
-        rec_beta, rec_credit = record.get("beta"), record.get("credit")
+    if rec.token_advantages is not None:
+        logged = np.asarray(rec.token_advantages)
+        rec_beta, rec_credit = rec.beta, rec.credit
         diff = float(np.abs(logged - total.numpy()).max())
         if mode == "none":
             same_setting = rec_credit in (None, "none", "uniform")
@@ -263,21 +221,14 @@ def credit_view(
         else:
             note = f"logged token advantages (credit {rec_credit}, β={rec_beta}) differ by up to {diff:.3g}"
 
-    checked = {}
-    for name, mask_row in (record.get("checked_tokens") or {}).items():
-        if name in names and isinstance(mask_row, list) and len(mask_row) == t_len:
-            checked[name] = [int(bool(x)) for x in mask_row]
-        elif name in names:
-            raise ValueError(f"{where}: checked_tokens[{name!r}] must be a list of {t_len} 0/1 values")
-
-    method = str(record.get("method") or "response-level")
-    step = record.get("step")
+    method = rec.method or "response-level"
+    step = rec.step
     parts = (
         [where] + ([f"step {step}"] if step is not None else []) + [f"{method.upper()} vs MRTPO (β={beta:g})"]
     )
     return CreditView(
         title=" · ".join(parts),
-        tokens=_display_tokens(tokens, record.get("response")),
+        tokens=_display_tokens(tokens, rec.response),
         reward_names=list(names),
         rewards=rewards,
         advantages=a[0].numpy(),
@@ -293,13 +244,13 @@ def credit_view(
         token_total=total.numpy(),
         logged=logged,
         logged_note=note,
-        checked=checked,
-        prompt=record.get("prompt"),
-        response=record.get("response"),
-        notes=[str(n) for n in record.get("notes") or []]
+        checked=dict(rec.checked_tokens or {}),
+        prompt=rec.prompt,
+        response=rec.response,
+        notes=list(rec.notes or [])
         + (
             [
-                f"no replay distances in this record (credit {record.get('credit')!r}): the token-level column "
+                f"no replay distances in this record (credit {rec.credit!r}): the token-level column "
                 "equals the response level"
             ]
             if mode == "none"
@@ -783,7 +734,9 @@ def live_record(
     from mrtpo.analysis.localization import checked_token_mask, token_pieces, tokenize_with_offsets
 
     names = [v.name for v in verifiers]
-    adv = _number_list(list(advantages), "advantages", len(names))
+    adv = [float(a) for a in advantages]
+    if len(adv) != len(names) or not all(math.isfinite(a) for a in adv):
+        raise ValueError(f"advantages must be {len(names)} finite numbers (one per verifier); got {adv}")
     ids, offsets = tokenize_with_offsets(tokenizer, response)
     if not ids:
         raise ValueError("the response is empty after tokenization; nothing to explain")
@@ -811,21 +764,21 @@ def live_record(
             f"warning: the tokenizer does not reproduce the response: its {len(ids)} tokens decode to "
             f"{decoded[:80]!r} (unknown words, or a tokenizer that does not match the model)"
         )
-    return {
-        "step": None,
-        "example_id": getattr(example, "id", None),
-        "prompt": prompt,
-        "response": response,
-        "tokens": token_pieces(response, offsets),
-        "reward_names": names,
-        "rewards": [float(r) for r in rewards],
-        "advantages": adv,
-        "method": method,
-        "credit": mode,
-        "beta": float(beta),
-        "distances": rows,
-        "token_advantages": s.tolist(),
-        "checked_tokens": checked,
-        "replay": res.stats.as_dict(),
-        "notes": notes,
-    }
+    return SampleRecord(
+        step=None,
+        example_id=getattr(example, "id", None),
+        prompt=prompt,
+        response=response,
+        tokens=token_pieces(response, offsets),
+        reward_names=names,
+        rewards=[float(r) for r in rewards],
+        advantages=adv,
+        method=method,
+        credit=mode,
+        beta=float(beta),
+        distances=rows,
+        token_advantages=s.tolist(),
+        checked_tokens=checked,
+        notes=notes,
+        extra={"replay": res.stats.as_dict()},
+    ).to_json()

@@ -46,6 +46,7 @@ from mrtpo.analysis.localization import (
     pair_localization,
 )
 from mrtpo.analysis.runs import Run, find_run_dirs, group_by_method, load_run
+from mrtpo.records import SampleRecord
 
 __all__ = ["build_report", "localization_tables", "steps_table"]
 
@@ -101,22 +102,21 @@ def _upper_bounds(run: Run, names: list[str]) -> dict[str, float]:
 
 def _record_pairs(record: dict[str, Any], upper: dict[str, float], top_k: Sequence[int], where: str):
     """Yield ``(reward, satisfied, PairLocalization | None)`` for each replayed (response, reward)."""
-    names = record.get("reward_names") or []
-    rows = record.get("distances")
-    if not names or not isinstance(rows, list):
+    rec = SampleRecord.from_json(record, where)
+    names, rows = rec.reward_names, rec.distances
+    if rows is None:
         return
-    rewards = record.get("rewards") or [None] * len(names)
-    checked = record.get("checked_tokens") or {}
+    rewards = rec.rewards or [None] * len(names)
+    checked = rec.checked_tokens or {}
     for k, name in enumerate(names):
-        row = rows[k] if len(rows) == len(names) else (rows[0] if len(rows) == 1 else None)
+        row = rows[k] if len(rows) == len(names) else rows[0]
         if row is None:
             continue
         try:
             pair = pair_localization(row, checked.get(name), top_k=top_k)
         except ValueError as e:
             raise ValueError(f"{where}, reward {name!r}: {e}") from None
-        r = rewards[k] if k < len(rewards) else None
-        sat = None if r is None else float(r) >= upper.get(name, 1.0) - 1e-9
+        sat = None if rewards[k] is None else float(rewards[k]) >= upper.get(name, 1.0) - 1e-9
         yield name, sat, pair
 
 

@@ -6,11 +6,12 @@ changes three seams:
 
 1. ``_calculate_rewards``: scores each response with the task's verifier objects (DESIGN section 4)
    and keeps the gathered reward matrix ``[N, K]`` (all processes);
-2. ``_generate_and_score_completions``: after TRL's own pass, replaces TRL's advantages with
-   ``mrtpo.advantages.compute(method, rewards [N, K], group_ids [N]) -> [N, K]``, slices this
-   process's rows and, when token credit is on, replays the local responses (``mrtpo.replay``) and
-   allocates (``mrtpo.credit.allocate``), handing TRL's loss advantages ``[B, T]``; with
-   ``credit="none"`` TRL gets the row sums ``[B]`` (the response-level method);
+2. ``_generate_and_score_completions``: after TRL's own pass, replaces TRL's advantages with those
+   of the core's credit step, ``mrtpo.step.credit_step``: ``Â = mrtpo.advantages.compute(method,
+   rewards [N, K], group_ids [N]) -> [N, K]``, this process's rows, the replay the credit scheme asks
+   for (:meth:`MRTPOTrainer._replay` for distances, :meth:`MRTPOTrainer._cort` for CoRT's relevance)
+   and the allocation, handing TRL's loss advantages ``[B, T]``; with a response-level scheme
+   (``credit="none"``) TRL gets the row sums ``[B]``;
 3. ``_compute_loss``: only for the OPSD baseline (``loss="opsd"``), a self-distillation divergence
    (``mrtpo.losses``) instead of the policy-gradient surrogate.
 
@@ -64,6 +65,7 @@ from trl.trainer.utils import RepeatSampler
 from mrtpo import advantages as adv_registry
 from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
+from mrtpo.head import head_of
 from mrtpo.integrations import data as data_mod
 from mrtpo.integrations import sharding as sharding_mod
 from mrtpo.integrations.passes import left_pad_concat, response_hidden
@@ -73,20 +75,14 @@ from mrtpo.integrations.run_logging import (
     append_jsonl,
     write_run_json,
 )
-from mrtpo.losses import (
-    DIVERGENCES,
-    cort_relevance,
-    distill_divergence_from_hidden,
-    linear_ramp,
-    masked_token_mean,
-)
+from mrtpo.losses import DIVERGENCES, cort_relevance, distill_divergence_from_hidden, masked_token_mean
 from mrtpo.prompt import has_privileged
+from mrtpo.records import SampleRecord
+from mrtpo.step import credit_step
 from mrtpo.tasks.base import Example, Task
 
 logger = logging.getLogger(__name__)
 
-CREDITS = ("reward", "joint", "shuffled", "uniform", "none", "cort")
-REPLAY_SHARDING = ("auto", "gather", "lockstep", "none")
 LOSSES = ("policy", "opsd")
 
 
@@ -118,13 +114,14 @@ class MRTPOConfig(GRPOConfig):
             "{'whiten': 'token'} (the trainer passes the response lengths), {'gamma': 0.5} for sa_mrpo."
         },
     )
-    credit: Literal["reward", "joint", "shuffled", "uniform", "none", "cort"] = field(
+    credit: str = field(
         default="reward",
         metadata={
-            "help": "Token credit: 'reward' (MRTPO, one replay distance per reward), 'joint' (one "
-            "distance without every reward's information), 'shuffled' (MRTPO weights permuted: the "
-            "control), 'uniform' (w = 1, [B, T] advantages equal to the response level), 'none' "
-            "(TRL gets [B] row sums), 'cort' (CoRT baseline: sampled-token log-prob difference)."
+            "help": "Token credit, a scheme of mrtpo.credit.CREDIT_SCHEMES: 'reward' (MRTPO, one replay "
+            "distance per reward), 'joint' (one distance without every reward's information), 'shuffled' "
+            "(MRTPO weights permuted: the control), 'uniform' (w = 1, [B, T] advantages equal to the "
+            "response level), 'none' (TRL gets [B] row sums), 'cort' (CoRT baseline: sampled-token log-prob "
+            "difference), or one registered with mrtpo.credit.register_scheme."
         },
     )
     credit_beta: float = field(
@@ -218,8 +215,10 @@ class MRTPOConfig(GRPOConfig):
             raise ValueError(
                 f"advantage_method={self.advantage_method!r} is unknown; known: {', '.join(adv_registry.available())}"
             )
-        if self.credit not in CREDITS:
-            raise ValueError(f"credit={self.credit!r} must be one of {', '.join(CREDITS)}")
+        if self.credit not in credit_mod.CREDIT_SCHEMES:
+            raise ValueError(
+                f"credit={self.credit!r} must be one of {', '.join(credit_mod.CREDIT_SCHEMES.names())}"
+            )
         if isinstance(self.credit_beta, bool) or not 0.0 <= float(self.credit_beta) <= 1.0:
             raise ValueError(f"credit_beta={self.credit_beta!r} must be a number in [0, 1]")
         if self.loss not in LOSSES:
@@ -248,9 +247,9 @@ class MRTPOConfig(GRPOConfig):
                 f"replay_projection_dtype={self.replay_projection_dtype!r} must be one of "
                 f"{', '.join(replay_mod.PROJECTION_DTYPES)}"
             )
-        if self.replay_sharding not in REPLAY_SHARDING:
+        if self.replay_sharding not in sharding_mod.SETTINGS:
             raise ValueError(
-                f"replay_sharding={self.replay_sharding!r} must be one of {', '.join(REPLAY_SHARDING)}"
+                f"replay_sharding={self.replay_sharding!r} must be one of {', '.join(sharding_mod.SETTINGS)}"
             )
 
 
@@ -400,8 +399,6 @@ class MRTPOTrainer(GRPOTrainer):
         hi = torch.tensor([b[1] for b in self.reward_bounds])
         rewards = torch.stack([lo, hi])  # [2, K]
         opts = dict(args.advantage_options or {})
-        if opts.get("whiten") == "token":
-            opts["lengths"] = torch.ones(2)
         weights = (
             None if args.reward_weights is None else torch.tensor(args.reward_weights, dtype=torch.float32)
         )
@@ -410,7 +407,14 @@ class MRTPOTrainer(GRPOTrainer):
                 f"reward_weights has {weights.numel()} entries; expected K={k} ({self.reward_names})"
             )
         adv_registry.compute(
-            args.advantage_method, rewards, [0, 0], weights=weights, reward_min=lo, reward_max=hi, **opts
+            args.advantage_method,
+            rewards,
+            [0, 0],
+            weights=weights,
+            reward_min=lo,
+            reward_max=hi,
+            lengths=torch.ones(2),
+            **opts,
         )
 
     def _run_json(self) -> dict[str, Any]:
@@ -516,8 +520,9 @@ class MRTPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ seam 2: advantages
 
     def _generate_and_score_completions(self, inputs):
-        reuse = self._reuse_ok and self.args.credit in ("reward", "joint", "shuffled")
-        self._captured = [] if reuse else None
+        a = self.args
+        scheme = credit_mod.scheme(a.credit)
+        self._captured = [] if self._reuse_ok and scheme.replay in ("reward", "joint") else None
         try:
             out = super()._generate_and_score_completions(inputs)
         finally:
@@ -530,32 +535,44 @@ class MRTPOTrainer(GRPOTrainer):
         pi = self.accelerator.process_index
         rows = slice(pi * b, (pi + 1) * b)
         device = self.accelerator.device
-
-        # response-level advantages from the gathered reward matrix, then this process's rows
-        a = self.args
-        opts = dict(a.advantage_options or {})
         lengths_local = out["completion_mask"].sum(1).float()  # [B]
-        if opts.get("whiten") == "token":
-            opts["lengths"] = gather(lengths_local).cpu()
-        weights = None if a.reward_weights is None else torch.tensor(a.reward_weights, dtype=torch.float32)
-        bounds = torch.tensor(self.reward_bounds, dtype=torch.float32)  # [K, 2]
-        group_ids = torch.arange(n) // g
-        adv_all = adv_registry.compute(
-            a.advantage_method,
-            scored.rewards.cpu(),
-            group_ids,
-            weights=weights,
-            reward_min=bounds[:, 0],
-            reward_max=bounds[:, 1],
-            **opts,
-        ).float()  # [N, K]
-        adv_local = adv_all[rows].to(device)  # [B, K]
-        # pairs whose advantage is 0 up to rounding (a reward constant in its group) are not replayed
-        active = adv_local.abs() > adv_registry.ACTIVE_TOL  # [B, K]
         mask = out["completion_mask"]
         if "tool_mask" in out:
             mask = mask * out["tool_mask"]
         mask = mask.bool()  # [B, T]
+        bounds = torch.tensor(self.reward_bounds, dtype=torch.float32)  # [K, 2]
+        stats: list[dict[str, Any]] = []
+
+        def distances(replay: str, adv_local: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+            if replay == "logprob":
+                d, st = self._cort(out, scored, adv_local, active, mask, captured)
+            else:
+                d, st = self._replay(out, scored, adv_local * active, captured, replay)
+            stats.append(st)
+            return d
+
+        # the one credit step of mrtpo.step: Â [N, K] of the gathered batch, replay, token advantages [B, T]
+        res = credit_step(
+            scored.rewards.cpu(),
+            torch.arange(n) // g,
+            mask,
+            method=a.advantage_method,
+            options=a.advantage_options,
+            weights=None if a.reward_weights is None else torch.tensor(a.reward_weights, dtype=torch.float32),
+            reward_min=bounds[:, 0],
+            reward_max=bounds[:, 1],
+            lengths=gather(lengths_local).cpu(),
+            credit_mode="none" if a.loss == "opsd" else a.credit,
+            beta=a.credit_beta,
+            distances=distances,
+            rows=rows,
+            generator=torch.Generator(device=device).manual_seed(
+                int(a.seed) * 1_000_003 + self.state.global_step * 1009 + pi
+            ),
+            step=self.state.global_step,
+            ramp_steps=a.cort_ramp_steps,
+        )
+        adv_all, adv_local, active, distances = res.advantages, res.local, res.active, res.distances
 
         trl_adv_local = out["advantages"].detach().cpu()  # [B], TRL's own aggregation (kept for comparison)
         for _ in range(min(n, len(self._logs["advantages"]))):  # the completions table shows ours
@@ -563,36 +580,16 @@ class MRTPOTrainer(GRPOTrainer):
         self._logs["advantages"].extend(adv_all.sum(1).tolist())
         self._log_batch_metrics(mode, scored, adv_all, lengths_local)
 
-        distances = None
-        stats = None
+        token_adv = res.token_advantages if scheme.token_level and a.loss != "opsd" else None
         if a.loss == "opsd":
             out["advantages"] = torch.zeros(b, device=device)
             out["opsd_full_ids"] = [self._full_ids(ex) for ex in scored.examples]
-            token_adv = None
-        elif a.credit == "none":
-            out["advantages"] = adv_local.sum(1)  # [B]
-            token_adv = None
-        elif a.credit == "uniform":
-            token_adv = credit_mod.allocate(adv_local, None, mask, beta=a.credit_beta, mode="uniform")
-            out["advantages"] = token_adv
-        elif a.credit == "cort":
-            token_adv, distances, stats = self._cort(out, scored, adv_local, active, mask, captured)
-            out["advantages"] = token_adv
         else:
-            distances, stats = self._replay(out, scored, adv_local * active, captured)
-            gen = (
-                torch.Generator(device=device).manual_seed(
-                    int(a.seed) * 1_000_003 + self.state.global_step * 1009 + pi
-                )
-                if a.credit == "shuffled"
-                else None
-            )
-            token_adv = credit_mod.allocate(
-                adv_local, distances, mask, beta=a.credit_beta, mode=a.credit, generator=gen
-            )
-            out["advantages"] = token_adv
-        if stats is not None:
-            self._log_replay_metrics(mode, scored, distances, stats, mask)
+            out["advantages"] = res.token_advantages if scheme.token_level else res.response_advantages
+        if scheme.ramped:
+            self._metrics[mode]["cort/beta"].append(res.beta)
+        if stats:
+            self._log_replay_metrics(mode, scored, distances, stats[0], mask)
 
         self.last_batch = {
             "rewards": scored.rewards.detach().cpu(),
@@ -656,11 +653,11 @@ class MRTPOTrainer(GRPOTrainer):
             res.append(hidden[j, :t] if ctx.full_is_rollout else None)
         return res
 
-    def _replay(self, out, scored, adv_local, captured):
-        """Distances [B, K', T] (K' = K, or 1 for joint) of the local responses, and the replay stats."""
+    def _replay(self, out, scored, adv_local, captured, mode="reward"):
+        """Distances [B, K', T] (K' = K for mode "reward", 1 for "joint") of the local responses, and the
+        replay stats; pairs whose ``adv_local`` is 0 are skipped."""
         contexts = self._contexts(scored.examples)
         full_hidden = self._reusable_hidden(out, contexts, scored, captured)
-        mode = "joint" if self.args.credit == "joint" else "reward"
         reqs = replay_mod.make_requests(
             contexts, scored.completion_ids, mode=mode, advantages=adv_local.cpu(), full_hidden=full_hidden
         )
@@ -692,7 +689,7 @@ class MRTPOTrainer(GRPOTrainer):
         return d, stats
 
     def _cort(self, out, scored, adv_local, active, mask, captured):
-        """CoRT token advantages [B, T], relevance [B, 1, T] and stats (module docstring)."""
+        """CoRT relevance [B, 1, T] of the responses whose response advantage is not 0, and stats."""
         t0 = time.perf_counter()
         contexts = self._contexts(scored.examples)
         resp_adv = adv_local.sum(1, keepdim=True)  # [B, 1]
@@ -734,9 +731,6 @@ class MRTPOTrainer(GRPOTrainer):
             rel[run] = cort_relevance(logp_full[:k], logp_joint[:k], mask[run])
         replayed = torch.zeros(b, 1, dtype=torch.bool, device=rel.device)  # [B, 1]
         replayed[run] = True
-        strength = linear_ramp(self.state.global_step, self.args.credit_beta, self.args.cort_ramp_steps)
-        token_adv = credit_mod.allocate(resp_adv, rel[:, None, :], mask, beta=strength, mode="reward")
-        self._metrics["train" if self.model.training else "eval"]["cort/beta"].append(strength)
         stats = {
             "fpe": fpe * len(run) / max(1, b),
             "seconds": time.perf_counter() - t0,
@@ -744,7 +738,7 @@ class MRTPOTrainer(GRPOTrainer):
             "pairs": b,
             "replayed": replayed,
         }
-        return token_adv, rel[:, None, :], stats
+        return rel[:, None, :], stats
 
     def _sampled_logps(self, contexts, completion_ids, completion_mask):
         """log pi(y_t | context, y_<t) of the sampled tokens at the sampling temperature: [b, T] (TRL's pass)."""
@@ -786,13 +780,10 @@ class MRTPOTrainer(GRPOTrainer):
             unwrapped.train(was_training)
         replay_mod.finish_body_calls(unwrapped)  # FSDP2: the teacher ran the body without the head
         self._replay_sharding()  # resolves once; refuses ZeRO-3 (the head weight is read directly below)
-        head = unwrapped.get_output_embeddings()
+        head = head_of(unwrapped)  # the LM head with the model's logit transform (soft-capping, scaling)
         # FSDP2: a sharded head weight is gathered with full_tensor() (differentiable: its gradient is
         # reduce-scattered back); after the student's forward it is usually whole already
-        with (
-            replay_mod.full_weight(head.weight) as weight,
-            replay_mod.full_weight(getattr(head, "bias", None)) as bias,
-        ):
+        with replay_mod.full_weight(head.weight) as weight, replay_mod.full_weight(head.bias) as bias:
             div = distill_divergence_from_hidden(
                 h_s,
                 h_t,
@@ -803,6 +794,8 @@ class MRTPOTrainer(GRPOTrainer):
                 beta=self.args.opsd_beta,
                 temperature=self.temperature,
                 chunk_size=self.args.replay_chunk_size,
+                scale=head.scale,
+                softcap=head.softcap,
             )  # [B, T]
         loss = masked_token_mean(div, mask)
         mode = "train" if self.model.training else "eval"
@@ -906,34 +899,34 @@ class MRTPOTrainer(GRPOTrainer):
         for j in range(min(a.log_samples, len(scored.examples))):
             ids = scored.completion_ids[j]
             t = int(mask[j].sum().item()) if token_adv is not None else len(ids)
-            rec = {
-                "step": step,
-                "prompt": "\n\n".join(msg["content"] for msg in scored.examples[j].messages()),
-                "response": scored.texts[j],
-                "tokens": [tok.decode([i]) for i in ids[:t]],
-                "reward_names": self.reward_names,
-                "rewards": scored.rewards[self.accelerator.process_index * len(scored.examples) + j].tolist(),
-                "advantages": adv_local[j].tolist(),
-                "method": a.advantage_method,
-                "credit": a.credit,
-                "beta": a.credit_beta,
-                "distances": None,
-                "token_advantages": (
-                    token_adv[j, :t] if token_adv is not None else adv_local[j].sum().expand(t)
-                ).tolist(),
-            }
+            rows = None
             if distances is not None:
                 if distances.shape[1] == len(self.reward_names):
-                    rec["distances"] = [
+                    rows = [
                         distances[j, k, :t].tolist() if active[j, k] else None
                         for k in range(distances.shape[1])
                     ]
                 else:
-                    rec["distances"] = [distances[j, 0, :t].tolist()]
+                    rows = [distances[j, 0, :t].tolist()]
             checked = self._checked_masks(scored, j)
-            if checked:
-                rec["checked_tokens"] = {
-                    self.reward_names[k]: cm[:t].int().tolist() for k, cm in checked.items()
-                }
-            records.append(rec)
+            rec = SampleRecord(
+                step=step,
+                prompt="\n\n".join(msg["content"] for msg in scored.examples[j].messages()),
+                response=scored.texts[j],
+                tokens=[tok.decode([i]) for i in ids[:t]],
+                reward_names=self.reward_names,
+                rewards=scored.rewards[self.accelerator.process_index * len(scored.examples) + j].tolist(),
+                advantages=adv_local[j].tolist(),
+                method=a.advantage_method,
+                credit=a.credit,
+                beta=a.credit_beta,
+                distances=rows,
+                token_advantages=(
+                    token_adv[j, :t] if token_adv is not None else adv_local[j].sum().expand(t)
+                ).tolist(),
+                checked_tokens={self.reward_names[k]: cm[:t].int().tolist() for k, cm in checked.items()}
+                if checked
+                else None,
+            )
+            records.append(rec.to_json())
         append_jsonl(f"{a.output_dir}/{SAMPLES_JSONL}", records)

@@ -18,8 +18,10 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
    with verl's signature ``fn(token_level_rewards, response_mask, index, config, ...) -> (advantages,
    returns)``, both ``(bs, response_length)``. It reads the reward matrix ``[N, K]`` from the
    per-reward arrays of ``non_tensor_batch``, computes ``Â = mrtpo.advantages.compute(method, ...)``
-   ``[N, K]`` and gives each valid token ``Σ_k Â[j, k]`` (``credit="none"``) or the MRTPO token
-   advantage ``mrtpo.credit.allocate(Â, distances, response_mask, beta, mode)`` ``[N, T]``.
+   ``[N, K]`` and the token advantages ``[N, T]`` of the credit scheme ``algorithm.mrtpo.credit``
+   through the core's credit step (:func:`credit_step` -> ``mrtpo.step.credit_step``, the function
+   the TRL trainer calls): ``Σ_k Â[j, k]`` on each valid token for ``none``, the MRTPO token advantage
+   ``allocate(Â, distances, response_mask, beta, scheme)`` for the others.
 4. **The hook** (:func:`compute_advantage`, :func:`install`): verl's ``compute_advantage`` passes a
    registered estimator only ``token_level_rewards``, ``response_mask``, ``index`` and ``config``, not
    the batch (verl's own ``gdpo`` is special-cased there). :func:`compute_advantage` has the same
@@ -57,6 +59,7 @@ Notation: N responses in the batch (verl's ``bs``), K rewards, T response tokens
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import importlib.abc
@@ -78,6 +81,7 @@ from torch import Tensor
 from mrtpo import advantages as adv_registry
 from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
+from mrtpo import step as step_mod
 from mrtpo.tasks.base import Example, Task
 
 logger = logging.getLogger(__name__)
@@ -106,8 +110,8 @@ TASK_KWARGS_KEY = "mrtpo_task_kwargs"
 RESERVED_KEYS = frozenset({"score", "acc"})
 """Reward-info keys verl itself uses; a reward may not be named after one."""
 
-CREDITS = ("none", "reward", "joint", "shuffled", "uniform")
-_NEEDS_DISTANCES = ("reward", "joint", "shuffled")
+CREDITS = credit_mod.CREDIT_SCHEMES
+"""The credit schemes ``algorithm.mrtpo.credit`` may name (:func:`mrtpo.credit.register_scheme` adds one)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -123,7 +127,7 @@ class VerlMRTPOConfig:
     default options (``credit="none"``).
     """
 
-    credit: Literal["none", "reward", "joint", "shuffled", "uniform"] = field(
+    credit: str = field(
         default="none",
         metadata={
             "help": "Token credit. 'none': every valid token gets the row sum Σ_k Â[j, k] (the response-level "
@@ -415,25 +419,28 @@ def _columns(cfg: VerlMRTPOConfig, non_tensor_batch: Mapping[str, Any]) -> _Colu
     return _Columns(list(keys), None if lo is None else list(lo), None if hi is None else list(hi))
 
 
-def response_advantages(
+def credit_step(
     method: str,
     response_mask: Tensor,
     index: Sequence[Any] | None,
     non_tensor_batch: Mapping[str, Any] | None,
     config: Any = None,
-) -> Tensor:
-    """Per-reward response-level advantages ``Â = mrtpo.advantages.compute(method, r, uid) -> [N, K]``.
+    distances: Tensor | step_mod.DistanceFn | None = None,
+) -> step_mod.CreditResult:
+    """:func:`mrtpo.step.credit_step` on verl's batch: rewards from ``non_tensor_batch``, groups ``index``.
 
     Args:
         method: a name of :func:`mrtpo.advantages.available` (without the ``mrtpo_`` prefix).
-        response_mask: [N, T] 0/1, for the token counts of ``options.whiten=token``.
+        response_mask: [N, T] 0/1, the tokens that take credit (and the token counts of ``whiten=token``).
         index: [N] group ids (verl's ``uid``).
         non_tensor_batch: holds the per-reward scores (see :func:`reward_matrix`) and ``extra_info``.
         config: verl's algorithm config (its ``mrtpo`` node, :class:`VerlMRTPOConfig`), or a
             :class:`VerlMRTPOConfig`.
+        distances: [N, K', T] replay distances, or a :data:`mrtpo.step.DistanceFn` (schemes that replay).
 
     Returns:
-        [N, K] float32 on the CPU, columns in reward-key order.
+        :class:`mrtpo.step.CreditResult` on the CPU: ``advantages`` [N, K] (columns in reward-key
+        order), ``token_advantages`` [N, T].
     """
     cfg = config if isinstance(config, VerlMRTPOConfig) else VerlMRTPOConfig.from_algorithm(config)
     if non_tensor_batch is None:
@@ -451,18 +458,45 @@ def response_advantages(
     n = rewards.shape[0]
     if response_mask.dim() != 2 or response_mask.shape[0] != n:
         raise ValueError(f"response_mask has shape {tuple(response_mask.shape)}; expected (N={n}, T)")
-    options = dict(cfg.options)
-    if options.get("whiten") == "token":
-        options["lengths"] = response_mask.detach().to("cpu", torch.float64).sum(1)  # [N]
-    return adv_registry.compute(
-        method,
+    mask = response_mask.detach().to("cpu") != 0  # [N, T]
+    if credit_mod.scheme(cfg.credit).replay != "none" and distances is None:
+        raise ValueError(
+            f"algorithm.mrtpo.credit={cfg.credit!r} needs batch['{DISTANCES_KEY}'] ([N, K', T] replay distances); "
+            "give mrtpo.integrations.verl.install() a distance_fn, or set algorithm.mrtpo.credit=none for the "
+            "response-level method"
+        )
+    return step_mod.credit_step(
         rewards,
         list(index),
+        mask,
+        method=method,
+        options=cfg.options,
         weights=cfg.weights,
         reward_min=cols.reward_min,
         reward_max=cols.reward_max,
-        **options,
-    ).float()  # [N, K]
+        lengths=mask.sum(1).double(),  # [N]
+        credit_mode=cfg.credit,
+        beta=cfg.beta,
+        distances=distances,
+        generator=_shuffle_generator(cfg, index),
+    )
+
+
+def response_advantages(
+    method: str,
+    response_mask: Tensor,
+    index: Sequence[Any] | None,
+    non_tensor_batch: Mapping[str, Any] | None,
+    config: Any = None,
+) -> Tensor:
+    """Per-reward response-level advantages ``Â = mrtpo.advantages.compute(method, r, uid) -> [N, K]``.
+
+    The arguments are those of :func:`credit_step`; returns [N, K] float32 on the CPU, columns in
+    reward-key order.
+    """
+    cfg = config if isinstance(config, VerlMRTPOConfig) else VerlMRTPOConfig.from_algorithm(config)
+    cfg = dataclasses.replace(cfg, credit="none")
+    return credit_step(method, response_mask, index, non_tensor_batch, cfg).advantages
 
 
 # --------------------------------------------------------------------------------------------------
@@ -479,32 +513,6 @@ def _shuffle_generator(cfg: VerlMRTPOConfig, index: Sequence[Any]) -> torch.Gene
     """A generator seeded by ``cfg.seed`` and a CRC of the batch's uids (reproducible, new per batch)."""
     digest = zlib.crc32("\x1f".join(map(str, index)).encode())
     return torch.Generator().manual_seed(int(cfg.seed) * 1_000_003 + digest)
-
-
-def token_advantages(
-    adv: Tensor, response_mask: Tensor, cfg: VerlMRTPOConfig, distances: Tensor | None, index: Sequence[Any]
-) -> Tensor:
-    """Token advantages ``[N, T]`` of per-reward advantages ``adv: [N, K]`` under ``cfg.credit``.
-
-    - ``none``: ``Σ_k Â[j, k] · m[j, t]``;
-    - ``uniform`` / ``reward`` / ``joint`` / ``shuffled``: ``mrtpo.credit.allocate(Â, distances, m, beta,
-      mode)`` (DESIGN section 5), ``distances: [N, K, T]`` (``[N, 1, T]`` for joint).
-    """
-    mask = response_mask.detach().to("cpu")
-    if cfg.credit == "none":
-        return adv.sum(1, keepdim=True) * (mask != 0).to(adv.dtype)  # [N, T]
-    if cfg.credit == "uniform":
-        return credit_mod.allocate(adv, None, mask, beta=cfg.beta, mode="uniform")
-    if distances is None:
-        raise ValueError(
-            f"algorithm.mrtpo.credit={cfg.credit!r} needs batch['{DISTANCES_KEY}'] ([N, K', T] replay distances); "
-            "give mrtpo.integrations.verl.install() a distance_fn, or set algorithm.mrtpo.credit=none for the "
-            "response-level method"
-        )
-    gen = _shuffle_generator(cfg, index) if cfg.credit == "shuffled" else None
-    return credit_mod.allocate(
-        adv, distances.detach().to("cpu", torch.float32), mask, beta=cfg.beta, mode=cfg.credit, generator=gen
-    )
 
 
 def make_estimator(method: str) -> EstimatorFn:
@@ -551,13 +559,11 @@ def make_estimator(method: str) -> EstimatorFn:
                 f"token_level_rewards has shape {tuple(token_level_rewards.shape)} but response_mask has "
                 f"{tuple(response_mask.shape)}; expected both (bs, response_length)"
             )
-        cfg = VerlMRTPOConfig.from_algorithm(config)
-        adv = response_advantages(method, response_mask, index, non_tensor_batch, cfg)  # [N, K]
-        distances = None
+        distances = kwargs.get("distance_fn")  # from compute_advantage: replays when the scheme asks
         if batch is not None and DISTANCES_KEY in batch:
             distances = batch[DISTANCES_KEY]
-        tok = token_advantages(adv, response_mask, cfg, distances, list(index))  # [N, T]
-        tok = tok.to(device=token_level_rewards.device, dtype=token_level_rewards.dtype)
+        res = credit_step(method, response_mask, index, non_tensor_batch, config, distances)
+        tok = res.token_advantages.to(device=token_level_rewards.device, dtype=token_level_rewards.dtype)
         return tok, tok
 
     estimator.__name__ = f"{ESTIMATOR_PREFIX}{method}"
@@ -611,7 +617,8 @@ def _check_version() -> None:
 # --------------------------------------------------------------------------------------------------
 
 DistanceFn = Callable[[Any, Tensor, str], Tensor]
-"""``distance_fn(data, advantages [N, K], mode) -> distances [N, K', T]`` (mode "reward" or "joint")."""
+"""``distance_fn(data, advantages [N, K], mode) -> distances [N, K', T]``; mode is the credit scheme's
+replay (:data:`mrtpo.credit.REPLAYS`: "reward", "joint", or "logprob" for CoRT's relevance)."""
 
 
 def compute_advantage(
@@ -669,12 +676,14 @@ def compute_advantage(
         raise ValueError(
             "the mrtpo estimators need non_tensor_batch['uid'] (the prompt group of every response)"
         )
-    cfg = VerlMRTPOConfig.from_algorithm(config)
-    if cfg.credit in _NEEDS_DISTANCES and DISTANCES_KEY not in batch and distance_fn is not None:
-        adv = response_advantages(method, batch["response_mask"], list(ntb["uid"]), ntb, cfg)  # [N, K]
-        mode = "joint" if cfg.credit == "joint" else "reward"
-        d = distance_fn(data, adv, mode)  # [N, K', T]
-        batch[DISTANCES_KEY] = d.to(device=batch["response_mask"].device, dtype=torch.float32)
+    fetch = None
+    if DISTANCES_KEY not in batch and distance_fn is not None:
+
+        def fetch(replay: str, adv: Tensor, active: Tensor) -> Tensor:
+            d = distance_fn(data, adv, replay)  # [N, K', T]
+            batch[DISTANCES_KEY] = d.to(device=batch["response_mask"].device, dtype=torch.float32)
+            return batch[DISTANCES_KEY]
+
     fn = make_estimator(method)
     advantages, returns = fn(
         token_level_rewards=batch["token_level_rewards"],
@@ -684,6 +693,7 @@ def compute_advantage(
         non_tensor_batch=ntb,
         batch=batch,
         norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        distance_fn=fetch,
     )
     batch["advantages"] = advantages
     batch["returns"] = returns
@@ -894,6 +904,11 @@ def make_distance_fn(model: Any, tokenizer: Any, **replay_options: Any) -> Dista
     """
 
     def distance_fn(data: Any, advantages: Tensor, mode: str) -> Tensor:
+        if mode not in ("reward", "joint"):
+            raise ValueError(
+                f"make_distance_fn replays Jensen–Shannon distances (credit schemes whose replay is 'reward' or "
+                f"'joint'); a scheme with replay {mode!r} needs a distance_fn that computes it"
+            )
         res = replay_distances(model, tokenizer, data, advantages=advantages, mode=mode, **replay_options)
         meta = getattr(data, "meta_info", None)
         if isinstance(meta, dict):

@@ -345,16 +345,6 @@ def parse_ground_truth(gt: Any, where: str) -> tuple[list[str], list[dict[str, A
     return ids, kwargs
 
 
-def _user_text(prompt: Any) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, (list, tuple)):  # chat messages
-        return "\n\n".join(
-            str(m.get("content", "")) for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"
-        )
-    return ""
-
-
 def detect_format(row: Mapping[str, Any]) -> str:
     """ "mrtpo", "ifeval", "hir" or "muldimif" for one row; ValueError when none fits."""
     if "segments" in row and "meta" in row:

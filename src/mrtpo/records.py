@@ -1,0 +1,180 @@
+"""One saved response with its per-token credit: the record of samples.jsonl (docs/run-format.md).
+
+The trainer writes :class:`SampleRecord` objects (``to_json``), ``mrtpo explain`` and ``mrtpo report``
+read them back (``from_json``), which checks every field once and names the one that is wrong.
+
+Core module: standard library only. Notation: K rewards, T response tokens, K' distance rows (K, or 1
+for a shared row).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+__all__ = ["SampleRecord"]
+
+
+def _numbers(value: Any, name: str, size: int | None = None, *, nonnegative: bool = False) -> list[float]:
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{name} must be a list of numbers, got {type(value).__name__}")
+    out = []
+    for i, x in enumerate(value):
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise ValueError(f"{name}[{i}] = {x!r}; expected a finite number")
+        if nonnegative and x < 0:
+            raise ValueError(f"{name}[{i}] = {x}; distances are >= 0")
+        out.append(float(x))
+    if size is not None and len(out) != size:
+        raise ValueError(f"{name} has {len(out)} entries; expected {size}")
+    return out
+
+
+@dataclass
+class SampleRecord:
+    """A response, its rewards, response-level advantages and per-token credit.
+
+    Attributes:
+        tokens: [T] token strings of the response.
+        reward_names: [K].
+        advantages: [K] response-level advantages Â of the run's method.
+        distances: None (no replay: response-level credit) or [K'] rows of [T] distances; a None row is
+            a pair replay skipped (|Â[k]| <= 1e-8); one row is shared by all rewards (joint, CoRT).
+        step: optimizer step (None for a record of ``mrtpo explain``'s live mode).
+        prompt, response: texts.
+        rewards: [K] reward values.
+        method, credit, beta: the run's advantage method, credit scheme and allocation strength.
+        token_advantages: [T] S under the run's credit.
+        checked_tokens: reward name -> [T] 0/1 tokens its verifier reads.
+        example_id: the example's id.
+        notes: lines shown with the record.
+        extra: other keys of the JSON object (kept as they are).
+    """
+
+    tokens: list[str]
+    reward_names: list[str]
+    advantages: list[float]
+    distances: list[list[float] | None] | None = None
+    step: int | None = None
+    prompt: str | None = None
+    response: str | None = None
+    rewards: list[float] | None = None
+    method: str | None = None
+    credit: str | None = None
+    beta: float | None = None
+    token_advantages: list[float] | None = None
+    checked_tokens: dict[str, list[int]] | None = None
+    example_id: str | None = None
+    notes: list[str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shared_row(self) -> bool:
+        """One distance row for all rewards (joint replay or CoRT's relevance)."""
+        return self.distances is not None and len(self.distances) == 1 and len(self.reward_names) != 1
+
+    def to_json(self) -> dict[str, Any]:
+        """The samples.jsonl object: the format's keys in order; optional keys only when not None."""
+        out: dict[str, Any] = {
+            "step": self.step,
+            "prompt": self.prompt,
+            "response": self.response,
+            "tokens": self.tokens,
+            "reward_names": self.reward_names,
+            "rewards": self.rewards,
+            "advantages": self.advantages,
+            "method": self.method,
+            "credit": self.credit,
+            "beta": self.beta,
+            "distances": self.distances,
+            "token_advantages": self.token_advantages,
+        }
+        for key in ("checked_tokens", "example_id", "notes"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any] | str, where: str = "record") -> SampleRecord:
+        """Parse and check a samples.jsonl object (or its JSON text).
+
+        Raises:
+            ValueError: a missing or malformed field, naming ``where`` and the field.
+        """
+        if isinstance(obj, str):
+            try:
+                obj = json.loads(obj)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        for key in ("tokens", "reward_names", "advantages", "distances"):
+            if key not in obj:
+                raise ValueError(f"{where}: field {key!r} is missing")
+        names = obj["reward_names"]
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"{where}: reward_names must be a non-empty list of strings")
+        k = len(names)
+        tokens = obj["tokens"]
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise ValueError(f"{where}: tokens must be a list of strings")
+        if not tokens:
+            raise ValueError(f"{where}: tokens is empty; nothing to explain")
+        t_len = len(tokens)
+        rows = obj["distances"]
+        if rows is not None:
+            if not isinstance(rows, list) or len(rows) not in (k, 1):
+                got = len(rows) if isinstance(rows, list) else type(rows).__name__
+                raise ValueError(
+                    f"{where}: distances has {got} rows; expected K={k} (one per reward) or 1 (joint)"
+                )
+            rows = [
+                None if row is None else _numbers(row, f"{where}: distances[{i}]", t_len, nonnegative=True)
+                for i, row in enumerate(rows)
+            ]
+        checked = obj.get("checked_tokens")
+        if checked is not None and not isinstance(checked, dict):
+            raise ValueError(f"{where}: checked_tokens must be an object of reward name -> [T] 0/1 list")
+        checked_out = None if checked is None else {}
+        for name, row in (checked or {}).items():
+            if name not in names:
+                continue
+            if not isinstance(row, list) or len(row) != t_len:
+                raise ValueError(f"{where}: checked_tokens[{name!r}] must be a list of {t_len} 0/1 values")
+            checked_out[name] = [int(bool(x)) for x in row]
+        step, beta = obj.get("step"), obj.get("beta")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float))):
+            raise ValueError(f"{where}: step must be an integer or null; got {step!r}")
+        if beta is not None and (isinstance(beta, bool) or not isinstance(beta, (int, float))):
+            raise ValueError(f"{where}: beta must be a number or null; got {beta!r}")
+        known = {f.name for f in fields(cls)}
+        opt_numbers = {
+            key: None if obj.get(key) is None else _numbers(obj[key], f"{where}: {key}", size)
+            for key, size in (("rewards", k), ("token_advantages", t_len))
+        }
+
+        def text(key: str) -> str | None:
+            v = obj.get(key)
+            return None if v is None else str(v)
+
+        return cls(
+            tokens=list(tokens),
+            reward_names=list(names),
+            advantages=_numbers(obj["advantages"], f"{where}: advantages", k),
+            distances=rows,
+            step=None if step is None else int(step),
+            prompt=text("prompt"),
+            response=text("response"),
+            rewards=opt_numbers["rewards"],
+            method=text("method"),
+            credit=text("credit"),
+            beta=None if beta is None else float(beta),
+            token_advantages=opt_numbers["token_advantages"],
+            checked_tokens=checked_out,
+            example_id=text("example_id"),
+            notes=None if obj.get("notes") is None else [str(n) for n in obj["notes"]],
+            extra={key: v for key, v in obj.items() if key not in known},
+        )

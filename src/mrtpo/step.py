@@ -1,0 +1,133 @@
+"""The credit step: rewards of a batch -> response-level advantages -> token advantages, for every engine.
+
+One function, :func:`credit_step`, does what every training engine needs after scoring a batch
+(DESIGN sections 3 and 5): the response-level advantages ``Â = advantages.compute(method, r, groups)``
+``[N, K]``; the pairs worth replaying (``|Â[j, k]| > ACTIVE_TOL``); the replay the credit scheme asks for,
+through a callable the engine supplies; and the token advantages ``S = credit.allocate(Â, d, mask, β,
+scheme)`` ``[B, T]``. The TRL trainer and the verl adapter only translate their data into this call and
+back, so a credit scheme registered with :func:`mrtpo.credit.register_scheme` works in both.
+
+Core module: torch and the standard library only.
+
+Notation: N responses in the batch, B of them handled here (``rows``; all N by default), K rewards,
+K' distance rows per response (K, or 1 for a shared row), T response tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from mrtpo import advantages as adv_mod
+from mrtpo import credit
+from mrtpo.losses import linear_ramp
+
+DistanceFn = Callable[[str, Tensor, Tensor], Tensor]
+"""``distances(replay, advantages [B, K], active [B, K] bool) -> [B, K', T]``.
+
+``replay`` is the scheme's :attr:`~mrtpo.credit.CreditScheme.replay` ("reward": ``[B, K, T]`` JS
+distances of C vs C_-k; "joint": ``[B, 1, T]`` of C vs C_-all; "logprob": ``[B, 1, T]`` CoRT
+relevance). Pairs (rows for a shared row) that are not ``active`` may be skipped (left 0)."""
+
+
+@dataclass
+class CreditResult:
+    """What :func:`credit_step` computed.
+
+    Attributes:
+        advantages: [N, K] float32, response-level advantages Â of the whole batch.
+        local: [B, K] float32, the rows handled here, on the mask's device.
+        active: [B, K] bool, ``|local| > ACTIVE_TOL`` (pairs worth replaying).
+        distances: [B, K', T] from the scheme's replay, or None (no replay).
+        token_advantages: [B, T] token advantages S (0 on padding).
+        beta: the allocation strength used (ramped for a ramped scheme).
+        scheme: the credit scheme.
+    """
+
+    advantages: Tensor
+    local: Tensor
+    active: Tensor
+    distances: Tensor | None
+    token_advantages: Tensor
+    beta: float
+    scheme: credit.CreditScheme
+
+    @property
+    def response_advantages(self) -> Tensor:
+        """[B] the row sums Σ_k Â[j, k] (what a response-level loss takes)."""
+        return self.local.sum(1)
+
+
+def credit_step(
+    rewards: Tensor | Sequence[Sequence[float]],
+    group_ids: Tensor | Sequence[Any],
+    mask: Tensor,
+    *,
+    method: str,
+    options: Mapping[str, Any] | None = None,
+    weights: Tensor | Sequence[float] | None = None,
+    reward_min: Tensor | Sequence[float] | None = None,
+    reward_max: Tensor | Sequence[float] | None = None,
+    lengths: Tensor | Sequence[float] | None = None,
+    credit_mode: str = "reward",
+    beta: float = 0.5,
+    distances: Tensor | DistanceFn | None = None,
+    rows: slice | None = None,
+    generator: torch.Generator | None = None,
+    step: int = 0,
+    ramp_steps: int = 0,
+) -> CreditResult:
+    """Response-level advantages, replay and token advantages of one batch.
+
+    Args:
+        rewards: [N, K] float.
+        group_ids: [N] ids; equal ids form a group.
+        mask: [B, T] bool or 0/1, the response tokens that take credit (rows ``rows`` of the batch).
+        method: advantage method name (:func:`mrtpo.advantages.available`).
+        options: the method's options (``eps``, ``whiten``, ...).
+        weights, reward_min, reward_max: [K] as :func:`mrtpo.advantages.compute`.
+        lengths: [N] token counts (used by ``whiten="token"``).
+        credit_mode: a registered credit scheme (:data:`mrtpo.credit.CREDIT_SCHEMES`).
+        beta: allocation strength β in [0, 1] (the final value for a ramped scheme).
+        distances: [B, K', T] precomputed, or a :data:`DistanceFn` called when the scheme needs replay.
+        rows: the rows of the batch handled here (one process's share); None: all N.
+        generator: random numbers of schemes that draw them (``shuffled``).
+        step, ramp_steps: optimizer step and ramp length of a ramped scheme (CoRT).
+
+    Returns:
+        :class:`CreditResult`.
+
+    Raises:
+        ValueError: unknown method or scheme, bad input (see :func:`mrtpo.advantages.compute`), or a
+            scheme that needs replay without ``distances``.
+    """
+    scheme = credit.scheme(credit_mode)
+    adv_all = adv_mod.compute(
+        method,
+        rewards,
+        group_ids,
+        weights=weights,
+        reward_min=reward_min,
+        reward_max=reward_max,
+        lengths=lengths,
+        **dict(options or {}),
+    ).float()  # [N, K]
+    local = adv_all[rows if rows is not None else slice(None)].to(mask.device)  # [B, K]
+    active = local.abs() > adv_mod.ACTIVE_TOL  # [B, K]
+    d = None
+    if scheme.replay != "none":
+        if distances is None:
+            raise ValueError(
+                f"credit mode {scheme.name!r} needs {scheme.replay!r} replay distances [B, K', T]; none were given"
+            )
+        d = distances(scheme.replay, local, active) if callable(distances) else distances
+    strength = linear_ramp(step, beta, ramp_steps) if scheme.ramped else float(beta)
+    if scheme.token_level:
+        token_adv = credit.allocate(local, d, mask, beta=strength, mode=scheme.name, generator=generator)
+    else:  # the response level: Σ_k Â[j, k] on every valid token
+        token_adv = local.sum(1, keepdim=True) * (torch.as_tensor(mask).to(local.device) != 0).to(local.dtype)
+    return CreditResult(adv_all, local, active, d, token_adv, strength, scheme)
