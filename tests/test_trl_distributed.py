@@ -141,7 +141,7 @@ def test_trainer_paths_under_fsdp2_match_an_unsharded_copy(tmp_path):
         assert r["auto"] == "gather"  # FSDP2, and the tiny model fits in free memory
         for mode in ("gather", "lockstep"):
             assert r[f"replay/{mode}"]["max_diff"] <= 1e-5
-        assert r["cort"]["rel_diff"] <= 1e-5 and r["cort"]["adv_diff"] <= 1e-5
+        assert r["cort"]["rel_diff"] <= 1e-5
         opsd = r["opsd"]
         assert opsd["loss_diff"] <= 1e-6 and opsd["head_grad_max"] > 0
         assert opsd["head_grad_diff"] <= 1e-6 and opsd["layer_grad_diff"] <= 1e-6

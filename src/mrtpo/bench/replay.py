@@ -249,13 +249,14 @@ def logit_error(model, hidden, projection: str, chunk: int = 256) -> float:
     import torch
 
     from mrtpo import replay as R
+    from mrtpo.head import head_of, row_chunks
 
-    w = model.get_output_embeddings().weight.detach()
-    head = R._Head(model.get_output_embeddings())
+    head = head_of(model)
+    w = head.weight.detach()
     worst = 0.0
     with torch.no_grad():
-        for s in range(0, hidden.shape[0], chunk):
-            h = hidden[s : s + chunk]
+        for rows in row_chunks(hidden.shape[0], chunk):
+            h = hidden[rows]
             with R._matmul_precision("float32"):
                 z = head.logits(h, w, None, "float32")
             with R._matmul_precision(projection):
