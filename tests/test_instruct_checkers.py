@@ -172,10 +172,17 @@ def no_nltk_data(monkeypatch, tmp_path):
     """NLTK looks only in an empty folder, as on a machine without downloaded data."""
     import nltk
 
+    def clear():  # the checker utilities cache the sentence tokenizer an earlier test loaded
+        nltk_fallback.has_resource.cache_clear()
+        for fam in ("ifeval", "ifbench"):
+            util = sys.modules.get(f"if_verifiable.{fam}.instructions_util")
+            if util is not None:
+                util._get_sentence_tokenizer.cache_clear()
+
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
-    nltk_fallback.has_resource.cache_clear()
+    clear()
     yield
-    nltk_fallback.has_resource.cache_clear()
+    clear()
     nltk_fallback.set_enabled(True)
 
 
