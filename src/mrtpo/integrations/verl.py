@@ -808,15 +808,22 @@ def replay_distances(
     *,
     reward_names: Sequence[str] | None = None,
     advantages: Tensor | None = None,
-    mode: Literal["reward", "joint"] = "reward",
+    mode: Literal["reward", "joint", "logprob"] = "reward",
     token_budget: int | None = replay_mod.DEFAULT_TOKEN_BUDGET,
     chunk_size: int = replay_mod.DEFAULT_CHUNK_SIZE,
     prefix_sharing: bool = True,
     template_kwargs: Mapping[str, Any] | None = None,
     progress: bool = False,
     sharding: str = "none",
+    temperature: float = 1.0,
 ) -> replay_mod.ReplayResult:
-    """Replay distances of a DataProto's responses: ``[N, K, T]`` (``[N, 1, T]`` for ``joint``).
+    """Replay distances of a DataProto's responses: ``[N, K, T]`` (``[N, 1, T]`` for ``joint`` and
+    ``logprob``).
+
+    ``mode="logprob"`` is CoRT's relevance ``|log pi_tau(y_t | C) - log pi_tau(y_t | C_-all)|`` of the
+    sampled tokens at the sampling temperature ``temperature`` (:func:`mrtpo.replay.replay` with
+    ``measure="logprob"``), computed only for the responses whose response advantage
+    ``Σ_k Â[j, k]`` is not 0 (``|.| > 1e-8``; the rows of the others are 0), as the TRL trainer does.
 
     Contexts come from the examples in ``non_tensor_batch["extra_info"]`` (tokenized with ``tokenizer``'s
     chat template and ``template_kwargs``, which must match verl's ``data.apply_chat_template_kwargs``);
@@ -830,16 +837,21 @@ def replay_distances(
         data: verl ``DataProto`` (``batch`` with ``responses``, ``prompts``, ``attention_mask``).
         reward_names: the K reward names in column order (None: the task's ``reward_names``).
         advantages: [N, K] response-level advantages (skipping), or None (every pair runs).
-        mode: "reward" (leave-one-out per reward) or "joint" (all rewards' segments removed at once).
+        mode: "reward" (leave-one-out per reward), "joint" (all rewards' segments removed at once) or
+            "logprob" (CoRT's relevance against the joint context).
         token_budget, chunk_size, prefix_sharing, progress: options of :func:`mrtpo.replay.replay`.
         sharding: :func:`mrtpo.replay.replay`'s parameter sharding (passed on only when not "none"):
             "gather" / "lockstep" for a model sharded over the process group (collective: every rank
             calls, also with zero rows).
+        temperature: the sampling temperature of the ``logprob`` mode (verl's
+            ``actor_rollout_ref.rollout.temperature``).
 
     Returns:
         :class:`mrtpo.replay.ReplayResult` with ``distances: [N, K', T] float32`` padded to the batch's
         response width T.
     """
+    if mode not in replay_mod.REPLAY_MODES:
+        raise ValueError(f"mode must be one of {', '.join(replay_mod.REPLAY_MODES)}; got {mode!r}")
     batch, ntb = data.batch, data.non_tensor_batch
     infos = _extra_infos(ntb, "replay_distances")
     examples = [example_from_extra_info(info) for info in infos]
@@ -877,9 +889,15 @@ def replay_distances(
                 f"advantages has shape {tuple(adv.shape)}; expected [N, K] = [{n}, {len(names)}]"
             )
         active = adv * (adv.abs() > adv_registry.ACTIVE_TOL)  # [N, K], 0 where the pair is skipped
-    reqs = replay_mod.make_requests(contexts, responses, mode=mode, advantages=active)
+        if mode == "logprob":  # CoRT: a response runs when its response advantage Σ_k Â[j, k] is not 0
+            active = adv * (adv.sum(1, keepdim=True).abs() > adv_registry.ACTIVE_TOL)  # [N, K]
+    reqs = replay_mod.make_requests(
+        contexts, responses, mode="joint" if mode == "logprob" else mode, advantages=active
+    )
     pad = getattr(tokenizer, "pad_token_id", None)
-    shard_kw = {} if sharding == "none" else {"sharding": sharding}
+    shard_kw: dict[str, Any] = {} if sharding == "none" else {"sharding": sharding}
+    if mode == "logprob":
+        shard_kw.update(measure="logprob", temperature=temperature)
     res = replay_mod.replay(
         model,
         reqs,
@@ -895,21 +913,33 @@ def replay_distances(
     return replay_mod.ReplayResult(d, res.lengths, res.stats)
 
 
+def batch_temperature(data: Any, default: float = 1.0) -> float:
+    """The sampling temperature verl's trainer puts in ``data.meta_info["temperature"]``, else ``default``."""
+    meta = getattr(data, "meta_info", None)
+    value = meta.get("temperature") if isinstance(meta, dict) else None
+    return default if value is None else float(value)
+
+
 def make_distance_fn(model: Any, tokenizer: Any, **replay_options: Any) -> DistanceFn:
     """A :data:`DistanceFn` for :func:`install` that replays with ``model`` in the calling process.
 
     ``replay_options`` go to :func:`replay_distances` (``token_budget``, ``chunk_size``,
-    ``prefix_sharing``, ``template_kwargs``, ``progress``). The replay stats of the last call are in
-    ``data.meta_info["mrtpo/replay"]``.
+    ``prefix_sharing``, ``template_kwargs``, ``progress``, ``temperature``). The ``logprob`` replay
+    (CoRT) runs at ``temperature`` if given, else at the batch's ``meta_info["temperature"]`` (verl's
+    trainer sets it to ``actor_rollout_ref.rollout.temperature``), else 1. The replay stats of the last
+    call are in ``data.meta_info["mrtpo/replay"]``.
     """
 
     def distance_fn(data: Any, advantages: Tensor, mode: str) -> Tensor:
-        if mode not in ("reward", "joint"):
+        if mode not in replay_mod.REPLAY_MODES:
             raise ValueError(
-                f"make_distance_fn replays Jensen–Shannon distances (credit schemes whose replay is 'reward' or "
-                f"'joint'); a scheme with replay {mode!r} needs a distance_fn that computes it"
+                f"make_distance_fn computes the replays {', '.join(replay_mod.REPLAY_MODES)}; a scheme with "
+                f"replay {mode!r} needs a distance_fn that computes it"
             )
-        res = replay_distances(model, tokenizer, data, advantages=advantages, mode=mode, **replay_options)
+        opts = dict(replay_options)
+        if opts.get("temperature") is None:
+            opts["temperature"] = batch_temperature(data)
+        res = replay_distances(model, tokenizer, data, advantages=advantages, mode=mode, **opts)
         meta = getattr(data, "meta_info", None)
         if isinstance(meta, dict):
             meta["mrtpo/replay"] = res.stats.as_dict()
