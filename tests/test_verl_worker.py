@@ -406,7 +406,7 @@ def test_advantage_step_with_worker_distances_equals_core(tok, model, monkeypatc
     data = toy_batch(tok)
     data.batch["token_level_rewards"] = torch.zeros(data.batch["response_mask"].shape)
     wg = fake_worker_group(model, tok, 2, 1, monkeypatch)
-    cfg = {"mrtpo": {"credit": "reward", "beta": 0.5}}
+    cfg = {"mrtpo": {"credit": "reward", "credit_beta": 0.5}}
     va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distance_fn=vw.make_worker_distance_fn(wg))
     a = gdpo_advantages(data)
     mask = data.batch["response_mask"]

@@ -21,7 +21,7 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
    ``[N, K]`` and the token advantages ``[N, T]`` of the credit scheme ``algorithm.mrtpo.credit``
    through the core's credit step (:func:`credit_step` -> ``mrtpo.step.credit_step``, the function
    the TRL trainer calls): ``Σ_k Â[j, k]`` on each valid token for ``none``, the MRTPO token advantage
-   ``allocate(Â, distances, response_mask, beta, scheme)`` for the others.
+   ``allocate(Â, distances, response_mask, credit_beta, scheme)`` for the others.
 4. **The hook** (:func:`compute_advantage`, :func:`install`): verl's ``compute_advantage`` passes a
    registered estimator only ``token_level_rewards``, ``response_mask``, ``index`` and ``config``, not
    the batch (verl's own ``gdpo`` is special-cased there). :func:`compute_advantage` has the same
@@ -38,7 +38,7 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
    (installed by :mod:`mrtpo.integrations.verl_main`); see docs/verl.md.
 
 Configuration: the optional node ``algorithm.mrtpo`` (:class:`VerlMRTPOConfig`), e.g.
-``+algorithm.mrtpo.credit=reward +algorithm.mrtpo.beta=0.5 +algorithm.mrtpo.options.whiten=token``.
+``+algorithm.mrtpo.credit=reward +algorithm.mrtpo.credit_beta=0.5 +algorithm.mrtpo.options.whiten=token``.
 
 Conventions that differ from verl's built-in estimators (each tested in tests/test_verl_adapter.py):
 
@@ -95,6 +95,10 @@ ESTIMATOR_PREFIX = "mrtpo_"
 CONFIG_NODE = "mrtpo"
 """Key of this adapter's options under verl's ``algorithm`` config."""
 
+RENAMED_KEYS = {"beta": "credit_beta"}
+"""Keys of ``algorithm.mrtpo`` that earlier versions read, and their names now (an old key is an error
+that names the new one)."""
+
 DISTANCES_KEY = "mrtpo_distances"
 """``batch[DISTANCES_KEY]``: replay distances [N, K', T] float32 read by credit modes that need them."""
 
@@ -131,14 +135,16 @@ class VerlMRTPOConfig:
         default="none",
         metadata={
             "help": "Token credit. 'none': every valid token gets the row sum Σ_k Â[j, k] (the response-level "
-            "method). 'reward' (MRTPO), 'joint', 'shuffled' need batch['mrtpo_distances'] (replay, see "
+            "method). 'reward' (MRTPO), 'joint', 'shuffled' and 'cort' (CoRT: the relevance "
+            "|log π(y_t|C) - log π(y_t|C_-all)| at the sampling temperature) need batch['mrtpo_distances'] (replay, see "
             "install(distance_fn=...); python -m mrtpo.integrations.verl_main installs it); 'uniform' is w = 1 "
             "(equals 'none' up to rounding). The default is 'none' here because verl's own entry point "
             "(verl.trainer.main_ppo) computes no distances."
         },
     )
-    beta: float = field(
-        default=0.5, metadata={"help": "Allocation strength in [0, 1]: S = Σ_k Â_k ((1 - beta) + beta w_k)."}
+    credit_beta: float = field(
+        default=0.5,
+        metadata={"help": "Allocation strength β in [0, 1]: S = Σ_k Â_k ((1 - β) + β w_k) (constant: no CoRT ramp)."},
     )
     options: dict[str, Any] = field(
         default_factory=dict,
@@ -180,8 +186,9 @@ class VerlMRTPOConfig:
     def __post_init__(self) -> None:
         if self.credit not in CREDITS:
             raise ValueError(f"algorithm.mrtpo.credit={self.credit!r} must be one of {', '.join(CREDITS)}")
-        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not 0 <= self.beta <= 1:
-            raise ValueError(f"algorithm.mrtpo.beta={self.beta!r} must be a number in [0, 1]")
+        b = self.credit_beta
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 <= b <= 1:
+            raise ValueError(f"algorithm.mrtpo.credit_beta={b!r} must be a number in [0, 1]")
         if not isinstance(self.replay, dict):
             raise ValueError(
                 f"algorithm.mrtpo.replay must be a mapping of replay options; got {self.replay!r}"
@@ -214,6 +221,9 @@ class VerlMRTPOConfig:
         values = _plain(node)
         if not isinstance(values, dict):
             raise ValueError(f"algorithm.mrtpo must be a mapping; got {type(node).__name__}")
+        for old, new in RENAMED_KEYS.items():
+            if old in values:
+                raise ValueError(f"field 'algorithm.{CONFIG_NODE}.{old}' is now 'algorithm.{CONFIG_NODE}.{new}'")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -476,7 +486,7 @@ def credit_step(
         reward_max=cols.reward_max,
         lengths=mask.sum(1).double(),  # [N]
         credit_mode=cfg.credit,
-        beta=cfg.beta,
+        credit_beta=cfg.credit_beta,
         distances=distances,
         generator=_shuffle_generator(cfg, index),
     )
