@@ -749,7 +749,8 @@ def live_record(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     res = replay.replay(model, reqs, progress=progress, pad_id=pad, **replay_options)
     d = res.distances[:, :, : len(ids)].float().cpu()  # [1, K', T]
-    s = credit.allocate(a, d, torch.ones(1, len(ids), dtype=torch.bool), beta=credit_beta, mode=mode)[0]  # [T]
+    ones = torch.ones(1, len(ids), dtype=torch.bool)  # [1, T]
+    s = credit.allocate(a, d, ones, beta=credit_beta, mode=mode)[0]  # [T]
     skipped = [c is None for c in reqs[0].others]
     rows = [None if skip else d[0, i].tolist() for i, skip in enumerate(skipped)]
     checked = {}

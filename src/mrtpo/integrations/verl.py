@@ -31,7 +31,8 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
    ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl_plugin`` makes every verl process call it.
 5. **Replay** (:func:`replay_distances`): distances ``[N, K, T]`` of a DataProto's responses with a
    Hugging Face causal LM (:func:`mrtpo.replay.replay`), contexts built from the examples in
-   ``extra_info``. In verl's loop it runs after the old log-probs (the policy that sampled) and before
+   ``extra_info``; for ``credit=cort`` CoRT's relevance ``[N, 1, T]`` (``mode="logprob"``: the sampled
+   tokens' log-probability gap between C and C_-all at the sampling temperature). In verl's loop it runs after the old log-probs (the policy that sampled) and before
    ``compute_advantage``; the hook calls a ``distance_fn`` given to :func:`install` and stores the
    result as ``batch["mrtpo_distances"]``. :func:`make_distance_fn` builds one for a model held by the
    calling process; :mod:`mrtpo.integrations.verl_worker` one that replays on verl's actor workers
@@ -144,7 +145,9 @@ class VerlMRTPOConfig:
     )
     credit_beta: float = field(
         default=0.5,
-        metadata={"help": "Allocation strength β in [0, 1]: S = Σ_k Â_k ((1 - β) + β w_k) (constant: no CoRT ramp)."},
+        metadata={
+            "help": "Allocation strength β in [0, 1]: S = Σ_k Â_k ((1 - β) + β w_k) (constant: no CoRT ramp)."
+        },
     )
     options: dict[str, Any] = field(
         default_factory=dict,
@@ -223,7 +226,9 @@ class VerlMRTPOConfig:
             raise ValueError(f"algorithm.mrtpo must be a mapping; got {type(node).__name__}")
         for old, new in RENAMED_KEYS.items():
             if old in values:
-                raise ValueError(f"field 'algorithm.{CONFIG_NODE}.{old}' is now 'algorithm.{CONFIG_NODE}.{new}'")
+                raise ValueError(
+                    f"field 'algorithm.{CONFIG_NODE}.{old}' is now 'algorithm.{CONFIG_NODE}.{new}'"
+                )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
