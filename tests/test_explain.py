@@ -14,6 +14,7 @@ import torch
 from mrtpo import credit
 from mrtpo.analysis.explain import credit_view, explain_figure, explain_records, live_record, render_html
 from mrtpo.cli.main import main
+from mrtpo.records import SampleRecord
 
 TOKENS = ["<b> ", "apple ", "cloud ", "</b>"]
 
@@ -29,7 +30,7 @@ def _record(**over):
         "advantages": [1.0, -0.5],
         "method": "gdpo",
         "credit": "reward",
-        "beta": 0.5,
+        "credit_beta": 0.5,
         "distances": [[0.1, 0.3, 0.2, 0.4], [0.2, 0.2, 0.2, 0.2]],
         "checked_tokens": {"start": [0, 1, 0, 0], "wrap": [1, 0, 0, 1]},
     }
@@ -47,7 +48,7 @@ S = [0.2, 0.6, 0.4, 0.8]
 
 
 def test_credit_view_hand_computed_and_equal_to_core():
-    v = credit_view(_record(), beta=0.5)
+    v = credit_view(_record(), credit_beta=0.5)
     assert v.mode == "reward"
     assert v.weights[0].tolist() == pytest.approx([0.4, 1.2, 0.8, 1.6])
     assert v.token_level[0].tolist() == pytest.approx(START)
@@ -61,30 +62,51 @@ def test_credit_view_hand_computed_and_equal_to_core():
     assert v.token_total.tolist() == pytest.approx(core[0].tolist(), abs=1e-6)
     np.testing.assert_allclose(v.token_level.sum(0), v.token_total, atol=1e-12)  # rows add up to S
     # β = 0 gives the response-level advantage on every token
-    assert credit_view(_record(), beta=0.0).token_total.tolist() == pytest.approx([0.5] * 4)
+    assert credit_view(_record(), credit_beta=0.0).token_total.tolist() == pytest.approx([0.5] * 4)
     # β = None takes the record's β
-    assert credit_view(_record(beta=0.25), beta=None).beta == 0.25
+    assert credit_view(_record(credit_beta=0.25), credit_beta=None).credit_beta == 0.25
+
+
+def test_records_of_earlier_versions_with_beta_are_read():
+    """samples.jsonl written before the rename has "beta"; it is read as credit_beta and written back as
+    credit_beta."""
+    old = {k: v for k, v in _record().items() if k != "credit_beta"}
+    old["beta"] = 0.25
+    rec = SampleRecord.from_json(json.dumps(old))
+    assert rec.credit_beta == 0.25 and "beta" not in rec.extra
+    out = rec.to_json()
+    assert out["credit_beta"] == 0.25 and "beta" not in out
+    v = credit_view(old, credit_beta=None)  # the record's β of an old record
+    assert v.credit_beta == 0.25 and "β=0.25" in v.title
+    # β = 0.25: start row = 1.0·(0.75 + 0.25·w) = [0.85, 1.05, 0.95, 1.15], wrap -0.5: S = start - 0.5
+    assert v.token_total.tolist() == pytest.approx([0.35, 0.55, 0.45, 0.65], abs=1e-12)
+    with pytest.raises(ValueError, match="record: beta must be a number or null; got 'x'"):
+        SampleRecord.from_json({**old, "beta": "x"})
+    with pytest.raises(ValueError, match="record: credit_beta must be a number or null; got 'x'"):
+        SampleRecord.from_json({**_record(), "credit_beta": "x"})
 
 
 def test_logged_token_advantages_are_compared():
-    v = credit_view(_record(token_advantages=S), beta=0.5)
+    v = credit_view(_record(token_advantages=S), credit_beta=0.5)
     assert v.logged_note.startswith("logged token advantages: max |logged − S| =")
     assert float(v.logged_note.split("= ")[-1]) < 1e-12
-    other = credit_view(_record(token_advantages=S, beta=0.25), beta=0.5)
+    other = credit_view(_record(token_advantages=S, credit_beta=0.25), credit_beta=0.5)
     assert "differ by up to" in other.logged_note
 
 
 def test_skipped_and_joint_rows():
-    v = credit_view(_record(advantages=[1.0, 0.0], distances=[[0.1, 0.3, 0.2, 0.4], None]), beta=0.5)
+    v = credit_view(_record(advantages=[1.0, 0.0], distances=[[0.1, 0.3, 0.2, 0.4], None]), credit_beta=0.5)
     assert v.skipped == [False, True]
     assert v.token_level[1].tolist() == [0.0] * 4
     assert v.token_total.tolist() == pytest.approx(START)
     # the trainer skips |Â| <= 1e-8 (not only 0): such a null row is accepted and gets w = 1
-    tiny = credit_view(_record(advantages=[1.0, 1e-9], distances=[[0.1, 0.3, 0.2, 0.4], None]), beta=0.5)
+    tiny = credit_view(
+        _record(advantages=[1.0, 1e-9], distances=[[0.1, 0.3, 0.2, 0.4], None]), credit_beta=0.5
+    )
     assert tiny.token_level[1].tolist() == pytest.approx([1e-9] * 4, abs=1e-15)
     # joint: one distance row shared by both rewards; w = [0.4, 1.2, 0.8, 1.6] for both, so
     # S = ΣÂ·(0.5 + 0.5·w) = 0.5·[0.7, 1.1, 0.9, 1.3]
-    j = credit_view(_record(distances=[[0.1, 0.3, 0.2, 0.4]], credit="joint"), beta=0.5)
+    j = credit_view(_record(distances=[[0.1, 0.3, 0.2, 0.4]], credit="joint"), credit_beta=0.5)
     assert j.mode == "joint"
     assert j.token_total.tolist() == pytest.approx([0.35, 0.55, 0.45, 0.65])
     assert j.token_level[1].tolist() == pytest.approx([-0.5 * x for x in START])
@@ -106,7 +128,7 @@ def test_display_tokens_spell_the_response():
 
 def test_record_without_replay():
     # a response-level run writes "distances": null; the token level is then the response level
-    v = credit_view(_record(distances=None, credit="uniform", token_advantages=[0.5] * 4), beta=0.5)
+    v = credit_view(_record(distances=None, credit="uniform", token_advantages=[0.5] * 4), credit_beta=0.5)
     assert v.mode == "none" and v.skipped == [True, True]
     assert v.token_total.tolist() == v.response_total.tolist() == [0.5] * 4
     assert v.token_level.tolist() == v.response_level.tolist()
@@ -159,7 +181,7 @@ def _parse(html_text):
 
 
 def test_html_values_equal_the_core():
-    v = credit_view(_record(), beta=0.5)
+    v = credit_view(_record(), credit_beta=0.5)
     page = render_html([v])
     assert "<script" not in page and "http" not in page  # self-contained: inline CSS, no asset
     spans = _parse(page)
@@ -191,7 +213,7 @@ def test_html_values_equal_the_core():
 
 
 def test_png_data_equal_the_core():
-    v = credit_view(_record(advantages=[1.0, 0.0], distances=[[0.1, 0.3, 0.2, 0.4], None]), beta=0.5)
+    v = credit_view(_record(advantages=[1.0, 0.0], distances=[[0.1, 0.3, 0.2, 0.4], None]), credit_beta=0.5)
     fig = explain_figure([v], tokens_per_line=3)  # two lines: tokens 0-2 and 3
     image_axes = [ax for ax in fig.axes if ax.images]
     assert len(image_axes) == 4  # (distance, advantage) per line
@@ -253,7 +275,7 @@ def test_live_record_matches_replay(toy):
     verifiers = task.verifiers(ex)
     names = [v.name for v in verifiers]  # start, end, include, length, wrap
     adv = [0.5, -1.0, 0.0, 0.0, 0.25]  # include/length are not in the prompt: Â = 0, skipped
-    rec = live_record(model, tok, ex, verifiers, RESPONSE, adv, beta=0.5)
+    rec = live_record(model, tok, ex, verifiers, RESPONSE, adv, credit_beta=0.5)
     assert rec["tokens"] == ["<b> ", "apple ", "cloud ", "stone ", "river ", "</b>"]
     assert rec["rewards"] == [1.0, 1.0, 0.0, 0.0, 1.0]
     assert rec["distances"][2] is None and rec["distances"][3] is None
@@ -275,10 +297,10 @@ def test_live_record_matches_replay(toy):
     s = credit.allocate(torch.tensor([adv]), d, torch.ones(1, 6), beta=0.5)[0]
     assert rec["token_advantages"] == pytest.approx(s.tolist(), abs=1e-6)
     assert sum(rec["token_advantages"]) / 6 == pytest.approx(sum(adv), abs=1e-5)
-    v = credit_view(rec, beta=0.5)
+    v = credit_view(rec, credit_beta=0.5)
     assert v.token_total.tolist() == pytest.approx(rec["token_advantages"], abs=1e-6)
     assert rec["notes"] == []  # the tokenizer reproduces the response
-    odd = live_record(model, tok, ex, verifiers, "<b> apple zzz </b>", adv, beta=0.5)  # zzz -> <unk>
+    odd = live_record(model, tok, ex, verifiers, "<b> apple zzz </b>", adv, credit_beta=0.5)  # zzz -> <unk>
     assert odd["notes"][0].startswith("warning: the tokenizer does not reproduce the response")
 
 
@@ -292,6 +314,19 @@ def test_cli_explain_samples_and_live(toy, tmp_path, monkeypatch, capsys):
     assert main(["explain", "--samples", str(samples), "--index", "5", "--out", str(tmp_path / "s")]) == 2
     assert "--index 5 is out of range" in capsys.readouterr().err
     assert main(["explain", "--out", str(tmp_path / "x")]) == 2
+    # β is --credit-beta; the former --beta names it
+    old = tmp_path / "old.jsonl"  # a record of an earlier version ("beta")
+    old.write_text(
+        json.dumps({**{k: v for k, v in _record().items() if k != "credit_beta"}, "beta": 0.25}) + "\n"
+    )
+    assert main(["explain", "--samples", str(old), "--out", str(tmp_path / "o")]) == 0
+    assert "β=0.25" in (tmp_path / "o" / "explain.html").read_text()
+    argv_b = ["explain", "--samples", str(old), "--out", str(tmp_path / "o"), "--credit-beta", "0.75"]
+    assert main(argv_b) == 0
+    assert json.loads((tmp_path / "o" / "explain.json").read_text())[0]["credit_beta"] == 0.75
+    capsys.readouterr()
+    assert main(["explain", "--samples", str(old), "--out", str(tmp_path / "o"), "--beta", "0.75"]) == 2
+    assert "--beta is now --credit-beta" in capsys.readouterr().err
 
     import mrtpo.models.loading
 

@@ -411,3 +411,83 @@ def test_bfloat16_model_gives_fp32_distances_close_to_fp32_model():
     # (measured); 1e-3 is an eighth of the smallest distance, so a badly rounded path cannot pass
     assert d32.min() > 5e-3
     assert (d16 - d32).abs().max() < 1e-3
+
+
+# ------------------------------------------------------------------------ sampled-token log-probs (CoRT)
+
+
+def naive_token_logps(model, context: list[int], response: list[int], temperature: float) -> torch.Tensor:
+    """log_softmax(model(ids).logits / tau) at the sampled tokens, [T] (float64)."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([context + response])).logits[0].double()  # [L + T, V]
+    rows = logits[len(context) - 1 : len(context) - 1 + len(response)] / temperature  # [T, V]
+    return torch.log_softmax(rows, -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+
+
+@pytest.mark.parametrize("prefix_sharing,budget", [(True, None), (False, 40)])
+def test_sampled_logprobs_equal_the_models_own_logits(model, prefix_sharing, budget):
+    g = torch.Generator().manual_seed(5)
+    pre = _ids(g, 7, 97)
+    contexts = [pre + _ids(g, 3, 97), pre + _ids(g, 3, 97), _ids(g, 5, 97), pre + _ids(g, 1, 97)]
+    responses = [_ids(g, 9, 97), _ids(g, 4, 97), _ids(g, 6, 97), []]
+    out = R.sampled_logprobs(
+        model, contexts, responses, temperature=0.7, prefix_sharing=prefix_sharing, token_budget=budget,
+        chunk_size=4,
+    )  # fmt: skip
+    assert out.shape == (4, 9) and out.dtype == torch.float32
+    for j, (c, r) in enumerate(zip(contexts, responses)):
+        if r:
+            torch.testing.assert_close(
+                out[j, : len(r)].double(), naive_token_logps(model, c, r, 0.7), atol=1e-5, rtol=0
+            )
+        assert (out[j, len(r) :] == 0).all()  # padding
+    # the temperature matters: at tau = 1 the values differ
+    at1 = R.sampled_logprobs(model, contexts[:1], responses[:1])
+    assert (at1[0] - out[0]).abs().max() > 1e-2
+    torch.testing.assert_close(
+        at1[0].double(), naive_token_logps(model, contexts[0], responses[0], 1.0), atol=1e-5, rtol=0
+    )
+
+
+def test_logprob_measure_is_corts_relevance(model, case):
+    """replay(measure="logprob") = |log pi_tau(y_t | C) - log pi_tau(y_t | C_k)| from the model's logits;
+    skipped pairs 0; the rollout pass's hidden states are reused as for JS."""
+    contexts, response = case
+    reqs = [R.ReplayRequest(response, contexts[0], [contexts[1], None, contexts[2]])]
+    out = R.replay(model, reqs, measure="logprob", temperature=1.3, chunk_size=4)
+    full = naive_token_logps(model, contexts[0], response, 1.3)
+    for k, c in ((0, contexts[1]), (2, contexts[2])):
+        ref = (full - naive_token_logps(model, c, response, 1.3)).abs()
+        torch.testing.assert_close(out.distances[0, k].double(), ref, atol=1e-5, rtol=0)
+    assert (out.distances[0, 1] == 0).all() and out.stats.pairs_skipped == 1
+    assert out.distances[0, 0].abs().max() > 1e-3  # the contexts differ, so does the log-prob
+    hidden = R.response_hidden_states(model, contexts[0], response)
+    reused = R.replay(
+        model, [R.ReplayRequest(response, contexts[0], reqs[0].others, full_hidden=hidden)],
+        measure="logprob", temperature=1.3,
+    )  # fmt: skip
+    torch.testing.assert_close(reused.distances, out.distances, atol=1e-5, rtol=0)
+    assert reused.stats.full_reused == 1 and reused.stats.full_run == 0
+    with pytest.raises(ValueError, match="measure='kl' must be one of js, logprob"):
+        R.replay(model, reqs, measure="kl")
+    with pytest.raises(ValueError, match="temperature=0 must be a positive number"):
+        R.replay(model, reqs, measure="logprob", temperature=0)
+
+
+def test_token_logprobs_follow_the_logit_transform():
+    """A soft-capped head (Gemma 2): the log-probs are those of the capped logits the model returns."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    cfg = Gemma2Config(
+        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=128, final_logit_softcapping=0.5,
+        sliding_window=8, pad_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    gemma = Gemma2ForCausalLM(cfg).eval()
+    g = torch.Generator().manual_seed(3)
+    context, response = _ids(g, 6, 97), _ids(g, 10, 97)
+    out = R.sampled_logprobs(gemma, [context], [response], temperature=0.8, chunk_size=3)
+    torch.testing.assert_close(
+        out[0].double(), naive_token_logps(gemma, context, response, 0.8), atol=1e-5, rtol=0
+    )

@@ -16,7 +16,7 @@ GDPO = {0: [0.1, 0.5, 0.8, 0.9], 1: [0.2, 0.4, 0.6, 0.85], 2: [0.0, 0.3, 0.7, 0.
 MRTPO = {0: [0.2, 0.8, 0.9, 0.9], 1: [0.1, 0.6, 0.85, 0.95]}
 
 
-def _sample(fmt_r, exe_r, exe_d, exe_checked):
+def _sample(fmt_r, exe_r, exe_d, exe_checked, beta_key="credit_beta"):
     return {
         "step": 4,
         "prompt": "p",
@@ -27,7 +27,7 @@ def _sample(fmt_r, exe_r, exe_d, exe_checked):
         "advantages": [0.5, -0.5],
         "method": "gdpo",
         "credit": "reward",
-        "beta": 0.5,
+        beta_key: 0.5,
         "distances": [[0.1, 0.3, 0.2, 0.4], exe_d],
         "checked_tokens": {"format": [0, 1, 0, 1], "execution": exe_checked},
     }
@@ -61,16 +61,21 @@ def runs(tmp_path):
             [null],
         )
     # MRTPO seed 0: 5 samples, format satisfied (d = [0.1, 0.3, 0.2, 0.4], checked tokens 1 and 3) and
-    # execution violated with uniform distances; seed 1: 2 samples with execution satisfied (uniform)
+    # execution violated with uniform distances; seed 1: 2 samples with execution satisfied (uniform).
+    # Seed 1 is a run folder of an earlier version: "beta" in run.json and samples.jsonl (read the same)
     s0 = [_sample(1.0, 0.0, [0.2] * 4, [1, 1, 0, 0]) for _ in range(5)]
     s1 = [
-        {**_sample(0.0, 1.0, [0.3] * 4, [0, 1, 1, 0]), "distances": [None, [0.3] * 4], "advantages": [0, 1]}
+        {
+            **_sample(0.0, 1.0, [0.3] * 4, [0, 1, 1, 0], beta_key="beta"),
+            "distances": [None, [0.3] * 4],
+            "advantages": [0, 1],
+        }
     ] * 2
     extra = {s: {"distance/format/mean": 0.1 * s, "localization/format/ratio": 1.5} for s in range(1, 5)}
     _write(
         root,
         "mrtpo-0",
-        {"advantage_method": "gdpo", "credit": "reward", "beta": 0.5, "seed": 0},
+        {"advantage_method": "gdpo", "credit": "reward", "credit_beta": 0.5, "seed": 0},
         MRTPO[0],
         s0,
         extra,

@@ -21,7 +21,7 @@ def test_reward_scheme_equals_compute_then_allocate_and_calls_replay_once():
         return d
 
     res = credit_step(
-        REWARDS, [0] * 4, MASK, method="grpo", credit_mode="reward", beta=0.3, distances=distances
+        REWARDS, [0] * 4, MASK, method="grpo", credit_mode="reward", credit_beta=0.3, distances=distances
     )
     a = advantages.compute("grpo", REWARDS, [0] * 4).float()
     # GRPO of R = [1, 0, 2, 1] (mean 1, std sqrt(2/3)): Â[0] = [0.5, -0.5] / 0.8165 = [0.6124, -0.6124]
@@ -31,7 +31,7 @@ def test_reward_scheme_equals_compute_then_allocate_and_calls_replay_once():
     torch.testing.assert_close(calls[0][1], a)
     assert torch.equal(calls[0][2], a.abs() > advantages.ACTIVE_TOL)  # rows 1 and 3 have a zero column
     torch.testing.assert_close(res.token_advantages, credit.allocate(a, d, MASK, beta=0.3))
-    assert res.distances is d and res.beta == 0.3 and res.scheme.name == "reward"
+    assert res.distances is d and res.credit_beta == 0.3 and res.scheme.name == "reward"
 
 
 def test_response_level_scheme_gives_exact_row_sums_and_no_replay():
@@ -53,13 +53,13 @@ def test_rows_select_this_process_and_ramped_scheme_uses_the_step():
         MASK[2:],
         method="grpo",
         credit_mode="cort",
-        beta=0.5,
+        credit_beta=0.5,
         distances=lambda replay, adv, active: rel,
         rows=slice(2, 4),
         step=10,
         ramp_steps=40,
     )
-    assert res.beta == pytest.approx(0.125)  # 0.5 · 10 / 40
+    assert res.credit_beta == pytest.approx(0.125)  # 0.5 · 10 / 40
     assert res.local.shape == (2, 2) and torch.equal(res.local, res.advantages[2:])
     torch.testing.assert_close(res.token_advantages, res.local.sum(1, keepdim=True) * MASK[2:])
 

@@ -62,7 +62,7 @@ def test_cort_relevance_ramp_and_allocation(tmp_path):
     )
     tok = tr.processing_class
     tr.train()
-    ramp = [h["cort/beta"] for h in tr.state.log_history if "cort/beta" in h]
+    ramp = [h["cort/credit_beta"] for h in tr.state.log_history if "cort/credit_beta" in h]
     # linear ramp 0.6 * min(1, step / 4) at global steps 0, 1, 2
     assert ramp == [0.0, 0.15, 0.3]
     # batch 0 (initial weights): relevance = |log pi(y|C) - log pi(y|C_-all)| of the sampled tokens

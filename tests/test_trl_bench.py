@@ -62,3 +62,22 @@ def test_bench_train_rejects_bad_arguments(capsys):
     assert "--steps=2 must exceed --warmup=2" in capsys.readouterr().err
     assert main(["bench", "train", "--batch", "10", "--generations", "4"]) == 2
     assert "must divide --batch=10" in capsys.readouterr().err
+
+
+def test_bench_train_credit_comes_from_the_registry(capsys):
+    """--credit takes any registered token-level scheme (a scheme registered from outside included) and
+    names them when it gets another."""
+    from mrtpo import credit
+
+    assert main(["bench", "train", "--credit", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "--credit='none' must be a token-level credit scheme: " in err
+    listed = err.split("scheme: ")[1].split()
+    assert {"reward", "joint", "shuffled", "cort", "uniform"} <= {x.strip(",") for x in listed}
+
+    credit.register_scheme("bench_probe", replay="reward")(credit.scheme("reward").weights)
+    try:
+        assert main(["bench", "train", "--credit", "bench_probe", "--steps", "1", "--warmup", "1"]) == 2
+        assert "--steps=1 must exceed --warmup=1" in capsys.readouterr().err  # the credit passed the check
+    finally:
+        credit.CREDIT_SCHEMES.remove("bench_probe")

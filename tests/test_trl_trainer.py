@@ -340,6 +340,7 @@ def test_run_folder_follows_the_run_format(tmp_path):
     assert {s["step"] for s in samples} == {1, 2} and len(samples) == 4
     for s in samples:
         t = len(s["tokens"])
+        assert s["credit_beta"] == tr.args.credit_beta and "beta" not in s  # one name for β
         assert len(s["token_advantages"]) == t and len(s["distances"]) == 2
         for k, row in enumerate(s["distances"]):
             assert (row is None) == (abs(s["advantages"][k]) <= 1e-8)

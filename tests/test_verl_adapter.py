@@ -90,7 +90,7 @@ def test_gdpo_hand_computed_response_level_and_token_credit():
     d = torch.rand(4, 2, 4, generator=torch.Generator().manual_seed(0))
     d[0, 0] = torch.tensor([0.3, 0.0, 0.0, 0.9])
     d[0, 1] = torch.tensor([0.0, 0.2, 0.2, 0.7])
-    cfg = {"mrtpo": {"reward_keys": ["a", "b"], "credit": "reward", "beta": 0.5}}
+    cfg = {"mrtpo": {"reward_keys": ["a", "b"], "credit": "reward", "credit_beta": 0.5}}
     adv, _ = est(tlr, mask, index=ntb["uid"], config=cfg, non_tensor_batch=ntb, batch={va.DISTANCES_KEY: d})
     torch.testing.assert_close(adv[0], torch.tensor([1.530931, 1.071651, 1.071651, 0.0]), atol=3e-6, rtol=0)
     # credit is redistributed: the mean over the 3 valid tokens is the response advantage 1.224744
@@ -119,7 +119,7 @@ def test_estimator_equals_core_allocate(method, credit):
         "reward_max": hi,
         "weights": [1.0, 0.5, 2.0],
         "credit": credit,
-        "beta": 0.7,
+        "credit_beta": 0.7,
         "options": opts,
         "seed": 3,
     }
@@ -168,7 +168,7 @@ def test_beta_zero_and_padding_invariance():
         tlr,
         mask,
         index=ntb["uid"],
-        config={"mrtpo": {**base, "credit": "reward", "beta": 0.0}},
+        config={"mrtpo": {**base, "credit": "reward", "credit_beta": 0.0}},
         non_tensor_batch=ntb,
         batch={va.DISTANCES_KEY: d},
     )
@@ -190,9 +190,17 @@ def test_user_errors_name_the_field():
     est = va.make_estimator("grpo")
     tlr = torch.zeros(n, t)
     with pytest.raises(
-        ValueError, match=r"unknown key\(s\) 'credt' under algorithm.mrtpo; known: beta, credit"
+        ValueError, match=r"unknown key\(s\) 'credt' under algorithm.mrtpo; known: credit, credit_beta"
     ):
         va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credt": "reward"}})
+    # the allocation strength's name of earlier versions: a one-line error naming the new key
+    with pytest.raises(
+        ValueError, match=r"^field 'algorithm.mrtpo.beta' is now 'algorithm.mrtpo.credit_beta'$"
+    ):
+        va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credit": "reward", "beta": 0.3}})
+    with pytest.raises(ValueError, match=r"algorithm.mrtpo.credit_beta=1.5 must be a number in \[0, 1\]"):
+        va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credit_beta": 1.5}})
+    assert va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credit_beta": 0.3}}).credit_beta == 0.3
     with pytest.raises(
         ValueError, match="credit='tokens' must be one of cort, joint, none, reward, shuffled, uniform"
     ):
@@ -390,7 +398,7 @@ def test_reward_manager_and_hook_end_to_end(DataProto, toy_tok, toy_model):
     last = data.batch["response_mask"].sum(1) - 1
     assert torch.equal(out["reward_tensor"][torch.arange(6), last], totals)  # at the last valid token
 
-    cfg = {"norm_adv_by_std_in_grpo": True, "mrtpo": {"credit": "reward", "beta": 0.5}}
+    cfg = {"norm_adv_by_std_in_grpo": True, "mrtpo": {"credit": "reward", "credit_beta": 0.5}}
     calls = []
     dist_fn = va.make_distance_fn(toy_model, toy_tok)
 

@@ -95,7 +95,10 @@ def test_mrtpo_recipe_matches_table9_and_worker_replay(compose, name):
     trl = yaml.safe_load((root / MRTPO_RECIPES[name]).read_text())
     # token credit through the worker replay: MRTPO credit, an FSDP2 actor, options that parse
     node = va.VerlMRTPOConfig.from_algorithm(cfg.algorithm)
-    assert node.credit == trl["method"]["credit"] == "reward" and node.beta == trl["method"]["beta"]
+    assert (
+        node.credit == trl["method"]["credit"] == "reward"
+        and node.credit_beta == trl["method"]["credit_beta"]
+    )
     assert cfg.algorithm.adv_estimator == "mrtpo_" + trl["method"]["advantage_method"]
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp2" and cfg.actor_rollout_ref.ref.strategy == "fsdp2"
     assert verl_worker.ReplayOptions.from_config(cfg).sharding == "auto"

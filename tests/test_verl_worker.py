@@ -406,7 +406,7 @@ def test_advantage_step_with_worker_distances_equals_core(tok, model, monkeypatc
     data = toy_batch(tok)
     data.batch["token_level_rewards"] = torch.zeros(data.batch["response_mask"].shape)
     wg = fake_worker_group(model, tok, 2, 1, monkeypatch)
-    cfg = {"mrtpo": {"credit": "reward", "beta": 0.5}}
+    cfg = {"mrtpo": {"credit": "reward", "credit_beta": 0.5}}
     va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distance_fn=vw.make_worker_distance_fn(wg))
     a = gdpo_advantages(data)
     mask = data.batch["response_mask"]
@@ -557,3 +557,100 @@ def test_replay_shard_without_rows(tok, model):
     assert res.distances.shape == (0, 1, data.batch["responses"].shape[1])
     with pytest.raises(ValueError, match="needs reward_names"):
         vw.replay_shard(model, tok, data)
+
+
+# --------------------------------------------------------------------------------------------------
+# CoRT on the workers: the logprob replay
+# --------------------------------------------------------------------------------------------------
+
+
+def naive_cort(model, tok, data, adv, temperature):
+    """CoRT's relevance [N, 1, T] from the model's full logits: |log pi_tau(y_t | C) - log pi_tau(y_t | C_-all)|
+    of the sampled tokens (log_softmax(model(ids).logits / tau) gathered), rows with Σ_k Â = 0 left 0."""
+    mask = data.batch["response_mask"]
+    out = torch.zeros(len(data), 1, mask.shape[1])
+    for j, info in enumerate(data.non_tensor_batch["extra_info"]):
+        if abs(float(adv[j].sum())) <= adv_mod.ACTIVE_TOL:
+            continue
+        ctx = replay_mod.build_contexts(tok, va.example_from_extra_info(info).segments, KEYS)
+        resp = data.batch["responses"][j, : int(mask[j].sum())].tolist()
+        lps = []
+        for c in (list(ctx.full), list(ctx.joint)):
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([c + resp])).logits[
+                    0, len(c) - 1 : len(c) - 1 + len(resp)
+                ]
+            lps.append(
+                torch.log_softmax(logits.double() / temperature, -1).gather(-1, torch.tensor(resp)[:, None])[
+                    :, 0
+                ]
+            )
+        out[j, 0, : len(resp)] = (lps[0] - lps[1]).abs().float()
+    return out
+
+
+def test_cort_replay_shard_equals_naive_relevance(tok, model):
+    data = toy_batch(tok, [5, 0, 7, 2, 1, 6, 3, 4])
+    adv = torch.zeros(8, 5)
+    adv[0, 0], adv[1, :2] = 0.5, torch.tensor([1.0, -1.0])  # row 1: Σ_k Â = 0, skipped like an all-0 row
+    adv[3] = torch.tensor([0.2, 0.1, 0.0, -0.4, 0.3])  # Σ = 0.2
+    adv[6, 4] = -0.7
+    res = vw.replay_shard(model, tok, data, advantages=adv, mode="logprob", temperature=0.7)
+    ref = naive_cort(model, tok, data, adv, 0.7)
+    assert res.distances.shape == (8, 1, data.batch["responses"].shape[1])
+    torch.testing.assert_close(res.distances, ref, atol=1e-5, rtol=0)
+    ran = [j for j in range(8) if res.distances[j].abs().sum() > 0]
+    assert ran == [0, 3, 6] and res.stats.pairs_run == 3  # one joint pass (plus C) per active response
+    # the temperature is the sampling one: at tau = 1 the relevance differs
+    at1 = vw.replay_shard(model, tok, data, advantages=adv, mode="logprob")
+    assert (at1.distances - res.distances).abs().max() > 1e-3
+    torch.testing.assert_close(at1.distances, naive_cort(model, tok, data, adv, 1.0), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("dp,sp", [(2, 1), (4, 2)])
+def test_cort_through_the_hook_on_workers_equals_the_core(tok, model, monkeypatch, dp, sp):
+    """credit=cort on verl: the worker replay's relevance at the batch's sampling temperature, and the
+    token advantages of mrtpo.step (what the TRL trainer computes from its _cort relevance)."""
+    from mrtpo import step as step_mod
+
+    data = toy_batch(tok, [3, 6, 0, 5, 1, 7, 2, 4])
+    data.meta_info["temperature"] = 0.8  # verl's trainer: actor_rollout_ref.rollout.temperature
+    data.batch["token_level_rewards"] = torch.zeros(data.batch["response_mask"].shape)
+    wg = fake_worker_group(model, tok, dp, sp, monkeypatch)
+    cfg = {"mrtpo": {"credit": "cort", "credit_beta": 0.5}}
+    va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distance_fn=vw.make_worker_distance_fn(wg))
+    a = gdpo_advantages(data)
+    skipped = a.sum(1).abs() <= adv_mod.ACTIVE_TOL
+    mask = data.batch["response_mask"]
+    rel = naive_cort(model, tok, data, a, 0.8)
+    torch.testing.assert_close(data.batch[va.DISTANCES_KEY], rel, atol=1e-5, rtol=0)
+    assert (rel[~skipped].sum((1, 2)) > 0).all() and (data.batch[va.DISTANCES_KEY][skipped] == 0).all()
+    ref = step_mod.credit_step(
+        rewards_of(data), list(data.non_tensor_batch["uid"]), mask.bool(), method="gdpo",
+        reward_min=[0.0] * 5, reward_max=[1.0] * 5, lengths=mask.sum(1).double(), credit_mode="cort",
+        credit_beta=0.5, distances=rel,
+    )  # fmt: skip
+    torch.testing.assert_close(data.batch["advantages"], ref.token_advantages, atol=1e-5, rtol=1e-5)
+    expected = credit_mod.allocate(
+        a, rel, mask, beta=0.5, mode="cort"
+    )  # Σ_k Â · ((1 − β) + β rel / mean rel)
+    torch.testing.assert_close(data.batch["advantages"], expected, atol=1e-5, rtol=1e-5)
+    flat = a.sum(1, keepdim=True) * mask
+    assert (data.batch["advantages"] - flat).abs().max() > 1e-3  # redistributed within responses
+    # an explicit option overrides the batch's temperature; the in-process distance_fn agrees
+    d_opt = vw.make_worker_distance_fn(wg, {"temperature": 1.0})(data, a, "logprob")
+    torch.testing.assert_close(d_opt, naive_cort(model, tok, data, a, 1.0), atol=1e-5, rtol=0)
+    d_local = va.make_distance_fn(model, tok)(data, a, "logprob")
+    torch.testing.assert_close(d_local, rel, atol=1e-5, rtol=0)
+
+
+def test_cort_temperature_option_from_verl_config():
+    cfg = {
+        "algorithm": {"mrtpo": {"credit": "cort"}},
+        "actor_rollout_ref": {"rollout": {"temperature": 0.6}},
+    }
+    assert vw.ReplayOptions.from_config(cfg).temperature == 0.6
+    cfg["algorithm"]["mrtpo"]["replay"] = {"temperature": 0.9}
+    assert vw.ReplayOptions.from_config(cfg).temperature == 0.9
+    with pytest.raises(ValueError, match=r"algorithm.mrtpo.replay.temperature=0 must be a positive number"):
+        vw.ReplayOptions(temperature=0)

@@ -45,7 +45,8 @@ class SampleRecord:
         step: optimizer step (None for a record of ``mrtpo explain``'s live mode).
         prompt, response: texts.
         rewards: [K] reward values.
-        method, credit, beta: the run's advantage method, credit scheme and allocation strength.
+        method, credit, credit_beta: the run's advantage method, credit scheme and allocation strength β
+            (``"credit_beta"`` in the JSON; records of earlier versions have ``"beta"``, read the same).
         token_advantages: [T] S under the run's credit.
         checked_tokens: reward name -> [T] 0/1 tokens its verifier reads.
         example_id: the example's id.
@@ -63,7 +64,7 @@ class SampleRecord:
     rewards: list[float] | None = None
     method: str | None = None
     credit: str | None = None
-    beta: float | None = None
+    credit_beta: float | None = None
     token_advantages: list[float] | None = None
     checked_tokens: dict[str, list[int]] | None = None
     example_id: str | None = None
@@ -87,7 +88,7 @@ class SampleRecord:
             "advantages": self.advantages,
             "method": self.method,
             "credit": self.credit,
-            "beta": self.beta,
+            "credit_beta": self.credit_beta,
             "distances": self.distances,
             "token_advantages": self.token_advantages,
         }
@@ -145,12 +146,13 @@ class SampleRecord:
             if not isinstance(row, list) or len(row) != t_len:
                 raise ValueError(f"{where}: checked_tokens[{name!r}] must be a list of {t_len} 0/1 values")
             checked_out[name] = [int(bool(x)) for x in row]
-        step, beta = obj.get("step"), obj.get("beta")
+        beta_key = "credit_beta" if "credit_beta" in obj or "beta" not in obj else "beta"  # "beta": earlier
+        step, beta = obj.get("step"), obj.get(beta_key)
         if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float))):
             raise ValueError(f"{where}: step must be an integer or null; got {step!r}")
         if beta is not None and (isinstance(beta, bool) or not isinstance(beta, (int, float))):
-            raise ValueError(f"{where}: beta must be a number or null; got {beta!r}")
-        known = {f.name for f in fields(cls)}
+            raise ValueError(f"{where}: {beta_key} must be a number or null; got {beta!r}")
+        known = {f.name for f in fields(cls)} | {"beta"}
         opt_numbers = {
             key: None if obj.get(key) is None else _numbers(obj[key], f"{where}: {key}", size)
             for key, size in (("rewards", k), ("token_advantages", t_len))
@@ -171,7 +173,7 @@ class SampleRecord:
             rewards=opt_numbers["rewards"],
             method=text("method"),
             credit=text("credit"),
-            beta=None if beta is None else float(beta),
+            credit_beta=None if beta is None else float(beta),
             token_advantages=opt_numbers["token_advantages"],
             checked_tokens=checked_out,
             example_id=text("example_id"),

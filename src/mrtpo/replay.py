@@ -400,6 +400,15 @@ def _model_info(model: Any) -> _ModelInfo:
 
 SHARDING = ("none", "gather", "lockstep")
 
+REPLAY_MODES = ("reward", "joint", "logprob")
+"""The replays an engine runs for a credit scheme (:data:`mrtpo.credit.REPLAYS` less "none"): JS distances
+per reward (``make_requests(mode="reward")``), JS distances to the joint context (``mode="joint"``), and
+CoRT's log-probability gap to the joint context (``mode="joint"`` requests, ``measure="logprob"``)."""
+
+MEASURES = ("js", "logprob")
+"""What :func:`replay` compares per response token: the Jensen–Shannon distance of the next-token
+distributions ("js", MRTPO) or the sampled token's log-probability gap ("logprob", CoRT's relevance)."""
+
 ParamGatherer = Callable[[Sequence[torch.Tensor]], "contextlib.AbstractContextManager[Any] | None"]
 _PARAM_GATHERERS: list[ParamGatherer] = []
 
@@ -624,6 +633,76 @@ def _js_from_hidden(
         return out
 
 
+def token_logprobs_from_hidden(
+    head: LogitHead,
+    hidden: torch.Tensor,
+    tokens: torch.Tensor,
+    *,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    projection_dtype: str = "float32",
+) -> torch.Tensor:
+    """Log-probabilities of given tokens at a sampling temperature, from last hidden states.
+
+    ``log pi_tau(y_t) = z_t[y_t] / tau - logsumexp_v(z_t[v] / tau)`` with ``z_t = head(hidden[t])`` (the
+    model's logits, logit transform included), a chunk of rows at a time: memory ``O(chunk_size * V)``.
+    This is ``log_softmax(model(ids).logits / tau)`` gathered at the tokens, what TRL and verl compute as
+    the per-token log-probs of sampled tokens.
+
+    Args:
+        head: the model's :class:`~mrtpo.head.LogitHead`.
+        hidden: [T, H] hidden states (after the final norm); row t predicts ``tokens[t]``.
+        tokens: [T] long token ids.
+        weight, bias: [V, H], [V] full head parameters (None: the head's own).
+        temperature: tau > 0.
+        chunk_size: rows projected onto the vocabulary at a time.
+        projection_dtype: :data:`PROJECTION_DTYPES`.
+
+    Returns:
+        [T] float32 log-probabilities (<= 0).
+    """
+    if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool)) or not (
+        0.0 < float(temperature) < float("inf")
+    ):
+        raise ValueError(f"temperature={temperature!r} must be a positive number")
+    if hidden.dim() != 2 or tokens.dim() != 1 or tokens.shape[0] != hidden.shape[0]:
+        raise ValueError(
+            f"hidden {tuple(hidden.shape)} and tokens {tuple(tokens.shape)} must be [T, H] and [T]"
+        )
+    t = hidden.shape[0]
+    out = torch.empty(t, dtype=torch.float32, device=hidden.device)
+    tokens = tokens.to(device=hidden.device, dtype=torch.long)
+    with _matmul_precision(projection_dtype):
+        for rows in row_chunks(t, chunk_size):
+            z = head.logits(hidden[rows], weight, bias, projection_dtype)  # [c, V] float32
+            if temperature != 1.0:
+                z = z / float(temperature)
+            out[rows] = z.gather(-1, tokens[rows, None])[:, 0] - torch.logsumexp(z, dim=-1)  # [c]
+    return out
+
+
+def _logprob_gap(
+    head: LogitHead,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    h_p: torch.Tensor,
+    h_q: torch.Tensor,
+    tokens: torch.Tensor,
+    chunk_size: int,
+    projection_dtype: str,
+    temperature: float,
+) -> torch.Tensor:
+    """``h_p: [T, H]``, ``h_q: [K', T, H]`` -> ``[K', T]`` float32 ``|log pi(y_t | C) - log pi(y_t | C_k)|``."""
+    kw = dict(weight=weight, bias=bias, temperature=temperature, chunk_size=chunk_size)
+    lp = token_logprobs_from_hidden(head, h_p, tokens, projection_dtype=projection_dtype, **kw)  # [T]
+    lq = torch.stack(
+        [token_logprobs_from_hidden(head, h, tokens, projection_dtype=projection_dtype, **kw) for h in h_q]
+    )  # [K', T]
+    return (lp[None] - lq).abs()
+
+
 # --------------------------------------------------------------------------------------------------
 # The engine
 # --------------------------------------------------------------------------------------------------
@@ -693,9 +772,17 @@ def replay(
     progress: bool = False,
     sharding: str = "none",
     projection_dtype: str = "float32",
+    measure: str = "js",
+    temperature: float = 1.0,
 ) -> ReplayResult:
     """Teacher-forced no-grad replay of N responses; distances ``[N, K, T]`` between each request's full
     context and its K other contexts.
+
+    ``measure`` says what is compared at each response token: ``"js"`` (default) the Jensen–Shannon
+    distance of the two next-token distributions (MRTPO); ``"logprob"`` the gap of the sampled token's
+    log-probability at ``temperature``, ``|log pi_tau(y_t | C, y_<t) - log pi_tau(y_t | C_k, y_<t)|``
+    (CoRT's relevance, with ``C_k`` the joint leave-out context). Everything else (skipping, reuse of
+    the rollout pass, micro-batches, prefix sharing, sharding) is the same for both.
 
     Contexts are scheduled request by request (requests with the same full context, i.e. the
     responses of one prompt, next to each other) and packed into micro-batches of at most
@@ -740,11 +827,82 @@ def replay(
         sharding: "none", "gather" or "lockstep" (above).
         projection_dtype: precision of the vocabulary projection: "float32" (default, exact), "tf32"
             or "bfloat16" (:data:`PROJECTION_DTYPES`: error bound).
+        measure: "js" or "logprob" (:data:`MEASURES`, above).
+        temperature: sampling temperature tau > 0 of the "logprob" measure (ignored by "js").
 
     Returns:
         :class:`ReplayResult` with ``distances: [N, K, T] float32`` (0 at padding and skipped pairs).
     """
+    if measure not in MEASURES:
+        raise ValueError(f"measure={measure!r} must be one of {', '.join(MEASURES)}")
+    return _replay(
+        model, requests, token_budget=token_budget, prefix_sharing=prefix_sharing, chunk_size=chunk_size,
+        pad_id=pad_id, progress=progress, sharding=sharding, projection_dtype=projection_dtype,
+        measure=measure, temperature=temperature,
+    )  # fmt: skip
+
+
+def sampled_logprobs(
+    model: Any,
+    contexts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    *,
+    temperature: float = 1.0,
+    token_budget: int | None = DEFAULT_TOKEN_BUDGET,
+    prefix_sharing: bool = True,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    pad_id: int = 0,
+    sharding: str = "none",
+    projection_dtype: str = "float32",
+) -> torch.Tensor:
+    """Per-token log-probabilities of N responses under their contexts, ``[N, T]`` float32.
+
+    ``out[j, t] = log pi_tau(y_t | contexts[j], y_<t)`` (``log_softmax(logits / tau)`` at the sampled
+    token), 0 at padding; one teacher-forced no-grad pass per response through :func:`replay`'s engine
+    (micro-batches, prefix sharing, ``sharding``; collective under "gather" / "lockstep").
+
+    Args:
+        model: a Hugging Face causal LM.
+        contexts: [N] context ids.
+        responses: [N] response ids (T_j tokens; right-padded to the longest in the output).
+        temperature: tau > 0.
+        token_budget, prefix_sharing, chunk_size, pad_id, sharding, projection_dtype: as :func:`replay`.
+    """
+    if len(contexts) != len(responses):
+        raise ValueError(
+            f"contexts has {len(contexts)} entries; expected one per response ({len(responses)})"
+        )
+    reqs = [ReplayRequest(list(r), list(c), []) for c, r in zip(contexts, responses)]
+    res = _replay(
+        model, reqs, token_budget=token_budget, prefix_sharing=prefix_sharing, chunk_size=chunk_size,
+        pad_id=pad_id, progress=False, sharding=sharding, projection_dtype=projection_dtype,
+        measure="sampled", temperature=temperature,
+    )  # fmt: skip
+    return res.distances[:, 0]  # [N, T]
+
+
+def _replay(
+    model: Any,
+    requests: Sequence[ReplayRequest],
+    *,
+    token_budget: int | None,
+    prefix_sharing: bool,
+    chunk_size: int,
+    pad_id: int,
+    progress: bool,
+    sharding: str,
+    projection_dtype: str,
+    measure: str,
+    temperature: float,
+) -> ReplayResult:
+    """:func:`replay`; ``measure="sampled"``: the log-probs under the full context ([N, 1, T]; no others)."""
     t0 = time.perf_counter()
+    if measure != "js" and (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not 0.0 < float(temperature) < float("inf")
+    ):
+        raise ValueError(f"temperature={temperature!r} must be a positive number")
     if token_budget is not None and token_budget <= 0:
         raise ValueError(f"token_budget must be positive or None, got {token_budget}")
     if chunk_size <= 0:
@@ -760,6 +918,8 @@ def replay(
     if len(ks) > 1:
         raise ValueError(f"requests have different numbers of other contexts {sorted(ks)}; expected one K")
     k_ctx = ks.pop() if ks else 0
+    if measure == "sampled":
+        k_ctx = 1
     lengths = torch.tensor([len(r.response) for r in requests], dtype=torch.long)
     stats = ReplayStats(responses=n)
     collective = sharding != "none" and _distributed()
@@ -781,7 +941,7 @@ def replay(
                 model, info, requests, w32, bias, lengths, k_ctx, stats, t0,
                 token_budget=token_budget, prefix_sharing=prefix_sharing, chunk_size=chunk_size,
                 pad_id=pad_id, progress=progress, lockstep=collective and sharding == "lockstep",
-                projection_dtype=projection_dtype,
+                projection_dtype=projection_dtype, measure=measure, temperature=float(temperature),
             )  # fmt: skip
 
 
@@ -806,8 +966,10 @@ def _plan(
     stats: ReplayStats,
     token_budget: int | None,
     share: bool,
+    keep_full: bool = False,
 ) -> _Plan:
-    """Which contexts of which responses run, packed into micro-batches (no model call)."""
+    """Which contexts of which responses run, packed into micro-batches (no model call); ``keep_full``:
+    the full context runs even without other contexts (its own log-probs are wanted)."""
     jobs_of: dict[int, list[_Job]] = {}
     run_slots: dict[int, list[int]] = {}
     for i, r in enumerate(requests):
@@ -825,7 +987,7 @@ def _plan(
         if not resp:
             continue
         run_slots[i] = slots
-        if not slots:
+        if not slots and not (keep_full and r.full_hidden is None):
             continue
         jobs = []
         if r.full_hidden is None:
@@ -885,6 +1047,8 @@ def _replay_local(
     progress: bool,
     lockstep: bool,
     projection_dtype: str,
+    measure: str = "js",
+    temperature: float = 1.0,
 ) -> ReplayResult:
     """Plan, agree on the forward count (lockstep), execute, pad."""
     n = len(requests)
@@ -893,7 +1057,7 @@ def _replay_local(
     dist = torch.zeros(n, k_ctx, t_max, dtype=torch.float32, device=device)
     vocab, hidden_size = w32.shape
     share = prefix_sharing and info.prefix_cache
-    plan = _plan(requests, vocab, hidden_size, stats, token_budget, share)
+    plan = _plan(requests, vocab, hidden_size, stats, token_budget, share, keep_full=measure == "sampled")
     pad_forwards = 0
     if lockstep:
         total = torch.tensor([plan.forwards], dtype=torch.long, device=device)
@@ -920,10 +1084,24 @@ def _replay_local(
                     r = requests[job.req]
                     h_p = got[0] if 0 in got else r.full_hidden.to(device)
                     slots = plan.run_slots[job.req]
+                    if measure == "sampled":
+                        tokens = torch.as_tensor([int(x) for x in r.response], device=device)  # [T]
+                        lp = token_logprobs_from_hidden(
+                            info.head, h_p, tokens, weight=w32, bias=bias, temperature=temperature,
+                            chunk_size=chunk_size, projection_dtype=projection_dtype,
+                        )  # fmt: skip
+                        dist[job.req, 0, : lp.shape[0]] = lp
+                        continue
                     h_q = torch.stack([got[k + 1] for k in slots])  # [K', T, H]
-                    d = _js_from_hidden(
-                        info.head, w32, bias, h_p, h_q, chunk_size, projection_dtype
-                    )  # [K', T]
+                    if measure == "logprob":
+                        tokens = torch.as_tensor([int(x) for x in r.response], device=device)  # [T]
+                        d = _logprob_gap(
+                            info.head, w32, bias, h_p, h_q, tokens, chunk_size, projection_dtype, temperature
+                        )  # [K', T]
+                    else:
+                        d = _js_from_hidden(
+                            info.head, w32, bias, h_p, h_q, chunk_size, projection_dtype
+                        )  # [K', T]
                     dist[job.req, slots, : d.shape[1]] = d
         dummy = torch.full((1, 1), pad_id, dtype=torch.long, device=device)  # [1, 1]
         for _ in range(pad_forwards):  # the same collectives as a real call, on one token

@@ -44,7 +44,7 @@ class CreditResult:
         active: [B, K] bool, ``|local| > ACTIVE_TOL`` (pairs worth replaying).
         distances: [B, K', T] from the scheme's replay, or None (no replay).
         token_advantages: [B, T] token advantages S (0 on padding).
-        beta: the allocation strength used (ramped for a ramped scheme).
+        credit_beta: the allocation strength β used (ramped for a ramped scheme).
         scheme: the credit scheme.
     """
 
@@ -53,7 +53,7 @@ class CreditResult:
     active: Tensor
     distances: Tensor | None
     token_advantages: Tensor
-    beta: float
+    credit_beta: float
     scheme: credit.CreditScheme
 
     @property
@@ -74,7 +74,7 @@ def credit_step(
     reward_max: Tensor | Sequence[float] | None = None,
     lengths: Tensor | Sequence[float] | None = None,
     credit_mode: str = "reward",
-    beta: float = 0.5,
+    credit_beta: float = 0.5,
     distances: Tensor | DistanceFn | None = None,
     rows: slice | None = None,
     generator: torch.Generator | None = None,
@@ -92,7 +92,7 @@ def credit_step(
         weights, reward_min, reward_max: [K] as :func:`mrtpo.advantages.compute`.
         lengths: [N] token counts (used by ``whiten="token"``).
         credit_mode: a registered credit scheme (:data:`mrtpo.credit.CREDIT_SCHEMES`).
-        beta: allocation strength β in [0, 1] (the final value for a ramped scheme).
+        credit_beta: allocation strength β in [0, 1] (the final value for a ramped scheme).
         distances: [B, K', T] precomputed, or a :data:`DistanceFn` called when the scheme needs replay.
         rows: the rows of the batch handled here (one process's share); None: all N.
         generator: random numbers of schemes that draw them (``shuffled``).
@@ -125,7 +125,7 @@ def credit_step(
                 f"credit mode {scheme.name!r} needs {scheme.replay!r} replay distances [B, K', T]; none were given"
             )
         d = distances(scheme.replay, local, active) if callable(distances) else distances
-    strength = linear_ramp(step, beta, ramp_steps) if scheme.ramped else float(beta)
+    strength = linear_ramp(step, credit_beta, ramp_steps) if scheme.ramped else float(credit_beta)
     if scheme.token_level:
         token_adv = credit.allocate(local, d, mask, beta=strength, mode=scheme.name, generator=generator)
     else:  # the response level: Σ_k Â[j, k] on every valid token

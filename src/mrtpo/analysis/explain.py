@@ -82,7 +82,7 @@ class CreditView:
         weights: [K', T] token weights w = d / mean_t d (:func:`mrtpo.credit.token_weights`; 1 in
             skipped rows).
         method: the response-level method's name (``gdpo``).
-        beta: β used for the MRTPO columns.
+        credit_beta: β used for the MRTPO columns.
         mode: credit mode of the MRTPO columns, ``reward`` or ``joint`` (from K').
         response_level: [K, T] Â[k] on every token.
         response_total: [T] Σ_k Â[k] on every token.
@@ -104,7 +104,7 @@ class CreditView:
     skipped: list[bool]
     weights: np.ndarray
     method: str
-    beta: float
+    credit_beta: float
     mode: str
     response_level: np.ndarray
     response_total: np.ndarray
@@ -152,16 +152,17 @@ def _display_tokens(tokens: list[str], response: str | None) -> list[str]:
 
 
 def credit_view(
-    record: dict[str, Any] | SampleRecord, *, beta: float | None = DEFAULT_BETA, where: str = "record"
+    record: dict[str, Any] | SampleRecord, *, credit_beta: float | None = DEFAULT_BETA, where: str = "record"
 ) -> CreditView:
     """Compute the response-level and MRTPO token advantages of a samples.jsonl record.
 
     Args:
         record: ``{"tokens": [T], "reward_names": [K], "advantages": [K], "distances": [K or 1][T] (rows
             may be null), ...}`` (docs/run-format.md); ``rewards``, ``token_advantages``,
-            ``checked_tokens``, ``method``, ``credit``, ``beta``, ``step``, ``prompt``, ``response`` are
+            ``checked_tokens``, ``method``, ``credit``, ``credit_beta`` (``beta`` in records of earlier
+            versions), ``step``, ``prompt``, ``response`` are
             optional.
-        beta: β of the MRTPO columns; None: the record's ``beta`` (0.5 when absent).
+        credit_beta: β of the MRTPO columns; None: the record's ``credit_beta`` (0.5 when absent).
         where: how to name the record in error messages (``samples.jsonl line 3``).
 
     Raises:
@@ -192,7 +193,9 @@ def credit_view(
             dist[i] = row
         skipped.append(row is None)
     rewards = rec.rewards
-    beta = float((DEFAULT_BETA if rec.beta is None else rec.beta) if beta is None else beta)
+    if credit_beta is None:
+        credit_beta = DEFAULT_BETA if rec.credit_beta is None else rec.credit_beta
+    beta = float(credit_beta)
 
     a = torch.tensor([adv], dtype=torch.float64)  # [1, K]
     d = torch.from_numpy(dist)[None]  # [1, K', T]
@@ -210,7 +213,7 @@ def credit_view(
     logged, note = None, ""
     if rec.token_advantages is not None:
         logged = np.asarray(rec.token_advantages)
-        rec_beta, rec_credit = rec.beta, rec.credit
+        rec_beta, rec_credit = rec.credit_beta, rec.credit
         diff = float(np.abs(logged - total.numpy()).max())
         if mode == "none":
             same_setting = rec_credit in (None, "none", "uniform")
@@ -236,7 +239,7 @@ def credit_view(
         skipped=skipped,
         weights=weights.numpy(),
         method=method,
-        beta=beta,
+        credit_beta=beta,
         mode=mode,
         response_level=np.repeat(np.asarray(adv, dtype=np.float64)[:, None], t_len, axis=1),
         response_total=resp_total.numpy(),
@@ -397,7 +400,7 @@ def _view_html(view: CreditView, index: int) -> str:
     if view.mode == "none":
         out.append('<div class="colhead">token level: no distances, w = 1 (= response level)</div>')
     else:
-        out.append(f'<div class="colhead">MRTPO: Â[k]·((1−β)+β·w[k,t]), β={view.beta:g}</div>')
+        out.append(f'<div class="colhead">MRTPO: Â[k]·((1−β)+β·w[k,t]), β={view.credit_beta:g}</div>')
 
     def dist_cell(drow: int, row_name: str, checked: list[int] | None) -> str:
         if view.mode == "none":
@@ -617,7 +620,7 @@ def explain_records(
     records: Sequence[dict[str, Any]],
     out_dir: str | Path,
     *,
-    beta: float | None = DEFAULT_BETA,
+    credit_beta: float | None = DEFAULT_BETA,
     names: Sequence[str] | None = None,
     title: str = "mrtpo explain: per-token credit",
     tokens_per_line: int = 32,
@@ -628,7 +631,7 @@ def explain_records(
     Args:
         records: records in the samples.jsonl format (docs/run-format.md).
         out_dir: output folder (created).
-        beta: β of the MRTPO columns; None: each record's own ``beta``.
+        credit_beta: β of the MRTPO columns; None: each record's own ``credit_beta``.
         names: how to name each record in headings and errors (default ``record i``).
         title: page title.
         tokens_per_line, max_tokens: PNG layout (see :func:`explain_figure`).
@@ -641,7 +644,7 @@ def explain_records(
     names = list(names) if names is not None else [f"record {i}" for i in range(len(records))]
     if len(names) != len(records):
         raise ValueError(f"names has {len(names)} entries; expected one per record ({len(records)})")
-    views = [credit_view(r, beta=beta, where=n) for r, n in zip(records, names)]
+    views = [credit_view(r, credit_beta=credit_beta, where=n) for r, n in zip(records, names)]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     html_path = out / "explain.html"
@@ -703,7 +706,7 @@ def live_record(
     advantages: Sequence[float],
     *,
     method: str = "gdpo",
-    beta: float = DEFAULT_BETA,
+    credit_beta: float = DEFAULT_BETA,
     mode: str = "reward",
     rewards: Sequence[float] | None = None,
     progress: bool = False,
@@ -722,7 +725,7 @@ def live_record(
         response: the response text.
         advantages: [K] response-level advantages Â.
         method: name of the method that gave ``advantages`` (shown).
-        beta: β for the record's ``token_advantages``.
+        credit_beta: β for the record's ``token_advantages``.
         mode: ``reward`` (one replay per reward) or ``joint``.
         rewards: [K] reward values (default: scored by the verifiers).
         progress: tqdm bar over replay micro-batches.
@@ -746,7 +749,8 @@ def live_record(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     res = replay.replay(model, reqs, progress=progress, pad_id=pad, **replay_options)
     d = res.distances[:, :, : len(ids)].float().cpu()  # [1, K', T]
-    s = credit.allocate(a, d, torch.ones(1, len(ids), dtype=torch.bool), beta=beta, mode=mode)[0]  # [T]
+    ones = torch.ones(1, len(ids), dtype=torch.bool)  # [1, T]
+    s = credit.allocate(a, d, ones, beta=credit_beta, mode=mode)[0]  # [T]
     skipped = [c is None for c in reqs[0].others]
     rows = [None if skip else d[0, i].tolist() for i, skip in enumerate(skipped)]
     checked = {}
@@ -775,7 +779,7 @@ def live_record(
         advantages=adv,
         method=method,
         credit=mode,
-        beta=float(beta),
+        credit_beta=float(credit_beta),
         distances=rows,
         token_advantages=s.tolist(),
         checked_tokens=checked,

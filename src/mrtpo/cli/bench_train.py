@@ -29,6 +29,16 @@ from __future__ import annotations
 import argparse
 
 
+def check_credit(name: str) -> None:
+    """``--credit`` must name a registered token-level credit scheme (``mrtpo.credit.CREDIT_SCHEMES``;
+    ``none`` is the table's GDPO run). Checked at run time: building the parser imports no torch."""
+    from mrtpo import credit as credit_mod
+
+    known = [n for n in credit_mod.CREDIT_SCHEMES.names() if credit_mod.scheme(n).token_level]
+    if name not in known:
+        raise ValueError(f"--credit={name!r} must be a token-level credit scheme: {', '.join(known)}")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run (default 8)")
     parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out (default 2)")
@@ -46,8 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--credit",
         default="reward",
-        choices=["reward", "joint", "shuffled", "cort"],
-        help="token credit of the MRTPO run (default reward)",
+        help="token credit of the MRTPO run: a token-level scheme of mrtpo.credit.CREDIT_SCHEMES (default reward)",
     )
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="default cpu")
     parser.add_argument(
@@ -107,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from mrtpo.tasks import load_task
     from mrtpo.tasks.toy import build_toy_tokenizer
 
+    check_credit(args.credit)
     if args.repeats < 1:
         raise ValueError(f"--repeats={args.repeats} must be >= 1")
     if args.steps <= args.warmup:

@@ -27,6 +27,7 @@ live mode record.jsonl (the record in the samples.jsonl format, re-explainable w
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -81,11 +82,12 @@ def add_arguments(parser) -> None:
     live.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     live.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     parser.add_argument(
-        "--beta",
+        "--credit-beta",
         type=float,
         default=None,
-        help="allocation strength β of the MRTPO columns (default: the record's β, else 0.5)",
+        help="allocation strength β of the MRTPO columns (default: the record's credit_beta, else 0.5)",
     )
+    parser.add_argument("--beta", dest="old_beta", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default="explain", help="output folder (default: ./explain)")
     parser.add_argument("--tokens-per-line", type=int, default=32, help="PNG: tokens per heat-strip line")
     parser.add_argument("--max-tokens", type=int, default=384, help="PNG: tokens shown at most")
@@ -136,7 +138,7 @@ def _explain_samples(args):
     return explain_records(
         chosen,
         args.out,
-        beta=args.beta,
+        credit_beta=args.credit_beta,
         names=names,
         tokens_per_line=args.tokens_per_line,
         max_tokens=args.max_tokens,
@@ -204,7 +206,7 @@ def _explain_live(args):
         )
     else:
         notes.append("Â given (--advantages)")
-    beta = 0.5 if args.beta is None else args.beta
+    beta = 0.5 if args.credit_beta is None else args.credit_beta
     with torch.no_grad():
         record = live_record(
             model,
@@ -214,7 +216,7 @@ def _explain_live(args):
             response,
             adv,
             method=args.method,
-            beta=beta,
+            credit_beta=beta,
             mode=args.credit,
             rewards=rewards,
             progress=True,
@@ -230,7 +232,7 @@ def _explain_live(args):
     return explain_records(
         [record],
         out,
-        beta=beta,
+        credit_beta=beta,
         names=[f"{args.task} example {example.id}"],
         tokens_per_line=args.tokens_per_line,
         max_tokens=args.max_tokens,
@@ -238,6 +240,8 @@ def _explain_live(args):
 
 
 def run(args) -> int:
+    if getattr(args, "old_beta", None) is not None:
+        raise ValueError("--beta is now --credit-beta (the allocation strength β)")
     if args.samples is not None:
         if args.model is not None:
             raise ValueError("give --samples or --model, not both")

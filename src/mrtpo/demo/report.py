@@ -77,7 +77,7 @@ def write_report(
         ex_html, ex_png = explain_records(
             records,
             rep_dir / "explain",
-            beta=None,
+            credit_beta=None,
             names=names,
             title="mrtpo demo: per-token credit under GDPO (response level) vs MRTPO (token level)",
         )

@@ -563,7 +563,7 @@ class MRTPOTrainer(GRPOTrainer):
             reward_max=bounds[:, 1],
             lengths=gather(lengths_local).cpu(),
             credit_mode="none" if a.loss == "opsd" else a.credit,
-            beta=a.credit_beta,
+            credit_beta=a.credit_beta,
             distances=distances,
             rows=rows,
             generator=torch.Generator(device=device).manual_seed(
@@ -587,7 +587,7 @@ class MRTPOTrainer(GRPOTrainer):
         else:
             out["advantages"] = res.token_advantages if scheme.token_level else res.response_advantages
         if scheme.ramped:
-            self._metrics[mode]["cort/beta"].append(res.beta)
+            self._metrics[mode]["cort/credit_beta"].append(res.credit_beta)
         if stats:
             self._log_replay_metrics(mode, scored, distances, stats[0], mask)
 
@@ -919,7 +919,7 @@ class MRTPOTrainer(GRPOTrainer):
                 advantages=adv_local[j].tolist(),
                 method=a.advantage_method,
                 credit=a.credit,
-                beta=a.credit_beta,
+                credit_beta=a.credit_beta,
                 distances=rows,
                 token_advantages=(
                     token_adv[j, :t] if token_adv is not None else adv_local[j].sum().expand(t)

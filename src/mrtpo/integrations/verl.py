@@ -21,7 +21,7 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
    ``[N, K]`` and the token advantages ``[N, T]`` of the credit scheme ``algorithm.mrtpo.credit``
    through the core's credit step (:func:`credit_step` -> ``mrtpo.step.credit_step``, the function
    the TRL trainer calls): ``Σ_k Â[j, k]`` on each valid token for ``none``, the MRTPO token advantage
-   ``allocate(Â, distances, response_mask, beta, scheme)`` for the others.
+   ``allocate(Â, distances, response_mask, credit_beta, scheme)`` for the others.
 4. **The hook** (:func:`compute_advantage`, :func:`install`): verl's ``compute_advantage`` passes a
    registered estimator only ``token_level_rewards``, ``response_mask``, ``index`` and ``config``, not
    the batch (verl's own ``gdpo`` is special-cased there). :func:`compute_advantage` has the same
@@ -31,14 +31,15 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
    ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl_plugin`` makes every verl process call it.
 5. **Replay** (:func:`replay_distances`): distances ``[N, K, T]`` of a DataProto's responses with a
    Hugging Face causal LM (:func:`mrtpo.replay.replay`), contexts built from the examples in
-   ``extra_info``. In verl's loop it runs after the old log-probs (the policy that sampled) and before
+   ``extra_info``; for ``credit=cort`` CoRT's relevance ``[N, 1, T]`` (``mode="logprob"``: the sampled
+   tokens' log-probability gap between C and C_-all at the sampling temperature). In verl's loop it runs after the old log-probs (the policy that sampled) and before
    ``compute_advantage``; the hook calls a ``distance_fn`` given to :func:`install` and stores the
    result as ``batch["mrtpo_distances"]``. :func:`make_distance_fn` builds one for a model held by the
    calling process; :mod:`mrtpo.integrations.verl_worker` one that replays on verl's actor workers
    (installed by :mod:`mrtpo.integrations.verl_main`); see docs/verl.md.
 
 Configuration: the optional node ``algorithm.mrtpo`` (:class:`VerlMRTPOConfig`), e.g.
-``+algorithm.mrtpo.credit=reward +algorithm.mrtpo.beta=0.5 +algorithm.mrtpo.options.whiten=token``.
+``+algorithm.mrtpo.credit=reward +algorithm.mrtpo.credit_beta=0.5 +algorithm.mrtpo.options.whiten=token``.
 
 Conventions that differ from verl's built-in estimators (each tested in tests/test_verl_adapter.py):
 
@@ -95,6 +96,10 @@ ESTIMATOR_PREFIX = "mrtpo_"
 CONFIG_NODE = "mrtpo"
 """Key of this adapter's options under verl's ``algorithm`` config."""
 
+RENAMED_KEYS = {"beta": "credit_beta"}
+"""Keys of ``algorithm.mrtpo`` that earlier versions read, and their names now (an old key is an error
+that names the new one)."""
+
 DISTANCES_KEY = "mrtpo_distances"
 """``batch[DISTANCES_KEY]``: replay distances [N, K', T] float32 read by credit modes that need them."""
 
@@ -131,14 +136,18 @@ class VerlMRTPOConfig:
         default="none",
         metadata={
             "help": "Token credit. 'none': every valid token gets the row sum Σ_k Â[j, k] (the response-level "
-            "method). 'reward' (MRTPO), 'joint', 'shuffled' need batch['mrtpo_distances'] (replay, see "
+            "method). 'reward' (MRTPO), 'joint', 'shuffled' and 'cort' (CoRT: the relevance "
+            "|log π(y_t|C) - log π(y_t|C_-all)| at the sampling temperature) need batch['mrtpo_distances'] (replay, see "
             "install(distance_fn=...); python -m mrtpo.integrations.verl_main installs it); 'uniform' is w = 1 "
             "(equals 'none' up to rounding). The default is 'none' here because verl's own entry point "
             "(verl.trainer.main_ppo) computes no distances."
         },
     )
-    beta: float = field(
-        default=0.5, metadata={"help": "Allocation strength in [0, 1]: S = Σ_k Â_k ((1 - beta) + beta w_k)."}
+    credit_beta: float = field(
+        default=0.5,
+        metadata={
+            "help": "Allocation strength β in [0, 1]: S = Σ_k Â_k ((1 - β) + β w_k) (constant: no CoRT ramp)."
+        },
     )
     options: dict[str, Any] = field(
         default_factory=dict,
@@ -180,8 +189,9 @@ class VerlMRTPOConfig:
     def __post_init__(self) -> None:
         if self.credit not in CREDITS:
             raise ValueError(f"algorithm.mrtpo.credit={self.credit!r} must be one of {', '.join(CREDITS)}")
-        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not 0 <= self.beta <= 1:
-            raise ValueError(f"algorithm.mrtpo.beta={self.beta!r} must be a number in [0, 1]")
+        b = self.credit_beta
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 <= b <= 1:
+            raise ValueError(f"algorithm.mrtpo.credit_beta={b!r} must be a number in [0, 1]")
         if not isinstance(self.replay, dict):
             raise ValueError(
                 f"algorithm.mrtpo.replay must be a mapping of replay options; got {self.replay!r}"
@@ -214,6 +224,11 @@ class VerlMRTPOConfig:
         values = _plain(node)
         if not isinstance(values, dict):
             raise ValueError(f"algorithm.mrtpo must be a mapping; got {type(node).__name__}")
+        for old, new in RENAMED_KEYS.items():
+            if old in values:
+                raise ValueError(
+                    f"field 'algorithm.{CONFIG_NODE}.{old}' is now 'algorithm.{CONFIG_NODE}.{new}'"
+                )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -476,7 +491,7 @@ def credit_step(
         reward_max=cols.reward_max,
         lengths=mask.sum(1).double(),  # [N]
         credit_mode=cfg.credit,
-        beta=cfg.beta,
+        credit_beta=cfg.credit_beta,
         distances=distances,
         generator=_shuffle_generator(cfg, index),
     )
@@ -808,15 +823,22 @@ def replay_distances(
     *,
     reward_names: Sequence[str] | None = None,
     advantages: Tensor | None = None,
-    mode: Literal["reward", "joint"] = "reward",
+    mode: Literal["reward", "joint", "logprob"] = "reward",
     token_budget: int | None = replay_mod.DEFAULT_TOKEN_BUDGET,
     chunk_size: int = replay_mod.DEFAULT_CHUNK_SIZE,
     prefix_sharing: bool = True,
     template_kwargs: Mapping[str, Any] | None = None,
     progress: bool = False,
     sharding: str = "none",
+    temperature: float = 1.0,
 ) -> replay_mod.ReplayResult:
-    """Replay distances of a DataProto's responses: ``[N, K, T]`` (``[N, 1, T]`` for ``joint``).
+    """Replay distances of a DataProto's responses: ``[N, K, T]`` (``[N, 1, T]`` for ``joint`` and
+    ``logprob``).
+
+    ``mode="logprob"`` is CoRT's relevance ``|log pi_tau(y_t | C) - log pi_tau(y_t | C_-all)|`` of the
+    sampled tokens at the sampling temperature ``temperature`` (:func:`mrtpo.replay.replay` with
+    ``measure="logprob"``), computed only for the responses whose response advantage
+    ``Σ_k Â[j, k]`` is not 0 (``|.| > 1e-8``; the rows of the others are 0), as the TRL trainer does.
 
     Contexts come from the examples in ``non_tensor_batch["extra_info"]`` (tokenized with ``tokenizer``'s
     chat template and ``template_kwargs``, which must match verl's ``data.apply_chat_template_kwargs``);
@@ -830,16 +852,21 @@ def replay_distances(
         data: verl ``DataProto`` (``batch`` with ``responses``, ``prompts``, ``attention_mask``).
         reward_names: the K reward names in column order (None: the task's ``reward_names``).
         advantages: [N, K] response-level advantages (skipping), or None (every pair runs).
-        mode: "reward" (leave-one-out per reward) or "joint" (all rewards' segments removed at once).
+        mode: "reward" (leave-one-out per reward), "joint" (all rewards' segments removed at once) or
+            "logprob" (CoRT's relevance against the joint context).
         token_budget, chunk_size, prefix_sharing, progress: options of :func:`mrtpo.replay.replay`.
         sharding: :func:`mrtpo.replay.replay`'s parameter sharding (passed on only when not "none"):
             "gather" / "lockstep" for a model sharded over the process group (collective: every rank
             calls, also with zero rows).
+        temperature: the sampling temperature of the ``logprob`` mode (verl's
+            ``actor_rollout_ref.rollout.temperature``).
 
     Returns:
         :class:`mrtpo.replay.ReplayResult` with ``distances: [N, K', T] float32`` padded to the batch's
         response width T.
     """
+    if mode not in replay_mod.REPLAY_MODES:
+        raise ValueError(f"mode must be one of {', '.join(replay_mod.REPLAY_MODES)}; got {mode!r}")
     batch, ntb = data.batch, data.non_tensor_batch
     infos = _extra_infos(ntb, "replay_distances")
     examples = [example_from_extra_info(info) for info in infos]
@@ -877,9 +904,15 @@ def replay_distances(
                 f"advantages has shape {tuple(adv.shape)}; expected [N, K] = [{n}, {len(names)}]"
             )
         active = adv * (adv.abs() > adv_registry.ACTIVE_TOL)  # [N, K], 0 where the pair is skipped
-    reqs = replay_mod.make_requests(contexts, responses, mode=mode, advantages=active)
+        if mode == "logprob":  # CoRT: a response runs when its response advantage Σ_k Â[j, k] is not 0
+            active = adv * (adv.sum(1, keepdim=True).abs() > adv_registry.ACTIVE_TOL)  # [N, K]
+    reqs = replay_mod.make_requests(
+        contexts, responses, mode="joint" if mode == "logprob" else mode, advantages=active
+    )
     pad = getattr(tokenizer, "pad_token_id", None)
-    shard_kw = {} if sharding == "none" else {"sharding": sharding}
+    shard_kw: dict[str, Any] = {} if sharding == "none" else {"sharding": sharding}
+    if mode == "logprob":
+        shard_kw.update(measure="logprob", temperature=temperature)
     res = replay_mod.replay(
         model,
         reqs,
@@ -895,21 +928,33 @@ def replay_distances(
     return replay_mod.ReplayResult(d, res.lengths, res.stats)
 
 
+def batch_temperature(data: Any, default: float = 1.0) -> float:
+    """The sampling temperature verl's trainer puts in ``data.meta_info["temperature"]``, else ``default``."""
+    meta = getattr(data, "meta_info", None)
+    value = meta.get("temperature") if isinstance(meta, dict) else None
+    return default if value is None else float(value)
+
+
 def make_distance_fn(model: Any, tokenizer: Any, **replay_options: Any) -> DistanceFn:
     """A :data:`DistanceFn` for :func:`install` that replays with ``model`` in the calling process.
 
     ``replay_options`` go to :func:`replay_distances` (``token_budget``, ``chunk_size``,
-    ``prefix_sharing``, ``template_kwargs``, ``progress``). The replay stats of the last call are in
-    ``data.meta_info["mrtpo/replay"]``.
+    ``prefix_sharing``, ``template_kwargs``, ``progress``, ``temperature``). The ``logprob`` replay
+    (CoRT) runs at ``temperature`` if given, else at the batch's ``meta_info["temperature"]`` (verl's
+    trainer sets it to ``actor_rollout_ref.rollout.temperature``), else 1. The replay stats of the last
+    call are in ``data.meta_info["mrtpo/replay"]``.
     """
 
     def distance_fn(data: Any, advantages: Tensor, mode: str) -> Tensor:
-        if mode not in ("reward", "joint"):
+        if mode not in replay_mod.REPLAY_MODES:
             raise ValueError(
-                f"make_distance_fn replays Jensen–Shannon distances (credit schemes whose replay is 'reward' or "
-                f"'joint'); a scheme with replay {mode!r} needs a distance_fn that computes it"
+                f"make_distance_fn computes the replays {', '.join(replay_mod.REPLAY_MODES)}; a scheme with "
+                f"replay {mode!r} needs a distance_fn that computes it"
             )
-        res = replay_distances(model, tokenizer, data, advantages=advantages, mode=mode, **replay_options)
+        opts = dict(replay_options)
+        if opts.get("temperature") is None:
+            opts["temperature"] = batch_temperature(data)
+        res = replay_distances(model, tokenizer, data, advantages=advantages, mode=mode, **opts)
         meta = getattr(data, "meta_info", None)
         if isinstance(meta, dict):
             meta["mrtpo/replay"] = res.stats.as_dict()

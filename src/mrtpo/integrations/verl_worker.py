@@ -9,7 +9,9 @@ workers, sharded by the FSDP engine. This module runs replay where the weights a
   split into one contiguous chunk per data-parallel rank, every sequence-parallel peer of a rank gets the
   same chunk, and the outputs of the SP-rank-0 workers are concatenated in DP order). It replays its
   chunk with the weights that sampled it (it is called inside ``compute_advantage``, after the old
-  log-probs and before ``update_actor``) and returns ``batch["mrtpo_distances"]`` [n, K', T].
+  log-probs and before ``update_actor``) and returns ``batch["mrtpo_distances"]`` [n, K', T]: JS
+  distances (``reward``, ``joint``) or CoRT's relevance (``logprob``: the sampled tokens' log-probability
+  gap between C and C_-all at the sampling temperature).
 - :func:`replay_shard`: the pure part, testable without Ray or a GPU: one chunk's distances with
   :func:`mrtpo.integrations.verl.replay_distances` (which builds the requests with
   :func:`mrtpo.replay.make_requests` and runs :func:`mrtpo.replay.replay`, as the TRL path does).
@@ -63,7 +65,10 @@ ADVANTAGES_KEY = "mrtpo_advantages"
 """``batch[ADVANTAGES_KEY]``: [N, K] response-level advantages sent to the workers (pairs with Â = 0 skip)."""
 
 MODE_KEY = "mrtpo_mode"
-"""``meta_info[MODE_KEY]``: "reward" or "joint"."""
+"""``meta_info[MODE_KEY]``: "reward", "joint" or "logprob" (:data:`mrtpo.replay.REPLAY_MODES`)."""
+
+TEMPERATURE_KEY = "mrtpo_temperature"
+"""``meta_info[TEMPERATURE_KEY]``: the sampling temperature of the ``logprob`` replay."""
 
 OPTIONS_KEY = "mrtpo_replay_options"
 """``meta_info[OPTIONS_KEY]``: :class:`ReplayOptions` as a dict."""
@@ -95,6 +100,9 @@ class ReplayOptions:
         prefix_sharing: run the common prefix of a micro-batch once.
         template_kwargs: chat-template kwargs; must equal verl's ``data.apply_chat_template_kwargs``
             (the task runner fills them from there when this is empty).
+        temperature: sampling temperature of CoRT's ``logprob`` replay; None: verl's
+            ``actor_rollout_ref.rollout.temperature`` (filled by the task runner), else the batch's
+            ``meta_info["temperature"]``, else 1.
     """
 
     sharding: Literal["auto", "none", "gather", "lockstep"] = "auto"
@@ -102,6 +110,7 @@ class ReplayOptions:
     chunk_size: int = replay_mod.DEFAULT_CHUNK_SIZE
     prefix_sharing: bool = True
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    temperature: float | None = None
 
     def __post_init__(self) -> None:
         if self.sharding not in SHARDINGS:
@@ -127,6 +136,14 @@ class ReplayOptions:
         if not isinstance(self.template_kwargs, dict):
             raise ValueError(
                 f"algorithm.mrtpo.replay.template_kwargs must be a mapping; got {self.template_kwargs!r}"
+            )
+        if self.temperature is not None and (
+            isinstance(self.temperature, bool)
+            or not isinstance(self.temperature, (int, float))
+            or not 0 < self.temperature < math.inf
+        ):
+            raise ValueError(
+                f"algorithm.mrtpo.replay.temperature={self.temperature!r} must be a positive number or null"
             )
 
     @classmethod
@@ -154,6 +171,11 @@ class ReplayOptions:
             data_kwargs = va._get(va._get(config, "data"), "apply_chat_template_kwargs")
             if data_kwargs:
                 opts.template_kwargs = dict(va._plain(data_kwargs))
+        if opts.temperature is None:
+            rollout = va._get(va._get(config, "actor_rollout_ref"), "rollout")
+            value = va._get(rollout, "temperature")
+            if value is not None:
+                opts.temperature = float(value)
         return opts
 
     def as_dict(self) -> dict[str, Any]:
@@ -250,7 +272,7 @@ def replay_shard(
     data: DataProto,
     *,
     advantages: Tensor | None = None,
-    mode: Literal["reward", "joint"] = "reward",
+    mode: Literal["reward", "joint", "logprob"] = "reward",
     reward_names: list[str] | None = None,
     sharding: str = "none",
     split_over_sp: bool = True,
@@ -258,6 +280,7 @@ def replay_shard(
     chunk_size: int = replay_mod.DEFAULT_CHUNK_SIZE,
     prefix_sharing: bool = True,
     template_kwargs: Mapping[str, Any] | None = None,
+    temperature: float = 1.0,
 ) -> replay_mod.ReplayResult:
     """Distances ``[n, K', T]`` of one dispatch chunk of a verl batch, rows in the chunk's order.
 
@@ -277,12 +300,15 @@ def replay_shard(
             :mod:`mrtpo.integrations.verl_data`).
         advantages: [n, K] response-level advantages (pairs with ``|Â| <= 1e-8`` are skipped); None:
             ``batch["mrtpo_advantages"]`` if present, else every pair runs.
-        mode: "reward" (K leave-one-out contexts) or "joint" (one context without every reward's segments).
+        mode: "reward" (K leave-one-out contexts), "joint" (one context without every reward's segments)
+            or "logprob" (CoRT's relevance ``|log pi(y_t | C) - log pi(y_t | C_-all)|`` at ``temperature``,
+            only for rows whose response advantage ``Σ_k Â[j, k]`` is not 0).
         reward_names: the K reward names in column order (None: ``meta_info["mrtpo_reward_names"]``,
             else the task of the first row).
         sharding: passed to :func:`mrtpo.replay.replay` when not "none".
         split_over_sp: share the rows among the peers of the Ulysses group (else every peer replays all).
-        token_budget, chunk_size, prefix_sharing, template_kwargs: as :func:`mrtpo.integrations.verl.replay_distances`.
+        token_budget, chunk_size, prefix_sharing, template_kwargs, temperature: as
+            :func:`mrtpo.integrations.verl.replay_distances`.
 
     Returns:
         :class:`mrtpo.replay.ReplayResult` with ``distances: [n, K', T] float32`` on the CPU (K' = K, or 1
@@ -292,14 +318,14 @@ def replay_shard(
         raise TypeError(
             f"replay_shard needs a verl DataProto (padded prompts/responses and extra_info); got {type(data).__name__}"
         )
-    if mode not in ("reward", "joint"):
-        raise ValueError(f"mode must be 'reward' or 'joint', got {mode!r}")
+    if mode not in replay_mod.REPLAY_MODES:
+        raise ValueError(f"mode must be one of {', '.join(replay_mod.REPLAY_MODES)}; got {mode!r}")
     missing = [k for k in _SENT_KEYS if k not in data.batch]
     if missing:
         raise ValueError(f"replay_shard: batch has no {missing} (keys: {sorted(data.batch.keys())})")
     n = len(data)
     names = _reward_names(data, reward_names)
-    kk = 1 if mode == "joint" else len(names)
+    kk = len(names) if mode == "reward" else 1
     t = int(data.batch["responses"].shape[1])
     if advantages is None and ADVANTAGES_KEY in data.batch:
         advantages = data.batch[ADVANTAGES_KEY]
@@ -315,6 +341,7 @@ def replay_shard(
         prefix_sharing=prefix_sharing,
         template_kwargs=template_kwargs,
         sharding=sharding,
+        temperature=temperature,
     )
 
     with ulysses_unset() as sp_group:
@@ -372,7 +399,7 @@ class MRTPOActorRolloutRefWorker(ActorRolloutRefWorker):
 
         ``data`` (from :func:`make_worker_distance_fn`): ``prompts``, ``responses``, ``attention_mask``,
         ``mrtpo_advantages`` [n, K]; ``non_tensor_batch["extra_info"]``; ``meta_info`` with the mode,
-        the reward names and :class:`ReplayOptions`. Returns a DataProto on the SP-rank-0 worker of each
+        the sampling temperature, the reward names and :class:`ReplayOptions`. Returns a DataProto on the SP-rank-0 worker of each
         DP rank (the ones verl collects) and None on the others, like ``compute_log_prob``.
         """
         if self.actor is None:
@@ -393,6 +420,7 @@ class MRTPOActorRolloutRefWorker(ActorRolloutRefWorker):
                 chunk_size=opts.chunk_size,
                 prefix_sharing=opts.prefix_sharing,
                 template_kwargs=opts.template_kwargs,
+                temperature=float(data.meta_info.get(TEMPERATURE_KEY) or opts.temperature or 1.0),
             )
         if not engine.is_mp_src_rank_with_outputs():
             return None
@@ -413,14 +441,16 @@ def worker_batch(
     reward_names: list[str] | None = None,
 ) -> DataProto:
     """The DataProto :meth:`MRTPOActorRolloutRefWorker.mrtpo_replay` takes: the rows of ``data`` (same
-    order) with only what replay reads, plus ``Â`` [N, K] and the options in ``meta_info``."""
+    order) with only what replay reads, plus ``Â`` [N, K] and the options in ``meta_info`` (the
+    temperature: ``options.temperature``, else ``data.meta_info["temperature"]``, else 1)."""
     missing = [k for k in _SENT_KEYS if k not in data.batch]
     if missing:
         raise ValueError(f"the batch has no {missing}: replay needs verl's padded prompts/responses layout")
     tensors = {k: data.batch[k] for k in _SENT_KEYS}
     tensors[ADVANTAGES_KEY] = torch.as_tensor(advantages).detach().float().cpu()
     infos = va._extra_infos(data.non_tensor_batch, "MRTPO worker replay")
-    meta = {MODE_KEY: mode, OPTIONS_KEY: options.as_dict()}
+    temperature = options.temperature if options.temperature is not None else va.batch_temperature(data)
+    meta = {MODE_KEY: mode, OPTIONS_KEY: options.as_dict(), TEMPERATURE_KEY: float(temperature)}
     meta[REWARD_NAMES_KEY] = (
         list(reward_names)
         if reward_names is not None
