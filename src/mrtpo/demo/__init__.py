@@ -24,6 +24,7 @@ Output folder::
 
 from __future__ import annotations
 
-from mrtpo.demo.pipeline import DemoConfig, format_table, quick_config, run_demo
+from mrtpo.demo.pipeline import DemoConfig, quick_config, run_demo
+from mrtpo.demo.summary import format_table
 
 __all__ = ["DemoConfig", "format_table", "quick_config", "run_demo"]

@@ -1,8 +1,9 @@
-"""The three RL runs of the demo (GRPO, GDPO, MRTPO) through :class:`mrtpo.integrations.trl.MRTPOTrainer`.
+"""The RL runs of the demo (GRPO, GDPO, MRTPO and its controls) through
+:class:`mrtpo.integrations.trl.MRTPOTrainer`.
 
-Every run starts from the same warm-start folder, trains on the same built-in toy prompts at the same
-learning rate, and differs only in the method; runs of one seed share TRL's seed (data order and
-sampling). Each run is built by :func:`mrtpo.integrations.config.build_trainer` from a config dict
+Every run starts from the same warm-start folder, trains on the same built-in toy prompts with the
+same optimiser settings (:class:`RLConfig`, chosen once for all methods), and differs only in the
+method; runs of one seed share TRL's seed (data order and sampling). Each run is built by :func:`mrtpo.integrations.config.build_trainer` from a config dict
 (the sections of ``recipes/*.yaml``) and writes a run folder in the docs/run-format.md format.
 """
 
@@ -17,9 +18,24 @@ METHODS: dict[str, dict[str, Any]] = {
     "grpo": {"advantage_method": "grpo", "credit": "none"},
     "gdpo": {"advantage_method": "gdpo", "credit": "none"},
     "mrtpo": {"advantage_method": "gdpo", "credit": "reward"},
+    "shuffled": {"advantage_method": "gdpo", "credit": "shuffled"},
+    "joint": {"advantage_method": "gdpo", "credit": "joint"},
+    "mrtpo-beta0": {"advantage_method": "gdpo", "credit": "reward", "beta": 0.0},
+    "mrtpo-beta0.25": {"advantage_method": "gdpo", "credit": "reward", "beta": 0.25},
+    "mrtpo-beta1": {"advantage_method": "gdpo", "credit": "reward", "beta": 1.0},
 }
-"""Method sections of the demo's runs: GRPO and GDPO give every token the response advantage
-(``credit="none"``); MRTPO is GDPO's per-reward advantages spread by per-reward replay distances."""
+"""Method sections of the demo's runs. GRPO and GDPO give every token the response advantage
+(``credit="none"``); MRTPO is GDPO's per-reward advantages spread by per-reward replay distances
+(β = :attr:`RLConfig.credit_beta`, 0.5). Controls (the paper's Tables 5–7): ``shuffled`` permutes
+MRTPO's token weights within each response (same credit, wrong tokens), ``joint`` uses one replay
+distance without every reward's information for all rewards, and ``mrtpo-beta*`` set the allocation
+strength β (β = 0 gives every token GDPO's response advantage, with replay still run)."""
+
+DEFAULT_METHODS: tuple[str, ...] = ("grpo", "gdpo", "mrtpo", "shuffled", "joint")
+"""What ``mrtpo demo`` trains by default."""
+
+BETA_SWEEP: tuple[str, ...] = ("mrtpo-beta0", "mrtpo-beta0.25", "mrtpo", "mrtpo-beta1")
+"""MRTPO at β = 0, 0.25, 0.5, 1 (``mrtpo demo --beta-sweep`` adds them)."""
 
 
 @dataclass
@@ -30,6 +46,12 @@ class RLConfig:
     prompts_per_step: int = field(default=8, metadata={"help": "prompts P per step"})
     num_generations: int = field(default=8, metadata={"help": "responses G per prompt"})
     learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate (all methods)"})
+    num_iterations: int = field(
+        default=1,
+        metadata={"help": "optimizer steps per sampled batch (TRL's num_iterations; > 1 lets the clip act)"},
+    )
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient-norm clip (all methods)"})
+    epsilon: float = field(default=0.2, metadata={"help": "PPO ratio clip range (TRL's epsilon)"})
     credit_beta: float = field(default=0.5, metadata={"help": "MRTPO allocation strength beta"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
     max_completion_length: int = field(
@@ -46,6 +68,12 @@ class RLConfig:
             raise ValueError(
                 f"num_generations must be >= 2 (a group needs two responses), got {self.num_generations}"
             )
+        if self.num_iterations < 1:
+            raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}")
+        if self.steps % self.num_iterations:
+            raise ValueError(
+                f"steps ({self.steps}) must be a multiple of num_iterations ({self.num_iterations})"
+            )
         if not 0.0 <= self.credit_beta <= 1.0:
             raise ValueError(f"credit_beta must be in [0, 1], got {self.credit_beta}")
 
@@ -57,7 +85,8 @@ def run_config(
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
     m = dict(METHODS[method])
-    m.update(beta=rl.credit_beta, log_samples=rl.log_samples)
+    m.setdefault("beta", rl.credit_beta)
+    m["log_samples"] = rl.log_samples
     return {
         "model": {"path": str(warm_start_dir), "dtype": "float32"},
         "task": {"name": "toy", "options": {"seed": 0, "size": rl.task_size}},
@@ -70,6 +99,9 @@ def run_config(
             "num_generations": rl.num_generations,
             "max_completion_length": rl.max_completion_length,
             "learning_rate": rl.learning_rate,
+            "num_iterations": rl.num_iterations,
+            "max_grad_norm": rl.max_grad_norm,
+            "epsilon": rl.epsilon,
             "lr_scheduler_type": "constant",
             "warmup_steps": 0,
             "temperature": rl.temperature,
