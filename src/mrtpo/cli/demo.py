@@ -32,7 +32,10 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: see RLConfig)")
     parser.add_argument(
-        "--lr", type=float, default=None, help="RL learning rate, the same for every method (default: RLConfig)"
+        "--lr",
+        type=float,
+        default=None,
+        help="RL learning rate, the same for every method (default: RLConfig)",
     )
     parser.add_argument(
         "--warm-start-steps",

@@ -73,10 +73,11 @@ def quick_config(output_dir: str = "mrtpo-demo-quick", **overrides: Any) -> Demo
         "output_dir": output_dir,
         "seeds": (0, 1),
         "workers": 1,
+        "threads": 1,
         "warm_start": WarmStartConfig(
             steps=120, clean_steps=80, batch_size=128, warmup_steps=20, eval_examples=64
         ),
-        "rl": RLConfig(steps=6, prompts_per_step=4, num_generations=4, log_samples=4, num_iterations=1),
+        "rl": RLConfig(steps=6, prompts_per_step=4, num_generations=4, log_samples=4),
         "eval_examples": 64,
         "smooth": 1,
         "explain_records": 2,
@@ -155,7 +156,9 @@ def _run_jobs(jobs: list[dict[str, Any]], workers: int, progress: bool) -> list[
 
         # spawn: a fresh interpreter per worker (no forked torch thread pools); one torch thread each
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            futures = {pool.submit(train_and_evaluate, {**job, "threads": 1}): i for i, job in enumerate(jobs)}
+            futures = {
+                pool.submit(train_and_evaluate, {**job, "threads": 1}): i for i, job in enumerate(jobs)
+            }
             for fut in as_completed(futures):
                 i = futures[fut]
                 results[i] = fut.result()
@@ -192,7 +195,9 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         t0 = time.perf_counter()
         model, tok, ws_info = train_warm_start(config.warm_start, ws_dir, progress=config.progress)
         timings["warm_start"] = time.perf_counter() - t0
-    warm_eval = evaluate_policy(model, tok, heldout_examples(config.eval_examples), temperature=1.0, seed=0)[0]
+    warm_eval = evaluate_policy(model, tok, heldout_examples(config.eval_examples), temperature=1.0, seed=0)[
+        0
+    ]
     del model
 
     # 2. RL runs, in parallel worker processes

@@ -90,7 +90,12 @@ def method_table(
             vals = [r["heldout"].get(hkey) for r in rs]
             finite = [v for v in vals if v is not None and math.isfinite(v)]
             held[row] = {"per_seed": vals, "median": median(finite) if finite else None}
-        out[m] = {"label": LABELS.get(m, m), "seeds": [r["seed"] for r in rs], "steps": steps, "heldout": held}
+        out[m] = {
+            "label": LABELS.get(m, m),
+            "seeds": [r["seed"] for r in rs],
+            "steps": steps,
+            "heldout": held,
+        }
     for m in out.values():
         m["steps_cap"] = steps_cap
     return out

@@ -133,9 +133,8 @@ def length_range(value: Any) -> tuple[int, int]:
         return LENGTH_RANGES[value]
     if isinstance(value, int) and not isinstance(value, bool) and value in LENGTHS:
         return (value, value)
-    raise ValueError(
-        f"length value must be one of {sorted(LENGTH_RANGES)} or {list(LENGTHS)}, got {value!r}"
-    )
+    raise ValueError(f"length value must be one of {sorted(LENGTH_RANGES)} or {list(LENGTHS)}, got {value!r}")
+
 
 TAGS: tuple[tuple[str, str], ...] = (("<b>", "</b>"), ("<i>", "</i>"), ("<q>", "</q>"))
 """(open, close) tag pairs a ``wrap`` constraint names by its open tag."""
