@@ -172,7 +172,7 @@ def format_table(summary: dict[str, Any]) -> str:
     cmp_ = summary.get("comparison")
     nseeds = max((len(m["seeds"]) for m in table.values()), default=0)
     lines = [
-        f"Overall: steps to a training satisfaction of {thr} (trailing {summary['smooth']}-step mean; "
+        f"Overall: steps to a training satisfaction of {thr} (trailing mean of {summary['smooth']} logged values; "
         f">{cap}: not reached) and held-out satisfaction (sampled, {summary['eval_examples']} prompts), "
         f"{nseeds} seeds",
     ]
@@ -193,8 +193,10 @@ def format_table(summary: dict[str, Any]) -> str:
             "",
             f"MRTPO - GDPO, mean paired difference over seeds {cmp_['seeds']} [{lvl}% paired bootstrap "
             "interval]; 'within noise': the interval contains 0",
-            f"  steps to {thr}:          {_interval(cmp_['steps']['overall'], '+.1f')}",
-            f"  held-out satisfaction:  {_interval(cmp_['heldout']['overall'], '+.3f')}",
+            f"  {'steps to ' + str(thr) + ', all constraints:':<41}{_interval(cmp_['steps']['overall'], '+.1f')}",
+            f"  {'steps to ' + str(thr) + ', localizable types:':<41}"
+            f"{_interval(cmp_['steps']['localizable'], '+.1f')}",
+            f"  {'held-out satisfaction, all constraints:':<41}{_interval(cmp_['heldout']['overall'], '+.3f')}",
         ]
     # per constraint type: median steps / median held-out per method, and the MRTPO - GDPO intervals
     lines += ["", f"Per constraint type: median steps to {thr} / median held-out satisfaction"]
