@@ -80,3 +80,56 @@ def test_bad_input():
         paired_bootstrap([1.0], [2.0], level=1.0)
     with pytest.raises(ValueError, match="resamples"):
         paired_bootstrap([1.0], [2.0], resamples=0)
+
+
+def _run(method, seed, overall, local, heldout):
+    from mrtpo.demo.summary import METRICS
+
+    steps = {row: None for row, _, _ in METRICS}
+    steps.update(overall=overall, localizable=local)
+    held = {hkey: 0.5 for _, _, hkey in METRICS}
+    held["satisfaction"] = heldout
+    return {"method": method, "seed": seed, "steps": steps, "heldout": held}
+
+
+def test_method_table_compare_and_sentences_by_hand():
+    from mrtpo.demo.summary import compare, format_table, method_table, noise_sentences
+
+    runs = [
+        _run("gdpo", 0, 100, 40, 0.90),
+        _run("gdpo", 1, None, 50, 0.80),  # never reached: counts as the cap, 120
+        _run("gdpo", 2, 90, 45, 0.85),
+        _run("mrtpo", 2, 80, 35, 0.86),  # out of seed order on purpose: pairs go by seed
+        _run("mrtpo", 0, 110, 30, 0.91),
+        _run("mrtpo", 1, 100, 40, 0.79),
+    ]
+    table = method_table(runs, ["gdpo", "mrtpo"], steps_cap=120)
+    assert table["mrtpo"]["seeds"] == [0, 1, 2]
+    assert table["gdpo"]["steps"]["overall"] == {"per_seed": [100, None, 90], "median": 100}
+    assert table["mrtpo"]["steps"]["localizable"]["median"] == 35
+    assert table["gdpo"]["steps"]["start"]["median"] is None  # no seed reached it
+    assert table["mrtpo"]["heldout"]["overall"]["median"] == 0.86
+    c = compare(table, "mrtpo", "gdpo", 120)
+    # overall: mrtpo 110 100 80 vs gdpo 100 120 90 -> d = +10, -20, -10
+    assert c["steps"]["overall"]["differences"] == [10.0, -20.0, -10.0]
+    assert c["steps"]["overall"]["estimate"] == pytest.approx(-20 / 3)
+    assert c["steps"]["overall"]["within_noise"] is True  # d takes both signs
+    # localizable: 30 40 35 vs 40 50 45 -> d = -10 on every seed: a zero-width interval at -10
+    loc = c["steps"]["localizable"]
+    assert (loc["estimate"], loc["low"], loc["high"], loc["within_noise"]) == (-10.0, -10.0, -10.0, False)
+    assert c["steps"]["start"]["differences"] == [0.0, 0.0, 0.0]  # neither reached: cap - cap
+    summary = {
+        "methods": table,
+        "comparison": c,
+        "steps_cap": 120,
+        "threshold": 0.9,
+        "smooth": 5,
+        "eval_examples": 256,
+    }
+    text = format_table(summary)
+    assert "GDPO" in text and "100  100 >120 90" in text
+    sentences = noise_sentences(summary)
+    overall = next(s for s in sentences if s.startswith("steps to 0.9, all constraints"))
+    assert "within noise" in overall
+    local = next(s for s in sentences if s.startswith("steps to 0.9, localizable"))
+    assert "-10.0 steps [-10.0, -10.0]" in local and "MRTPO better" in local

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -146,10 +147,8 @@ def test_satisfaction_ignores_absent_columns(task):
         "met/wrap": 0.0,
     }
     only_length = make_example({"length": "few"}, "c")
-    assert (
-        satisfaction([only_length], [[0, 0, 0, 1, 0]], ("start", "wrap"))[0]
-        != satisfaction([only_length], [[0, 0, 0, 1, 0]], ("start", "wrap"))[0]
-    )  # NaN: no counted type listed
+    (no_counted_type,) = satisfaction([only_length], [[0, 0, 0, 1, 0]], ("start", "wrap"))
+    assert math.isnan(no_counted_type)  # the example lists none of the counted types
     assert "local" not in task.metrics([only_length], [""], [[0, 0, 0, 1, 0]])
     with pytest.raises(ValueError, match=r"rewards\[0\] has 4 columns; expected K=5"):
         satisfaction([a], [[1, 0, 0, 1]])

@@ -54,8 +54,8 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--threads",
         type=int,
-        default=2,
-        help="torch CPU threads of the warm start (and of the RL runs with --workers 1) (default: 2)",
+        default=None,
+        help="torch CPU threads of the warm start (and of the RL runs with --workers 1) (default: 2; quick: 1)",
     )
     parser.add_argument(
         "--workers",
@@ -76,7 +76,9 @@ def run(args) -> int:
         cfg = quick_config(args.output or "mrtpo-demo-quick")
     else:
         cfg = DemoConfig(output_dir=args.output or "mrtpo-demo")
-    changes: dict = {"threshold": args.threshold, "threads": args.threads, "progress": not args.no_progress}
+    changes: dict = {"threshold": args.threshold, "progress": not args.no_progress}
+    if args.threads is not None:
+        changes["threads"] = args.threads
     if args.seeds is not None:
         changes["seeds"] = tuple(args.seeds)
     if args.workers is not None:
