@@ -8,12 +8,20 @@ from pathlib import Path
 
 import pytest
 
+from mrtpo.demo import quick_config
 from mrtpo.tasks.toy import CONSTRAINT_TYPES
 from mrtpo.tasks.toy.data import KEYWORDS
 
 TYPE_OF = {word: kind for kind, word in KEYWORDS.items()}  # "first" -> "start"
 
-METHODS = {"grpo": ("grpo", "none"), "gdpo": ("gdpo", "none"), "mrtpo": ("gdpo", "reward")}
+METHODS = {
+    "grpo": ("grpo", "none"),
+    "gdpo": ("gdpo", "none"),
+    "mrtpo": ("gdpo", "reward"),
+    "shuffled": ("gdpo", "shuffled"),
+    "joint": ("gdpo", "joint"),
+}
+SEEDS = (0, 1)
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -38,25 +46,33 @@ def test_quick_demo_files(quick):
         "warmstart/warmstart.json",
         "report/report.html",
         "report/curves.png",
+        "report/curves_main.png",
         "report/report.json",
         "report/explain/explain.html",
         "report/explain/explain.png",
     ):
         assert (quick / rel).is_file() and (quick / rel).stat().st_size > 0, rel
-    assert sorted(p.name for p in (quick / "runs").iterdir()) == ["gdpo-seed0", "grpo-seed0", "mrtpo-seed0"]
+    want = sorted(f"{m}-seed{s}" for m in METHODS for s in SEEDS)
+    assert sorted(p.name for p in (quick / "runs").iterdir()) == want
 
 
-def test_quick_demo_run_folders(quick):
+@pytest.mark.parametrize("seed", SEEDS)
+def test_quick_demo_run_folders(quick, seed):
     first_steps = []
     for method, (adv, credit) in METHODS.items():
-        run = quick / "runs" / f"{method}-seed0"
+        run = quick / "runs" / f"{method}-seed{seed}"
         cfg = json.loads((run / "run.json").read_text())
-        assert (cfg["advantage_method"], cfg["credit"], cfg["seed"]) == (adv, credit, 0)
+        assert (cfg["advantage_method"], cfg["credit"], cfg["seed"]) == (adv, credit, seed)
+        assert cfg["credit_beta"] == 0.5 or credit == "none"
         assert cfg["reward_names"] == list(CONSTRAINT_TYPES)
         assert cfg["reward_bounds"] == [[0.0, 1.0]] * 5
-        assert cfg["trl"]["learning_rate"] == 1e-3  # every method at the same learning rate
+        # every method with the same optimiser settings: the quick preset's
+        rl = quick_config().rl
+        for key in ("learning_rate", "max_grad_norm", "num_iterations", "epsilon"):
+            assert cfg["trl"][key] == getattr(rl, key), key
         rows = [r for r in _jsonl(run / "metrics.jsonl") if "task/satisfaction" in r]
-        assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # one logged row per RL step
+        # two optimizer steps per sampled batch (num_iterations = 2): one task row per batch
+        assert [r["step"] for r in rows] == [1, 3, 5]
         for r in rows:
             assert 0.0 <= r["task/satisfaction"] <= 1.0 and 0.0 <= r["task/all_met"] <= 1.0
             for name in CONSTRAINT_TYPES:
@@ -68,13 +84,13 @@ def test_quick_demo_run_folders(quick):
             )
             assert r["task/all_met"] <= r["task/satisfaction"]  # all met means a satisfaction of 1
         has_replay = any("replay/fpe" in r for r in rows)
-        assert has_replay == (credit == "reward")
+        assert has_replay == (credit in ("reward", "shuffled", "joint"))
         first_steps.append(
             {k: v for k, v in rows[0].items() if k == "reward" or k.startswith(("rewards/", "task/"))}
         )
     # step 1 samples from the same warm start with the same seed before any update: every method sees the
     # same first batch, whatever its advantages
-    assert first_steps[0] == first_steps[1] == first_steps[2]
+    assert all(f == first_steps[0] for f in first_steps)
 
 
 def test_quick_demo_samples_keep_credit(quick):
@@ -82,7 +98,7 @@ def test_quick_demo_samples_keep_credit(quick):
     advantages average to the response advantage (MRTPO redistributes, never creates, credit)."""
     for method, (_, credit) in METHODS.items():
         recs = _jsonl(quick / "runs" / f"{method}-seed0" / "samples.jsonl")
-        assert recs and {r["step"] for r in recs} == set(range(1, 7))
+        assert recs and {r["step"] for r in recs} == {1, 3, 5}
         replayed = 0
         for r in recs:
             listed = {TYPE_OF[line.split()[1]] for line in r["prompt"].split("\n\n")}
@@ -102,29 +118,95 @@ def test_quick_demo_samples_keep_credit(quick):
                 replayed += bool(rows)
                 for d in rows:
                     assert len(d) == len(s) and all(0.0 <= x <= 1.0 + 1e-6 for x in d)
-        if credit == "reward":
+                if credit == "joint":
+                    assert len(r["distances"]) == 1  # one shared distance row
+        if credit != "none":
             assert replayed > 0
 
 
+def _trailing_first(values: list[tuple[int, float]], threshold: float, window: int) -> int | None:
+    """Naive reference: first step whose trailing mean over ``window`` logged points reaches the level."""
+    for i, (step, _) in enumerate(values):
+        w = [v for _, v in values[max(0, i - window + 1) : i + 1]]
+        if sum(w) / len(w) >= threshold:
+            return step
+    return None
+
+
 def test_quick_demo_summary(quick):
+    from mrtpo.analysis.stats import paired_bootstrap
+    from mrtpo.demo.summary import METRICS
+
     s = json.loads((quick / "summary.json").read_text())
-    assert [(r["method"], r["seed"]) for r in s["runs"]] == [("grpo", 0), ("gdpo", 0), ("mrtpo", 0)]
+    assert [(r["method"], r["seed"]) for r in s["runs"]] == [(m, seed) for seed in SEEDS for m in METHODS]
     for r in [*s["runs"], {"heldout": s["heldout_warm_start"]}]:
         h = r["heldout"]
-        assert 0.0 <= h["satisfaction"] <= 1.0
+        assert 0.0 <= h["satisfaction"] <= 1.0 and 0.0 <= h["local"] <= 1.0
         for name in CONSTRAINT_TYPES:
             assert 0.0 <= h[name] <= 1.0
-    assert s["threshold"] == 0.9 and s["metric"] == "task/satisfaction"
-    assert set(s["steps_to_threshold"]) == {"GRPO", "GDPO", "MRTPO"}
-    for entry in s["steps_to_threshold"].values():
-        assert [row["last_step"] for row in entry["seeds"]] == [6]
+    assert s["threshold"] == 0.9 and s["metric"] == "task/satisfaction" and s["steps_cap"] == 6
+    assert s["wall_seconds"] == s["timings"]["total"] > 0
     assert all(v >= 0 and math.isfinite(v) for v in s["timings"].values())
-    # the run's last logged training satisfaction is the one in metrics.jsonl
+    assert s["machine"]["workers"] == 1 and s["machine"]["cpus"] >= 1
+    # per method: per-seed values in seed order, equal to the runs' own numbers and to a recount from
+    # metrics.jsonl with a plain trailing mean (smooth = 1 in the quick preset; 0.3 reached by some runs)
+    assert list(s["methods"]) == list(METHODS)
+    for method, m in s["methods"].items():
+        assert m["seeds"] == list(SEEDS)
+        runs = [r for r in s["runs"] if r["method"] == method]
+        for row, key, hkey in METRICS:
+            assert m["heldout"][row]["per_seed"] == [r["heldout"][hkey] for r in runs]
+            assert m["steps"][row]["per_seed"] == [r["steps"][row] for r in runs]
+            for r in runs:
+                rows = _jsonl(Path(r["run_dir"]) / "metrics.jsonl")
+                vals = [(x["step"], x[key]) for x in rows if key in x]
+                assert r["steps"][row] == _trailing_first(vals, 0.9, s["smooth"])
+        he = m["heldout"]["overall"]
+        assert he["median"] == pytest.approx(sum(he["per_seed"]) / 2)  # two seeds: the mean
+    # the last logged training satisfaction is the one in metrics.jsonl
     last = _jsonl(quick / "runs" / "mrtpo-seed0" / "metrics.jsonl")
     last = [r["task/satisfaction"] for r in last if "task/satisfaction" in r][-1]
     assert s["runs"][2]["train_last"] == pytest.approx(last)
+    # MRTPO - GDPO: the bootstrap of the per-seed pairs (not-reached counts as the run length)
+    c = s["comparison"]
+    assert (c["a"], c["b"], c["seeds"]) == ("mrtpo", "gdpo", list(SEEDS))
+    for row, _, _ in METRICS:
+        a = s["methods"]["mrtpo"]["heldout"][row]["per_seed"]
+        b = s["methods"]["gdpo"]["heldout"][row]["per_seed"]
+        want = paired_bootstrap(a, b, seed=s["config"]["bootstrap_seed"])
+        assert c["heldout"][row] == want  # JSON keeps floats exactly
+        st = [
+            [6 if x is None else x for x in s["methods"][k]["steps"][row]["per_seed"]]
+            for k in ("mrtpo", "gdpo")
+        ]
+        assert c["steps"][row]["differences"] == [x - y for x, y in zip(*st)]
     report = json.loads((quick / "report" / "report.json").read_text())
     assert report["metric"] == "task/satisfaction" and report["threshold"] == 0.9
+
+
+def test_quick_demo_index_and_printed_table(quick, capsys):
+    from mrtpo.demo import format_table
+
+    s = json.loads((quick / "summary.json").read_text())
+    page = (quick / "index.html").read_text()
+    # the page leads with the table: its first table is the per-method one, before any figure
+    assert page.index("<table>") < page.index("<img")
+    assert page.index("median steps") < page.index("<img")
+    text = format_table(s)
+    for m in s["methods"].values():
+        he = m["heldout"]["overall"]
+        assert f"{he['median']:.3f}" in page and f"{he['median']:.3f}" in text
+        assert " ".join(f"{x:.3f}" for x in he["per_seed"]) in text
+    b = s["comparison"]["heldout"]["overall"]
+    interval = f"{b['estimate']:+.3f} [{b['low']:+.3f}, {b['high']:+.3f}]"
+    assert interval in text and interval in page
+    # a difference whose interval holds 0 is called within noise, in the table and on the page
+    steps = s["comparison"]["steps"]["overall"]
+    assert steps["within_noise"] == (steps["low"] <= 0 <= steps["high"])
+    (line,) = [x for x in text.splitlines() if x.strip().startswith("steps to 0.9, all constraints:")]
+    assert ("within noise" in line) == steps["within_noise"]
+    if steps["within_noise"]:
+        assert "within noise (the interval contains 0)" in page
 
 
 def test_demo_config_errors():
@@ -137,6 +219,10 @@ def test_demo_config_errors():
         DemoConfig(threshold=1.5)
     with pytest.raises(ValueError, match="num_generations"):
         RLConfig(num_generations=1)
+    with pytest.raises(ValueError, match="multiple of num_iterations"):
+        RLConfig(steps=5, num_iterations=2)
+    with pytest.raises(ValueError, match="workers"):
+        DemoConfig(workers=0)
 
 
 def test_quick_demo_reuses_a_warm_start(quick, tmp_path):
@@ -153,17 +239,26 @@ def test_quick_demo_reuses_a_warm_start(quick, tmp_path):
         "--warm-start",
         str(quick / "warmstart"),
     ]
-    assert main([*args, "--seeds", "1"]) == 0
+    assert main([*args, "--seeds", "2", "--methods", "gdpo", "mrtpo"]) == 0
     first = json.loads((quick / "summary.json").read_text())
     again = json.loads((out / "summary.json").read_text())
     assert again["timings"]["warm_start"] == 0.0
     assert not (out / "warmstart").exists()
     assert again["heldout_warm_start"] == first["heldout_warm_start"]
-    assert [(r["method"], r["seed"]) for r in again["runs"]] == [("grpo", 1), ("gdpo", 1), ("mrtpo", 1)]
+    assert [(r["method"], r["seed"]) for r in again["runs"]] == [("gdpo", 2), ("mrtpo", 2)]
+    assert again["comparison"]["seeds"] == [2]
     assert (
         main(["demo", "--quick", "--output", str(tmp_path / "x"), "--warm-start", str(tmp_path / "none")])
         == 2
     )
+
+
+def test_beta_sweep_methods():
+    from mrtpo.demo.runs import BETA_SWEEP, RLConfig, run_config
+
+    betas = [run_config(m, 0, RLConfig(), "ws", "out")["method"]["credit_beta"] for m in BETA_SWEEP]
+    assert betas == [0.0, 0.25, 0.5, 1.0]
+    assert {run_config(m, 0, RLConfig(), "ws", "out")["method"]["credit"] for m in BETA_SWEEP} == {"reward"}
 
 
 def test_toy_recipe_is_the_demo_mrtpo_run():

@@ -122,7 +122,7 @@ def test_warm_start_is_reproducible_from_its_seed(tmp_path, one_thread):
     with torch.no_grad():
         assert torch.equal(m1(input_ids=ids).logits, m4(input_ids=ids).logits)
     assert info4["final_loss"] == info1["final_loss"]
-    assert len(t4) == len(t1) == 70
+    assert len(t4) == len(t1) == 72
     text = "<|im_start|> user <b> wrapped 5 words <|im_end|> <|im_start|> assistant "
     assert t4(text)["input_ids"] == t1(text)["input_ids"]  # the word-level tokenizer, not a BPE class
     assert t4.decode(t4("<b> apple </b>")["input_ids"]) == "<b> apple </b>"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -48,6 +49,30 @@ def test_verifiers_hand_cases(task):
     assert scores(task, ex, "") == [0, 0, 0, 0, 0]
     # unknown words count as content words (model output is never trusted)
     assert scores(task, ex, "apple <unk> stone river") == [1, 1, 1, 1, 0]
+
+
+def test_length_ranges(task):
+    few = make_example({"start": "apple", "length": "few"}, "f")
+    many = make_example({"length": "many", "wrap": "<i>"}, "m")
+    assert few.messages()[0]["content"].split() == ["apple", "first", "few", "words"]
+    # few: at most 4 content words (tags do not count); many: at least 6
+    for response, want_few, want_many in (
+        ("", 1, 0),
+        ("apple stone river cloud", 1, 0),
+        ("<b> apple stone river cloud </b>", 1, 0),
+        ("apple stone river cloud lemon", 0, 0),  # 5 words: neither
+        ("<i> apple stone river cloud lemon tiger </i>", 0, 1),
+        ("a b c d e f g h i", 0, 1),
+    ):
+        assert scores(task, few, response)[3] == want_few, response
+        assert scores(task, many, response)[3] == want_many, response
+    from mrtpo.tasks.toy.data import length_range
+
+    assert length_range("few") == (0, 4) and length_range(6) == (6, 6)
+    with pytest.raises(ValueError, match="length value must be one of"):
+        length_range("lots")
+    with pytest.raises(ValueError, match="'length' has value 'lots'"):
+        make_example({"length": "lots"}, "x")
 
 
 def test_absent_types_score_zero_without_information(task):
@@ -112,6 +137,19 @@ def test_satisfaction_ignores_absent_columns(task):
     assert m["satisfaction"] == pytest.approx((2 / 3 + 0) / 2)  # 0.3333
     assert m["all_met"] == 0.0
     assert task.metrics([a], [""], [[1, 1, 0, 1, 0]])["all_met"] == 1.0
+    # local: only start/end/include/wrap count (a: start met of start, end -> 1/2; b: wrap missed -> 0);
+    # met/<type>: share met among the responses whose prompt lists the type
+    assert m["local"] == pytest.approx((1 / 2 + 0) / 2)
+    assert {k: v for k, v in m.items() if k.startswith("met/")} == {
+        "met/start": 1.0,
+        "met/end": 0.0,
+        "met/length": 1.0,
+        "met/wrap": 0.0,
+    }
+    only_length = make_example({"length": "few"}, "c")
+    (no_counted_type,) = satisfaction([only_length], [[0, 0, 0, 1, 0]], ("start", "wrap"))
+    assert math.isnan(no_counted_type)  # the example lists none of the counted types
+    assert "local" not in task.metrics([only_length], [""], [[0, 0, 0, 1, 0]])
     with pytest.raises(ValueError, match=r"rewards\[0\] has 4 columns; expected K=5"):
         satisfaction([a], [[1, 0, 0, 1]])
 
@@ -141,6 +179,7 @@ def test_generated_examples():
         c = e.meta["constraints"]
         words = [c[k] for k in ("start", "end", "include") if k in c]
         assert len(set(words)) == len(words)
+        assert c.get("length", "few") in ("few", "many")  # generated length constraints are ranges
         assert sorted(next(iter(s.rewards)) for s in e.segments) == sorted(c)
         assert all(len(s.rewards) == 1 for s in e.segments)
     assert {len(e.meta["constraints"]) for e in generate_examples(200, seed=0, min_constraints=2)} == {
@@ -173,7 +212,7 @@ def test_demonstrations_meet_each_constraint_with_p(task):
 
 def test_tokenizer_covers_prompts_and_demonstrations():
     tok = build_toy_tokenizer()
-    assert len(tok) == 70  # 8 specials + 5 keywords + 5 lengths + 6 tags + 46 content words
+    assert len(tok) == 72  # 8 specials + 5 keywords + 5 lengths + few/many + 6 tags + 46 content words
     rng = random.Random(0)
     for e in generate_examples(100, seed=1):
         text = tok.apply_chat_template(e.messages(), tokenize=False, add_generation_prompt=True)

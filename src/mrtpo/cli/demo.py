@@ -1,4 +1,5 @@
-"""``mrtpo demo``: train GRPO, GDPO and MRTPO on the synthetic multi-constraint task and write a report.
+"""``mrtpo demo``: GRPO, GDPO, MRTPO and MRTPO's controls (shuffled weights, joint replay; a β sweep
+behind ``--beta-sweep``) on the synthetic multi-constraint task, over seeds, with a report.
 
 Nothing is downloaded: the tokenizer and model are built from scratch (see :mod:`mrtpo.demo`).
 """
@@ -13,14 +14,28 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run: short warm start, one seed, 6 RL steps (about 20 seconds)",
+        help="smoke run: short warm start, two seeds, 6 RL steps, one process (well under a minute)",
     )
     parser.add_argument(
-        "--seeds", type=int, nargs="+", default=None, help="RL seeds (default: 0 1 2; quick: 0)"
+        "--seeds", type=int, nargs="+", default=None, help="RL seeds (default: 0 1 2 3 4; quick: 0 1)"
     )
-    parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: 120; quick: 6)")
     parser.add_argument(
-        "--lr", type=float, default=None, help="RL learning rate, the same for every method (default: 1e-3)"
+        "--methods",
+        nargs="+",
+        default=None,
+        help="methods (default: grpo gdpo mrtpo shuffled joint; also mrtpo-beta0 mrtpo-beta0.25 mrtpo-beta1)",
+    )
+    parser.add_argument(
+        "--beta-sweep",
+        action="store_true",
+        help="add MRTPO at beta = 0, 0.25 and 1 (beta 0.5 is mrtpo) to the methods",
+    )
+    parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: see RLConfig)")
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="RL learning rate, the same for every method (default: RLConfig)",
     )
     parser.add_argument(
         "--warm-start-steps",
@@ -39,8 +54,14 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--threads",
         type=int,
-        default=2,
-        help="torch CPU threads (default: 2; 1 is faster when other work loads the cores)",
+        default=None,
+        help="torch CPU threads of the warm start (and of the RL runs with --workers 1) (default: 2; quick: 1)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="RL runs in parallel, one process with one torch thread each (default: CPU cores; quick: 1)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -49,14 +70,23 @@ def run(args) -> int:
     import dataclasses
 
     from mrtpo.demo import DemoConfig, format_table, quick_config, run_demo
+    from mrtpo.demo.runs import BETA_SWEEP
 
     if args.quick:
         cfg = quick_config(args.output or "mrtpo-demo-quick")
     else:
         cfg = DemoConfig(output_dir=args.output or "mrtpo-demo")
-    changes: dict = {"threshold": args.threshold, "threads": args.threads, "progress": not args.no_progress}
+    changes: dict = {"threshold": args.threshold, "progress": not args.no_progress}
+    if args.threads is not None:
+        changes["threads"] = args.threads
     if args.seeds is not None:
         changes["seeds"] = tuple(args.seeds)
+    if args.workers is not None:
+        changes["workers"] = args.workers
+    methods = list(args.methods) if args.methods is not None else list(cfg.methods)
+    if args.beta_sweep:
+        methods += [m for m in BETA_SWEEP if m not in methods]
+    changes["methods"] = tuple(methods)
     if args.warm_start is not None:
         changes["warm_start_dir"] = args.warm_start
     rl = {}
@@ -75,9 +105,5 @@ def run(args) -> int:
     cfg = dataclasses.replace(cfg, **changes)
     summary = run_demo(cfg)
     print(format_table(summary))
-    t = summary["timings"]
-    print(
-        f"warm start {t['warm_start']:.0f} s, RL {t['rl']:.0f} s, report {t['report']:.0f} s, total {t['total']:.0f} s"
-    )
-    print(f"wrote {cfg.output_dir}/index.html")
+    print(f"wrote {cfg.output_dir}/index.html and {cfg.output_dir}/summary.json")
     return 0

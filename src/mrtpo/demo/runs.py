@@ -1,8 +1,9 @@
-"""The three RL runs of the demo (GRPO, GDPO, MRTPO) through :class:`mrtpo.integrations.trl.MRTPOTrainer`.
+"""The RL runs of the demo (GRPO, GDPO, MRTPO and its controls) through
+:class:`mrtpo.integrations.trl.MRTPOTrainer`.
 
-Every run starts from the same warm-start folder, trains on the same built-in toy prompts at the same
-learning rate, and differs only in the method; runs of one seed share TRL's seed (data order and
-sampling). Each run is built by :func:`mrtpo.integrations.config.build_trainer` from a config dict
+Every run starts from the same warm-start folder, trains on the same built-in toy prompts with the
+same optimiser settings (:class:`RLConfig`, chosen once for all methods), and differs only in the
+method; runs of one seed share TRL's seed (data order and sampling). Each run is built by :func:`mrtpo.integrations.config.build_trainer` from a config dict
 (the sections of ``recipes/*.yaml``) and writes a run folder in the docs/run-format.md format.
 """
 
@@ -17,19 +18,49 @@ METHODS: dict[str, dict[str, Any]] = {
     "grpo": {"advantage_method": "grpo", "credit": "none"},
     "gdpo": {"advantage_method": "gdpo", "credit": "none"},
     "mrtpo": {"advantage_method": "gdpo", "credit": "reward"},
+    "shuffled": {"advantage_method": "gdpo", "credit": "shuffled"},
+    "joint": {"advantage_method": "gdpo", "credit": "joint"},
+    "mrtpo-beta0": {"advantage_method": "gdpo", "credit": "reward", "credit_beta": 0.0},
+    "mrtpo-beta0.25": {"advantage_method": "gdpo", "credit": "reward", "credit_beta": 0.25},
+    "mrtpo-beta1": {"advantage_method": "gdpo", "credit": "reward", "credit_beta": 1.0},
 }
-"""Method sections of the demo's runs: GRPO and GDPO give every token the response advantage
-(``credit="none"``); MRTPO is GDPO's per-reward advantages spread by per-reward replay distances."""
+"""Method sections of the demo's runs. GRPO and GDPO give every token the response advantage
+(``credit="none"``); MRTPO is GDPO's per-reward advantages spread by per-reward replay distances
+(β = :attr:`RLConfig.credit_beta`, 0.5). Controls (the paper's Tables 5–7): ``shuffled`` permutes
+MRTPO's token weights within each response (same credit, wrong tokens), ``joint`` uses one replay
+distance without every reward's information for all rewards, and ``mrtpo-beta*`` set the allocation
+strength β (β = 0 gives every token GDPO's response advantage, with replay still run)."""
+
+DEFAULT_METHODS: tuple[str, ...] = ("grpo", "gdpo", "mrtpo", "shuffled", "joint")
+"""What ``mrtpo demo`` trains by default."""
+
+BETA_SWEEP: tuple[str, ...] = ("mrtpo-beta0", "mrtpo-beta0.25", "mrtpo", "mrtpo-beta1")
+"""MRTPO at β = 0, 0.25, 0.5, 1 (``mrtpo demo --beta-sweep`` adds them)."""
 
 
 @dataclass
 class RLConfig:
-    """Settings shared by every RL run of the demo (the same for all methods)."""
+    """Settings shared by every RL run of the demo (the same for all methods, chosen once).
 
-    steps: int = field(default=120, metadata={"help": "optimizer steps per run"})
+    How they were chosen (docs/demo.md): a probe of GDPO and MRTPO on two seeds at the earlier
+    setting (learning rate 1e-3, one optimizer step per sampled batch, so the PPO ratio is always 1
+    and the clip never acts) showed gradient norms before clipping up to 25 (GDPO) and 78 (MRTPO); at
+    learning rate 5e-4 with two optimizer steps per batch (``num_iterations=2``: the second step sees
+    a ratio other than 1, so the clip acts) they stayed at 5–12 for both. GDPO then did not reach a
+    training satisfaction of 0.9 within 120 steps, so the runs have 240 (120 sampled batches). The
+    choice looked at stability only, before the five-seed comparison, and applies to every method.
+    """
+
+    steps: int = field(default=240, metadata={"help": "optimizer steps per run"})
     prompts_per_step: int = field(default=8, metadata={"help": "prompts P per step"})
     num_generations: int = field(default=8, metadata={"help": "responses G per prompt"})
-    learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate (all methods)"})
+    learning_rate: float = field(default=5e-4, metadata={"help": "AdamW learning rate (all methods)"})
+    num_iterations: int = field(
+        default=2,
+        metadata={"help": "optimizer steps per sampled batch (TRL's num_iterations; > 1 lets the clip act)"},
+    )
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient-norm clip (all methods)"})
+    epsilon: float = field(default=0.2, metadata={"help": "PPO ratio clip range (TRL's epsilon)"})
     credit_beta: float = field(default=0.5, metadata={"help": "MRTPO allocation strength beta"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
     max_completion_length: int = field(
@@ -46,6 +77,12 @@ class RLConfig:
             raise ValueError(
                 f"num_generations must be >= 2 (a group needs two responses), got {self.num_generations}"
             )
+        if self.num_iterations < 1:
+            raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}")
+        if self.steps % self.num_iterations:
+            raise ValueError(
+                f"steps ({self.steps}) must be a multiple of num_iterations ({self.num_iterations})"
+            )
         if not 0.0 <= self.credit_beta <= 1.0:
             raise ValueError(f"credit_beta must be in [0, 1], got {self.credit_beta}")
 
@@ -57,7 +94,8 @@ def run_config(
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
     m = dict(METHODS[method])
-    m.update(credit_beta=rl.credit_beta, log_samples=rl.log_samples)
+    m.setdefault("credit_beta", rl.credit_beta)
+    m["log_samples"] = rl.log_samples
     return {
         "model": {"path": str(warm_start_dir), "dtype": "float32"},
         "task": {"name": "toy", "options": {"seed": 0, "size": rl.task_size}},
@@ -70,6 +108,9 @@ def run_config(
             "num_generations": rl.num_generations,
             "max_completion_length": rl.max_completion_length,
             "learning_rate": rl.learning_rate,
+            "num_iterations": rl.num_iterations,
+            "max_grad_norm": rl.max_grad_norm,
+            "epsilon": rl.epsilon,
             "lr_scheduler_type": "constant",
             "warmup_steps": 0,
             "temperature": rl.temperature,

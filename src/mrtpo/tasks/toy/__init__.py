@@ -21,6 +21,8 @@ from typing import ClassVar
 from mrtpo.tasks.base import TASKS, Example, Task, Verifier
 from mrtpo.tasks.toy.data import (
     CONSTRAINT_TYPES,
+    LOCAL_TYPES,
+    NONLOCAL_TYPES,
     build_toy_tokenizer,
     demonstrate,
     generate_examples,
@@ -31,6 +33,8 @@ from mrtpo.tasks.toy.verify import VERIFIERS
 
 __all__ = [
     "CONSTRAINT_TYPES",
+    "LOCAL_TYPES",
+    "NONLOCAL_TYPES",
     "ToyTask",
     "build_toy_tokenizer",
     "demonstrate",
@@ -41,14 +45,17 @@ __all__ = [
 ]
 
 
-def satisfaction(examples: Sequence[Example], rewards) -> list[float]:
+def satisfaction(examples: Sequence[Example], rewards, types: Sequence[str] | None = None) -> list[float]:
     """Per response, the share of its example's listed constraints that are met.
 
     ``satisfaction[j] = Σ_{k listed in example j} rewards[j, k] / #listed`` (unlisted columns ignored).
+    With ``types``, only those constraint types count, and a response whose example lists none of them
+    gets NaN.
 
     Args:
         examples: N examples, one per response.
         rewards: [N, K] with K = 5 columns ordered as :data:`CONSTRAINT_TYPES` (tensor or nested list).
+        types: the constraint types that count (default: all).
     """
     rows = rewards.tolist() if hasattr(rewards, "tolist") else [list(r) for r in rewards]
     if len(rows) != len(examples):
@@ -60,7 +67,9 @@ def satisfaction(examples: Sequence[Example], rewards) -> list[float]:
         listed = [k for k, name in enumerate(CONSTRAINT_TYPES) if name in ex.meta["constraints"]]
         if not listed:
             raise ValueError(f"example {ex.id!r} lists no constraint")
-        out.append(sum(float(row[k]) for k in listed) / len(listed))
+        if types is not None:
+            listed = [k for k in listed if CONSTRAINT_TYPES[k] in types]
+        out.append(sum(float(row[k]) for k in listed) / len(listed) if listed else float("nan"))
     return out
 
 
@@ -90,11 +99,22 @@ class ToyTask(Task):
 
     def metrics(self, examples: Sequence[Example], responses: Sequence[str], rewards) -> dict[str, float]:
         """``satisfaction``: mean share of an example's own constraints met; ``all_met``: share of
-        responses meeting every listed constraint."""
+        responses meeting every listed constraint; ``local``: the satisfaction counting only the
+        localizable types (:data:`LOCAL_TYPES`); ``met/<type>``: share of the responses whose prompt
+        lists that type that meet it (absent when no prompt of the batch lists it)."""
         sat = satisfaction(examples, rewards)
         if not sat:
             return {}
-        return {"satisfaction": sum(sat) / len(sat), "all_met": sum(s == 1.0 for s in sat) / len(sat)}
+        out = {"satisfaction": sum(sat) / len(sat), "all_met": sum(s == 1.0 for s in sat) / len(sat)}
+        local = [s for s in satisfaction(examples, rewards, LOCAL_TYPES) if s == s]
+        if local:
+            out["local"] = sum(local) / len(local)
+        rows = rewards.tolist() if hasattr(rewards, "tolist") else [list(r) for r in rewards]
+        for k, name in enumerate(CONSTRAINT_TYPES):
+            met = [float(row[k]) for ex, row in zip(examples, rows) if name in ex.meta["constraints"]]
+            if met:
+                out[f"met/{name}"] = sum(met) / len(met)
+        return out
 
     def load(
         self, source: str | None = None, *, split: str = "train", limit: int | None = None

@@ -9,9 +9,19 @@ constraint type       prompt text           met when (content = response words m
 ``start``             ``apple first``       the first content word is ``apple``
 ``end``               ``river last``        the last content word is ``river``
 ``include``           ``stone included``    ``stone`` is one of the content words
-``length``            ``5 words``           there are exactly 5 content words
+``length``            ``few words``         at most 4 content words (``many words``: at least 6)
 ``wrap``              ``<b> wrapped``       the response begins with ``<b>`` and ends with ``</b>``
 ====================  ====================  ================================================
+
+``start``, ``end``, ``include`` and ``wrap`` are *localizable*: their verdict is decided by specific
+tokens (the first or last word, the tags, the included word). ``length`` is the deliberately
+*non-local* constraint: no token decides it, only where the response stops (the paper's Table 4
+reports such constraints apart). It asks for a range rather than an exact count so that the 2-layer
+demo model can meet it: a model with rotary positions and 2 layers does not learn to count (asked
+for exactly 3–7 words it met the count 0.25 of the time greedily after the warm start, and 0.27–0.36
+under every RL method), but it can learn when to stop early or late from the prompt word. An exact
+count (an ``int`` value, ``5 words``) is still a valid constraint for examples built by hand
+(:func:`make_example`); generated examples use the ranges.
 
 The value comes before its keyword: the 2-layer warm-start model then learns to copy the right word
 sooner (the keyword token, which attention finds by its own identity, picks up the value one position
@@ -23,7 +33,7 @@ A response looks like ``<b> apple cloud stone river </b>``. Words are whitespace
 word-level tokenizer maps each word to one token (see :func:`build_toy_tokenizer`).
 
 Example constraint values are kept in ``Example.meta["constraints"]``: ``{"start": "apple",
-"length": 5, ...}`` (only the types the prompt lists). The start, end and include words of one prompt
+"length": "few", ...}`` (only the types the prompt lists). The start, end and include words of one prompt
 are distinct, so a response of at least 3 words can meet every constraint.
 """
 
@@ -37,6 +47,12 @@ from mrtpo.tasks.base import Example
 
 CONSTRAINT_TYPES: tuple[str, ...] = ("start", "end", "include", "length", "wrap")
 """The reward columns of the task, in order (K = 5)."""
+
+LOCAL_TYPES: tuple[str, ...] = ("start", "end", "include", "wrap")
+"""The constraint types whose verdict sits on specific tokens of the response."""
+
+NONLOCAL_TYPES: tuple[str, ...] = ("length",)
+"""The deliberately non-local constraint type (no token decides it), reported apart."""
 
 KEYWORDS: dict[str, str] = {
     "start": "first",
@@ -100,7 +116,25 @@ CONTENT_WORDS: tuple[str, ...] = tuple(
 """46 content words a response is made of."""
 
 LENGTHS: tuple[int, ...] = (3, 4, 5, 6, 7)
-"""Response lengths (content words) a ``length`` constraint asks for; demonstrations use them too."""
+"""Response lengths (content words) of demonstrations, and the exact counts a hand-built ``length``
+constraint may ask for."""
+
+LENGTH_RANGES: dict[str, tuple[int, int]] = {"few": (0, 4), "many": (6, 1_000_000)}
+"""Generated ``length`` constraints: the value names an inclusive range of content-word counts."""
+
+
+def length_range(value: Any) -> tuple[int, int]:
+    """The inclusive range of content-word counts a ``length`` value asks for.
+
+    >>> length_range("few"), length_range(5)
+    ((0, 4), (5, 5))
+    """
+    if isinstance(value, str) and value in LENGTH_RANGES:
+        return LENGTH_RANGES[value]
+    if isinstance(value, int) and not isinstance(value, bool) and value in LENGTHS:
+        return (value, value)
+    raise ValueError(f"length value must be one of {sorted(LENGTH_RANGES)} or {list(LENGTHS)}, got {value!r}")
+
 
 TAGS: tuple[tuple[str, str], ...] = (("<b>", "</b>"), ("<i>", "</i>"), ("<q>", "</q>"))
 """(open, close) tag pairs a ``wrap`` constraint names by its open tag."""
@@ -111,18 +145,19 @@ TAG_TOKENS = frozenset(t for pair in TAGS for t in pair)
 
 
 def toy_words() -> list[str]:
-    """Every word of the task (constraint keywords, numbers, tags, content words): 62 words, so the
-    tokenizer has 70 tokens with the 8 special tokens of :mod:`mrtpo.models.tiny`."""
+    """Every word of the task (constraint keywords, numbers, length ranges, tags, content words): 64
+    words, so the tokenizer has 72 tokens with the 8 special tokens of :mod:`mrtpo.models.tiny`."""
     return [
         *(KEYWORDS[k] for k in CONSTRAINT_TYPES),
         *(str(n) for n in LENGTHS),
+        *LENGTH_RANGES,
         *(t for pair in TAGS for t in pair),
         *CONTENT_WORDS,
     ]
 
 
 def build_toy_tokenizer():
-    """The word-level tokenizer of the task (70 tokens; see :func:`mrtpo.models.tiny.build_tokenizer`)."""
+    """The word-level tokenizer of the task (72 tokens; see :func:`mrtpo.models.tiny.build_tokenizer`)."""
     from mrtpo.models.tiny import build_tokenizer
 
     return build_tokenizer(toy_words())
@@ -131,8 +166,8 @@ def build_toy_tokenizer():
 def constraint_text(kind: str, value: Any) -> str:
     """The prompt text of one constraint: the value, then the keyword of its type.
 
-    >>> constraint_text("length", 5), constraint_text("start", "apple")
-    ('5 words', 'apple first')
+    >>> constraint_text("length", "few"), constraint_text("start", "apple")
+    ('few words', 'apple first')
     """
     if kind not in CONSTRAINT_TYPES:
         raise ValueError(f"constraint type must be one of {CONSTRAINT_TYPES}, got {kind!r}")
@@ -156,7 +191,7 @@ def make_example(constraints: dict[str, Any], id: str, order: list[str] | None =
             "start": value in CONTENT_WORDS,
             "end": value in CONTENT_WORDS,
             "include": value in CONTENT_WORDS,
-            "length": value in LENGTHS,
+            "length": _is_length(value),
             "wrap": value in OPEN_TAGS,
         }[kind]
         if not ok:
@@ -170,6 +205,14 @@ def make_example(constraints: dict[str, Any], id: str, order: list[str] | None =
     return Example(id=id, segments=segments, meta={"constraints": dict(constraints)})
 
 
+def _is_length(value: Any) -> bool:
+    try:
+        length_range(value)
+    except ValueError:
+        return False
+    return True
+
+
 def sample_constraints(rng: random.Random, n: int) -> tuple[dict[str, Any], list[str]]:
     """``n`` distinct constraint types drawn uniformly, their values, and a random prompt order."""
     if not 1 <= n <= len(CONSTRAINT_TYPES):
@@ -180,7 +223,7 @@ def sample_constraints(rng: random.Random, n: int) -> tuple[dict[str, Any], list
         "start": words[0],
         "end": words[1],
         "include": words[2],
-        "length": rng.choice(LENGTHS),
+        "length": rng.choice(tuple(LENGTH_RANGES)),
         "wrap": rng.choice(TAGS)[0],
     }
     constraints = {k: value[k] for k in CONSTRAINT_TYPES if k in kinds}  # canonical key order
@@ -220,7 +263,8 @@ def demonstrate(example: Example, rng: random.Random, p_meet: float = 0.5) -> st
     c = example.meta["constraints"]
     meet = {k: rng.random() < p_meet for k in c}
     if "length" in c:
-        n = c["length"] if meet["length"] else rng.choice([m for m in LENGTHS if m != c["length"]])
+        lo, hi = length_range(c["length"])
+        n = rng.choice([m for m in LENGTHS if (lo <= m <= hi) == meet["length"]])
     else:
         n = rng.choice(LENGTHS)
     reserved = {c[k] for k in ("start", "end", "include") if k in c}

@@ -7,7 +7,8 @@ its group advantage is 0 and replay skips it). Its information is the constraint
 
 Checked spans (character spans ``[start, end)`` of the response the verifier reads; localization only):
 ``start`` the first content word, ``end`` the last content word, ``include`` every occurrence of the
-word, ``wrap`` the first and last words (where the tags are or should be), ``length`` the whole response.
+word, ``wrap`` the first and last words (where the tags are or should be), ``length`` the whole response
+(the non-local constraint: no token decides it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 
 from mrtpo.tasks.base import Example, Verdict, Verifier
-from mrtpo.tasks.toy.data import CLOSE_OF, TAG_TOKENS
+from mrtpo.tasks.toy.data import CLOSE_OF, TAG_TOKENS, length_range
 
 _WORD = re.compile(r"\S+")
 
@@ -103,13 +104,15 @@ class IncludeVerifier(ToyVerifier):
 
 
 class LengthVerifier(ToyVerifier):
-    """1 if the response has exactly the asked number of content words."""
+    """1 if the number of content words is in the asked range (``few``: at most 4, ``many``: at least
+    6; an exact count for an ``int`` value)."""
 
     name = "length"
 
     def check(self, value, response):
         n = len(content_spans(response))
-        return n == int(value), f"{n} words, expected {value}"
+        lo, hi = length_range(value)
+        return lo <= n <= hi, f"{n} words, expected {value}"
 
     def spans(self, value, response):
         return [(0, len(response))] if response else []
