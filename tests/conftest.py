@@ -51,3 +51,21 @@ def tiny_model(tiny_tokenizer):
     from mrtpo.models.tiny import build_model
 
     return build_model(len(tiny_tokenizer), hidden_size=32, num_layers=2, seed=0, dtype=torch.float32)
+
+
+def _clear_sentence_tokenizers() -> None:
+    import sys
+
+    for fam in ("ifeval", "ifbench"):
+        util = sys.modules.get(f"if_verifiable.{fam}.instructions_util")
+        if util is not None:
+            util._get_sentence_tokenizer.cache_clear()
+
+
+@pytest.fixture
+def fresh_sentence_tokenizers():
+    """The IFEval/IFBench checker utilities cache the sentence tokenizer they first load; clear it before
+    and after a test, so that tests which switch NLTK data or fallbacks off see their own choice."""
+    _clear_sentence_tokenizers()
+    yield
+    _clear_sentence_tokenizers()

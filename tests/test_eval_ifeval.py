@@ -11,19 +11,7 @@ pytest.importorskip("if_verifiable")
 from mrtpo.eval.ifeval import format_report, score_predictions, strip_think
 from mrtpo.tasks.instruct import nltk_fallback
 
-
-@pytest.fixture(autouse=True)
-def _fresh_sentence_tokenizers():
-    """The checker utilities cache the sentence tokenizer they first load; clear it after each test so
-    that tests which switch NLTK data or fallbacks off see their own choice."""
-    yield
-    import sys
-
-    for fam in ("ifeval", "ifbench"):
-        util = sys.modules.get(f"if_verifiable.{fam}.instructions_util")
-        if util is not None:
-            util._get_sentence_tokenizer.cache_clear()
-
+pytestmark = pytest.mark.usefixtures("fresh_sentence_tokenizers")
 
 ROWS = [
     {

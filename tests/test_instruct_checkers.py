@@ -168,21 +168,14 @@ RESPONSES = [
 
 
 @pytest.fixture
-def no_nltk_data(monkeypatch, tmp_path):
+def no_nltk_data(monkeypatch, tmp_path, fresh_sentence_tokenizers):
     """NLTK looks only in an empty folder, as on a machine without downloaded data."""
     import nltk
 
-    def clear():  # the checker utilities cache the sentence tokenizer an earlier test loaded
-        nltk_fallback.has_resource.cache_clear()
-        for fam in ("ifeval", "ifbench"):
-            util = sys.modules.get(f"if_verifiable.{fam}.instructions_util")
-            if util is not None:
-                util._get_sentence_tokenizer.cache_clear()
-
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
-    clear()
+    nltk_fallback.has_resource.cache_clear()
     yield
-    clear()
+    nltk_fallback.has_resource.cache_clear()
     nltk_fallback.set_enabled(True)
 
 
