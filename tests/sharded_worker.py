@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
 from mrtpo import replay as R
+from mrtpo.head import full_weight
 
 V, H = 96, 32
 
@@ -119,7 +120,7 @@ def run_modes(rank: int, out: dict) -> None:
                 train_step(model)
                 train_step(ref)
                 out[f"{layout}/head_is_dtensor_after_step"] = type(model.lm_head.weight).__name__ == "DTensor"
-                with R.full_weight(model.lm_head.weight) as w:  # DTensor -> full_tensor(), collective
+                with full_weight(model.lm_head.weight) as w:  # DTensor -> full_tensor(), collective
                     out[f"{layout}/full_weight_diff"] = float((w - ref.lm_head.weight).abs().max())
             expect = R.replay(ref, reqs, token_budget=budget).distances
             # the plain layout's first replay is a lockstep one (the model check runs inside it)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from mrtpo.head import DEFAULT_CHUNK_SIZE, row_chunks
+from mrtpo.head import DEFAULT_CHUNK_SIZE, no_autocast, row_chunks
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "js_distance", "js_distance_from_hidden"]
 
@@ -237,5 +237,8 @@ def js_distance_from_hidden(
             [_jsd_nats_from_logprobs(logp, p, log_probs(flat_q[i, idx])) for i in range(n_ctx)]
         )
 
-    out = _chunked_distance(rows, compute, lead, mask, chunk_size, hidden_p.device, dtype, n_ctx)  # [C, ...]
+    with no_autocast(hidden_p.device):  # exact float32 projections inside a caller's autocast
+        out = _chunked_distance(
+            rows, compute, lead, mask, chunk_size, hidden_p.device, dtype, n_ctx
+        )  # [C, ...]
     return out if many else out[0]

@@ -12,11 +12,22 @@ Gemma 2/3's ``final_logit_softcapping``. :func:`head_of` reads them from a Huggi
 :func:`row_chunks` is the chunking loop shared by :mod:`mrtpo.credit`, :mod:`mrtpo.replay` and
 :mod:`mrtpo.losses`.
 
+Precision: the projection and the transforms always run in float32 (or the explicit ``bfloat16``
+projection), with any ambient ``torch.autocast`` turned off for them; the hidden states are whatever
+precision the model computed them in.
+
+Parameters as the forward uses them (:meth:`LogitHead.full_parameters`): a weight sharded by FSDP2 (a
+``DTensor``) or DeepSpeed ZeRO-3 is gathered for the duration, and a PEFT LoRA adapter on the head adds
+its update ``scaling · B @ A`` (PEFT's ``modules_to_save`` copy is the module PEFT itself reads).
+
 Core module: torch and the standard library only. Notation: H hidden size, V vocabulary, R rows.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,25 +109,158 @@ class LogitHead:
         bias: Tensor | None = None,
         projection: str = "float32",
     ) -> Tensor:
-        """``hidden: [..., H]`` -> float32 logits ``[..., V]``.
+        """``hidden: [..., H]`` -> float32 logits ``[..., V]``, with autocast off (see the module).
 
-        ``weight`` (with its ``bias``) replaces the module's parameters, e.g. a gathered, detached or
-        pre-cast copy; without it the module's current ``weight`` and ``bias`` are used. ``projection``
-        is one of :data:`PROJECTIONS`. Gradients flow into ``hidden`` and the weight used.
+        ``weight`` (with its ``bias``) replaces the module's parameters, e.g. a gathered, detached,
+        pre-cast or adapter-merged copy (:meth:`full_parameters`); without it the module's current ``weight``
+        and ``bias`` are used (a LoRA adapter on the head is then not applied: pass
+        :meth:`full_parameters`' tensors). ``projection`` is one of :data:`PROJECTIONS`. Gradients flow into
+        ``hidden`` and the weight used.
         """
         if weight is None:
             weight, bias = self.weight, self.bias
-        if projection == "bfloat16":
-            z = (hidden.to(torch.bfloat16) @ weight.to(torch.bfloat16).T).float()
-        else:
-            z = hidden.float() @ weight.float().T
-        if bias is not None:
-            z = z + bias.float()
-        if self.scale != 1.0:
-            z = z * self.scale
-        if self.softcap is not None:
-            z = torch.tanh(z / self.softcap) * self.softcap
+        with no_autocast(hidden.device):
+            if projection == "bfloat16":
+                z = (hidden.to(torch.bfloat16) @ weight.to(torch.bfloat16).T).float()
+            else:
+                z = hidden.float() @ weight.float().T
+            if bias is not None:
+                z = z + bias.float()
+            if self.scale != 1.0:
+                z = z * self.scale
+            if self.softcap is not None:
+                z = torch.tanh(z / self.softcap) * self.softcap
         return z
+
+    @contextlib.contextmanager
+    def full_parameters(self) -> Iterator[tuple[Tensor, Tensor | None]]:
+        """``(weight [V, H], bias [V] or None)`` as the model's forward applies them, for the duration.
+
+        Sharded parameters are gathered (:func:`full_weight`: collective under FSDP2 / ZeRO-3, so every
+        process must enter). With an active PEFT LoRA adapter on the head (not merged, adapters not
+        disabled) the weight is ``W + Σ_a scaling_a · B_a @ A_a`` in float32 (and the bias gets
+        ``scaling_a · bias(B_a)`` when the adapter trains one), computed with autograd, so a loss on the
+        logits trains the adapter. LoRA dropout is not applied (replay and the teacher run in eval mode);
+        LoRA variants (DoRA, ...) on the head are refused.
+        """
+        mod = self.module
+        lora = _active_lora(mod)
+        with contextlib.ExitStack() as stack:
+            if lora is None:
+                w = stack.enter_context(full_weight(mod.weight))
+                b = stack.enter_context(full_weight(getattr(mod, "bias", None)))
+                yield w, b
+                return
+            base = mod.get_base_layer()
+            w = stack.enter_context(full_weight(base.weight)).float()
+            b = stack.enter_context(full_weight(getattr(base, "bias", None)))
+            for name in lora:
+                a = stack.enter_context(full_weight(mod.lora_A[name].weight)).float()  # [r, H]
+                up = mod.lora_B[name]
+                bb = stack.enter_context(full_weight(up.weight)).float()  # [V, r]
+                delta = bb @ a  # [V, H]
+                if getattr(mod, "fan_in_fan_out", False):
+                    delta = delta.T
+                w = w + float(mod.scaling[name]) * delta
+                if getattr(up, "bias", None) is not None and (getattr(mod, "lora_bias", {}) or {}).get(name):
+                    ub = stack.enter_context(full_weight(up.bias)).float()
+                    b = (torch.zeros_like(ub) if b is None else b.float()) + float(mod.scaling[name]) * ub
+            yield w, b
+
+
+def no_autocast(device: torch.device | str) -> contextlib.AbstractContextManager[Any]:
+    """``torch.autocast`` turned off on ``device``'s type for the duration (exact float32 math inside a
+    caller's mixed-precision context)."""
+    kind = torch.device(device).type
+    if not torch.is_autocast_enabled(kind):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=kind, enabled=False)
+
+
+def autocast_dtype(device: torch.device | str) -> torch.dtype | None:
+    """The dtype of the ``torch.autocast`` active now on ``device``'s type, or None."""
+    kind = torch.device(device).type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
+
+
+def _active_lora(module: Any) -> list[str] | None:
+    """Names of the PEFT LoRA adapters that ``module``'s forward applies now, or None when it is not a
+    LoRA layer or applies none (adapters disabled, merged into the weight, or none active)."""
+    if not (hasattr(module, "lora_A") and hasattr(module, "lora_B") and hasattr(module, "get_base_layer")):
+        return None
+    if getattr(module, "disable_adapters", False) or getattr(module, "merged", False):
+        return None
+    names = [a for a in getattr(module, "active_adapters", []) if a in module.lora_A]
+    variants = getattr(module, "lora_variant", {}) or {}
+    bad = [a for a in names if a in variants]
+    if bad:
+        raise ValueError(
+            f"the LM head carries the LoRA variant {type(variants[bad[0]]).__name__} (adapter {bad[0]!r}); "
+            "chunked projection supports plain LoRA on the head (or modules_to_save)"
+        )
+    return names or None
+
+
+# --------------------------------------------------------------------------------------------------
+# Full values of sharded parameters
+# --------------------------------------------------------------------------------------------------
+
+ParamGatherer = Callable[[Sequence[Tensor]], "contextlib.AbstractContextManager[Any] | None"]
+_PARAM_GATHERERS: list[ParamGatherer] = []
+
+
+def register_param_gatherer(fn: ParamGatherer) -> ParamGatherer:
+    """Register ``fn(params) -> context manager | None``: a context in which the given parameters hold
+    their full values (``None`` when ``fn`` does not apply to them), for engines the core does not know.
+    Collective when the engine's gather is. FSDP2 ``DTensor`` and DeepSpeed ZeRO-3 are built in."""
+    if fn not in _PARAM_GATHERERS:
+        _PARAM_GATHERERS.append(fn)
+    return fn
+
+
+def zero3_param(p: Any) -> bool:
+    """True for a DeepSpeed ZeRO-3 parameter (partitioned over processes)."""
+    return hasattr(p, "ds_id") and hasattr(p, "ds_status")
+
+
+def _zero3_gatherer(params: Sequence[Tensor]) -> contextlib.AbstractContextManager[Any] | None:
+    """ZeRO-3 parameters gathered with ``deepspeed.zero.GatheredParameters`` (collective). DeepSpeed is
+    already imported when such parameters exist; the core never imports it itself."""
+    ps = [p for p in params if zero3_param(p)]
+    ds = sys.modules.get("deepspeed")
+    if not ps or ds is None:
+        return None
+    missing = [p for p in ps if getattr(p.ds_status, "name", str(p.ds_status)) != "AVAILABLE"]
+    # all already gathered (inside an outer gather, e.g. TRL's unwrap_model_for_generation): as is
+    return ds.zero.GatheredParameters(missing, modifier_rank=None) if missing else contextlib.nullcontext()
+
+
+_PARAM_GATHERERS.append(_zero3_gatherer)
+
+
+@contextlib.contextmanager
+def full_weight(weight: Tensor | None) -> Iterator[Tensor | None]:
+    """``weight`` with its full value: a DTensor (FSDP2 sharded) through ``full_tensor()`` (an
+    all-gather: collective, differentiable), a ZeRO-3 parameter inside ``GatheredParameters``, a
+    parameter of a registered engine inside its gather, else as is."""
+    if weight is None:
+        yield None
+        return
+    if torch.distributed.is_available():
+        try:
+            from torch.distributed.tensor import DTensor
+        except ImportError:  # pragma: no cover
+            DTensor = ()  # type: ignore[assignment]
+        if isinstance(weight, DTensor):
+            yield weight.full_tensor()
+            return
+    for fn in _PARAM_GATHERERS:
+        ctx = fn([weight])
+        if ctx is not None:
+            with ctx:
+                yield weight
+            return
+    yield weight
 
 
 def head_of(model: Any) -> LogitHead:

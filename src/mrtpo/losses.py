@@ -69,14 +69,73 @@ def forward_kl(logp_teacher: torch.Tensor, logp_student: torch.Tensor) -> torch.
 def _chunk_divergence(h_s, h_t, head: LogitHead, divergence: str, beta: float, temperature: float):
     """Divergence of one chunk of rows: project both with the LM head in fp32, log-softmax, reduce."""
     z_s = head.logits(h_s)  # [c, V], gradient into h_s and the head weight
+    return _divergence_to_teacher(z_s, h_t, head, divergence, beta, temperature)
+
+
+def _divergence_to_teacher(z_s, h_t, head: LogitHead, divergence: str, beta: float, temperature: float):
+    """``z_s: [c, V]`` student logits, ``h_t: [c, H]`` teacher hidden states -> ``[c]`` divergence."""
     with torch.no_grad():
         bias = None if head.bias is None else head.bias.detach()
         z_t = head.logits(h_t, head.weight.detach(), bias)  # [c, V]
-    logq = torch.log_softmax(z_s / temperature, dim=-1)  # [c, V]
+    logq = torch.log_softmax(z_s.float() / temperature, dim=-1)  # [c, V]
     logp = torch.log_softmax(z_t / temperature, dim=-1)  # [c, V], no grad
     if divergence == "jsd":
         return generalized_jsd(logp, logq, beta)
     return forward_kl(logp, logq)
+
+
+def distill_divergence_from_logits(
+    z_student: torch.Tensor,
+    h_teacher: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    *,
+    divergence: str = "jsd",
+    beta: float = 0.5,
+    temperature: float = 1.0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    scale: float = 1.0,
+    softcap: float | None = None,
+) -> torch.Tensor:
+    """:func:`distill_divergence_from_hidden` with the student's logits given (the model's own forward).
+
+    For engines where the head weight cannot be read outside the head module's forward with a correct
+    gradient (DeepSpeed ZeRO-3): the student's logits come from the model, so the engine's hooks
+    gather the head and reduce its gradient; the teacher (no gradient) is projected a chunk of rows at
+    a time from its hidden states with the given (gathered) ``weight``. Memory: the student's
+    ``[N, T, V]`` logits, as the policy-gradient loss of TRL holds them.
+
+    Args:
+        z_student: [N, T, V] student logits (the model's, logit transform included), with gradient.
+        h_teacher: [N, T, H] teacher hidden states; weight [V, H], bias [V] or None: the head.
+        mask, divergence, beta, temperature, chunk_size, scale, softcap: as
+            :func:`distill_divergence_from_hidden`.
+
+    Returns:
+        [N, T] float32 divergence in nats; 0 at masked tokens.
+    """
+    if divergence not in DIVERGENCES:
+        raise ValueError(f"opsd divergence must be one of {DIVERGENCES}, got {divergence!r}")
+    n, t = h_teacher.shape[:2]
+    if z_student.dim() != 3 or tuple(z_student.shape[:2]) != (n, t) or z_student.shape[2] != weight.shape[0]:
+        raise ValueError(
+            f"z_student has shape {tuple(z_student.shape)}; expected [N, T, V] = [{n}, {t}, {weight.shape[0]}]"
+        )
+    if mask is None:
+        mask = torch.ones(n, t, dtype=torch.bool, device=h_teacher.device)
+    idx = mask.reshape(-1).nonzero(as_tuple=True)[0]  # [M]
+    zs = z_student.reshape(n * t, -1)[idx]  # [M, V]
+    ht = h_teacher.detach().reshape(n * t, -1)[idx]  # [M, H]
+    head = LogitHead.from_tensors(weight, bias, scale, softcap)
+    parts = [
+        _divergence_to_teacher(zs[sl], ht[sl], head, divergence, beta, temperature)
+        for sl in row_chunks(idx.numel(), chunk_size)
+    ]
+    flat = torch.zeros(n * t, dtype=torch.float32, device=h_teacher.device)
+    if parts:
+        flat = flat.index_put((idx,), torch.cat(parts))
+    return flat.view(n, t)  # [N, T]
 
 
 def distill_divergence_from_hidden(

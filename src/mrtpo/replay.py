@@ -40,14 +40,14 @@ from __future__ import annotations
 import contextlib
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 
 from mrtpo import credit
-from mrtpo.head import PROJECTIONS, LogitHead, head_of, row_chunks
+from mrtpo.head import PROJECTIONS, LogitHead, autocast_dtype, head_of, row_chunks, zero3_param
 from mrtpo.prompt import Segment, assemble
 
 DEFAULT_TOKEN_BUDGET = 16384
@@ -327,6 +327,17 @@ class _ModelInfo:
 _MODEL_INFO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _vocab_size(weight: torch.Tensor) -> int:
+    """Rows V of a head weight [V, H], also when it is a partitioned ZeRO-3 parameter (``ds_shape``)."""
+    return int(getattr(weight, "ds_shape", weight.shape)[0])
+
+
+def _weight_device(model: Any, weight: torch.Tensor) -> torch.device:
+    """The device the model computes on (a partitioned parameter's device is where its shard lives)."""
+    dev = getattr(model, "device", None)
+    return dev if isinstance(dev, torch.device) else weight.device
+
+
 def _decoder(model: Any) -> Any:
     get = getattr(model, "get_decoder", None)
     body = get() if callable(get) else None
@@ -359,14 +370,22 @@ def _model_info(model: Any) -> _ModelInfo:
     if info is not None:
         return info
     body, head = _decoder(model), head_of(model)
-    with full_weight(head.weight) as w, full_weight(head.bias) as bias:
-        v = w.shape[0]
-        probe = (torch.arange(6, device=w.device) * 7919 % v).unsqueeze(0)  # [1, 6] arbitrary ids
-        with _Eval(model), torch.no_grad():  # eval mode: dropout would make the comparison random
-            logits = model(input_ids=probe).logits[0].float()  # [6, V]
-            out = body(input_ids=probe, use_cache=True)
-            ours = head.logits(_last_hidden(out)[0], w, bias)  # [6, V]
-        half = w.dtype in (torch.float16, torch.bfloat16)
+    v = _vocab_size(head.weight)
+    if v < 1:
+        raise ValueError(f"replay: the LM-head weight of {type(model).__name__} has no rows")
+    device = _weight_device(model, head.weight)
+    probe = (torch.arange(6, device=device) * 7919 % v).unsqueeze(0)  # [1, 6] arbitrary ids
+    # the forwards first (collective under sharding), then the head gathered: ZeRO-3's module hooks
+    # would release a head weight gathered around them (tied to the input embedding, say)
+    with _Eval(model), torch.no_grad():  # eval mode: dropout would make the comparison random
+        logits = model(input_ids=probe).logits[0].float()  # [6, V], in the model's own precision
+        out = body(input_ids=probe, use_cache=True)
+    with head.full_parameters() as (w, bias), torch.no_grad():
+        ours = head.logits(_last_hidden(out)[0], w, bias)  # [6, V], float32 projection
+        # the model's logits are as coarse as the precision it computes in: half-precision weights,
+        # FSDP2's mixed-precision param_dtype or the caller's autocast
+        computed = {w.dtype, compute_dtype(model), autocast_dtype(device) or torch.float32}
+        half = bool(computed & {torch.float16, torch.bfloat16})
     if logits.shape != ours.shape:
         raise ValueError(
             f"replay: {type(model).__name__} returns logits of shape {tuple(logits.shape)} but its lm_head gives "
@@ -377,8 +396,10 @@ def _model_info(model: Any) -> _ModelInfo:
     if not diff <= tol:
         raise ValueError(
             f"replay: the logits of {type(model).__name__} are not lm_head(last hidden state) (max |difference| "
-            f"{diff:.3g} > {tol:.3g}) and no known transform (final_logit_softcapping, logit_scale, "
-            "logits_scaling) explains them; chunked replay does not support this model"
+            f"{diff:.3g} > {tol:.3g}, compared in {'half' if half else 'full'} precision) and no known transform "
+            "(final_logit_softcapping, logit_scale, logits_scaling) explains them; chunked replay does not "
+            "support this model. If the model's forward runs under autocast (accelerate's mixed precision), "
+            "call replay inside the same torch.autocast context"
         )
     cache = getattr(out, "past_key_values", None)
     layers = getattr(cache, "layers", None)
@@ -409,19 +430,6 @@ MEASURES = ("js", "logprob")
 """What :func:`replay` compares per response token: the Jensen–Shannon distance of the next-token
 distributions ("js", MRTPO) or the sampled token's log-probability gap ("logprob", CoRT's relevance)."""
 
-ParamGatherer = Callable[[Sequence[torch.Tensor]], "contextlib.AbstractContextManager[Any] | None"]
-_PARAM_GATHERERS: list[ParamGatherer] = []
-
-
-def register_param_gatherer(fn: ParamGatherer) -> ParamGatherer:
-    """Register ``fn(params) -> context manager | None``: a context in which the given parameters hold
-    their full values (``None`` when ``fn`` does not apply to them). Used for the LM-head weight of
-    engines the core cannot see into (DeepSpeed ZeRO-3: :mod:`mrtpo.integrations.sharding` registers
-    one on import). Collective when the engine's gather is."""
-    if fn not in _PARAM_GATHERERS:
-        _PARAM_GATHERERS.append(fn)
-    return fn
-
 
 def _distributed() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
@@ -443,8 +451,7 @@ def _zero3_partitioned(model: Any) -> bool:
     if not hasattr(model, "parameters"):
         return False
     for p in model.parameters():
-        status = getattr(p, "ds_status", None)
-        if status is not None and getattr(status, "name", str(status)) != "AVAILABLE":
+        if zero3_param(p) and getattr(p.ds_status, "name", str(p.ds_status)) != "AVAILABLE":
             return True
     return False
 
@@ -543,30 +550,6 @@ def _outer_unsharded(model: Any, body: Any) -> Iterator[None]:
     every = _fsdp_modules(model)
     with _FSDPUnsharded([m for m in every if id(m) not in inner], every):
         yield
-
-
-@contextlib.contextmanager
-def full_weight(weight: torch.Tensor | None) -> Iterator[torch.Tensor | None]:
-    """``weight`` with its full value: a DTensor (FSDP2 sharded) through ``full_tensor()`` (an
-    all-gather: collective), a parameter of a registered engine inside its gather, else as is."""
-    if weight is None:
-        yield None
-        return
-    if torch.distributed.is_available():
-        try:
-            from torch.distributed.tensor import DTensor
-        except ImportError:  # pragma: no cover
-            DTensor = ()  # type: ignore[assignment]
-        if isinstance(weight, DTensor):
-            yield weight.full_tensor()
-            return
-    for fn in _PARAM_GATHERERS:
-        ctx = fn([weight])
-        if ctx is not None:
-            with ctx:
-                yield weight
-            return
-    yield weight
 
 
 def compute_dtype(model: Any) -> torch.dtype:
@@ -808,7 +791,8 @@ def replay(
       all-reduce (MAX) and the lighter ones pad with 1-token dummy forwards, so every layer's gather
       happens on all processes in the same order; the modules outside the body (FSDP2 root, LM-head
       group) are unsharded for the call, and the LM-head weight is gathered once (DTensor
-      ``full_tensor()`` or a registered gatherer: :func:`register_param_gatherer`). Requires
+      ``full_tensor()``, ZeRO-3's ``GatheredParameters`` or a gatherer registered with
+      :func:`mrtpo.head.register_param_gatherer`). Requires
       ``torch.distributed`` initialised; nothing but the head and root parameters is held gathered.
 
     In both collective modes every process must call :func:`replay` the same number of times, a process
@@ -934,15 +918,21 @@ def _replay(
         hold = contextlib.nullcontext()
     with hold:
         info = _model_info(model)  # collective the first time: every process gets here
-        with full_weight(info.head.weight) as w, full_weight(info.head.bias) as bias:
+        with info.head.full_parameters() as (w, bias), torch.no_grad():
+            # [V, H] cast once per call; a copy of a ZeRO-3 parameter, whose gathered storage the module
+            # hooks of the forwards below would release
             keep = projection_dtype == "bfloat16" or w.dtype in (torch.float32, torch.float64)
-            w32 = w if keep else w.float()  # [V, H], cast once per call (valid for the whole call)
-            return _replay_local(
-                model, info, requests, w32, bias, lengths, k_ctx, stats, t0,
-                token_budget=token_budget, prefix_sharing=prefix_sharing, chunk_size=chunk_size,
-                pad_id=pad_id, progress=progress, lockstep=collective and sharding == "lockstep",
-                projection_dtype=projection_dtype, measure=measure, temperature=float(temperature),
-            )  # fmt: skip
+            w32 = w if keep else w.float()
+            if zero3_param(w32):
+                w32 = w32.detach().clone()
+            if bias is not None and zero3_param(bias):
+                bias = bias.detach().clone()
+        return _replay_local(
+            model, info, requests, w32, bias, lengths, k_ctx, stats, t0,
+            token_budget=token_budget, prefix_sharing=prefix_sharing, chunk_size=chunk_size,
+            pad_id=pad_id, progress=progress, lockstep=collective and sharding == "lockstep",
+            projection_dtype=projection_dtype, measure=measure, temperature=float(temperature),
+        )  # fmt: skip
 
 
 @dataclass

@@ -9,10 +9,9 @@ process) and wraps the call in :func:`replay_context`, which adds what the core 
   parameter gathered, the ZeRO hooks removed), then the core replays with ``sharding="none"``;
 - FSDP1 + lockstep: ``FSDP.summon_full_params(model, recurse=False)`` on the root (as TRL does for
   generation), so the root's flat parameters are whole while the body's units gather per forward;
-- ZeRO-3 + lockstep: the core gathers the LM-head weight through the gatherer registered here
-  (TRL's ``maybe_gather_lm_head_ctx``).
+- ZeRO-3 + lockstep: nothing; the core gathers the LM-head weight itself (``GatheredParameters``).
 
-FSDP2 needs nothing beyond the core. Importing this module registers the ZeRO-3 head gatherer.
+FSDP2 needs nothing beyond the core.
 """
 
 from __future__ import annotations
@@ -32,17 +31,6 @@ SETTINGS = ("auto", "gather", "lockstep", "none")
 GATHER_MARGIN = 0.8
 """``auto`` gathers when the extra memory of the gathered model plus a float32 copy of the LM head is
 at most this share of the free device memory (the rest is left for the replay's activations)."""
-
-
-def _zero3_head_gatherer(params):
-    if not any(hasattr(p, "ds_id") for p in params):
-        return None
-    from trl.trainer.utils import maybe_gather_lm_head_ctx
-
-    return maybe_gather_lm_head_ctx(*params)
-
-
-replay_mod.register_param_gatherer(_zero3_head_gatherer)
 
 
 def engine(model: Any) -> str:

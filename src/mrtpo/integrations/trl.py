@@ -58,14 +58,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import torch
-from accelerate.utils import gather
+from accelerate.utils import gather, gather_object
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from mrtpo import advantages as adv_registry
 from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
-from mrtpo.head import head_of
+from mrtpo.head import autocast_dtype, head_of
 from mrtpo.integrations import data as data_mod
 from mrtpo.integrations import sharding as sharding_mod
 from mrtpo.integrations.passes import left_pad_concat, response_hidden
@@ -75,7 +75,13 @@ from mrtpo.integrations.run_logging import (
     append_jsonl,
     write_run_json,
 )
-from mrtpo.losses import DIVERGENCES, cort_relevance, distill_divergence_from_hidden, masked_token_mean
+from mrtpo.losses import (
+    DIVERGENCES,
+    cort_relevance,
+    distill_divergence_from_hidden,
+    distill_divergence_from_logits,
+    masked_token_mean,
+)
 from mrtpo.prompt import has_privileged
 from mrtpo.records import SampleRecord
 from mrtpo.step import credit_step
@@ -381,6 +387,7 @@ class MRTPOTrainer(GRPOTrainer):
         self._scored: _Scored | None = None
         self._captured: list[torch.Tensor] | None = None
         self._warned_prompt = False
+        self._warned_precision = False
         self._reuse_ok = not _has_dropout(self._unwrapped())
         self._sharding: str | None = None  # resolved at the first replay (the model is wrapped by then)
         self.last_batch: dict[str, Any] = {}
@@ -459,11 +466,6 @@ class MRTPOTrainer(GRPOTrainer):
         for ``auto`` under sharding: every process resolves at the same step) and logged."""
         if self._sharding is None:
             wrapped = getattr(self, "model_wrapped", None) or self.model
-            if sharding_mod.engine(wrapped) == "zero3" and self.args.loss == "opsd":
-                raise ValueError(
-                    "loss='opsd' under DeepSpeed ZeRO-3 is not supported: the distillation reads the LM-head "
-                    "weight outside its module's forward; use FSDP2 (recipes/accelerate_fsdp2.yaml)"
-                )
             mode, why = sharding_mod.resolve(self.args.replay_sharding, wrapped, self.accelerator.device)
             self._sharding = mode
             if self.accelerator.is_main_process:  # visible by default where it matters (sharded runs)
@@ -507,7 +509,9 @@ class MRTPOTrainer(GRPOTrainer):
         t = logits_to_keep
 
         def hook(module, args, output):
-            self._captured.append(output.last_hidden_state[:, -t - 1 : -1].detach())
+            h = output.last_hidden_state
+            # the precision the pass ran in: replay reuses it only when it runs in the same one
+            self._captured.append((h[:, -t - 1 : -1].detach(), autocast_dtype(h.device)))
 
         handle = self._unwrapped().get_decoder().register_forward_hook(hook)
         try:
@@ -631,11 +635,21 @@ class MRTPOTrainer(GRPOTrainer):
         """Per response, the rollout pass's hidden states [T_j, H] when C is the rollout prompt."""
         if not captured or not self._reuse_ok:
             return None
-        hidden = torch.cat(captured, dim=0)  # [B, T, H]
-        # replay computes in the model's compute dtype: FSDP2's mixed-precision param_dtype when set (its
-        # sharded master weights stay float32), else the parameters' dtype
-        if hidden.dtype != replay_mod.compute_dtype(self._unwrapped()):
-            return None  # autocast ran the pass in another precision than replay will
+        hidden = torch.cat([h for h, _ in captured], dim=0)  # [B, T, H]
+        # called inside the replay's autocast context: the rollout pass ran in the same precision when
+        # its autocast dtype is the one active now and its hidden states have the dtype the body computes
+        # in (FSDP2's mixed-precision param_dtype, whose sharded master weights stay float32)
+        amp = {a for _, a in captured}
+        if amp != {autocast_dtype(hidden.device)} or (
+            amp == {None} and hidden.dtype != replay_mod.compute_dtype(self._unwrapped())
+        ):
+            if not self._warned_precision:
+                logger.warning(
+                    "replay: the rollout pass ran in another precision than replay; the full context is "
+                    "replayed instead of reused"
+                )
+                self._warned_precision = True
+            return None
         prompt_ids, prompt_mask = out["prompt_ids"], out["prompt_mask"]
         res: list[torch.Tensor | None] = []
         for j, ctx in enumerate(contexts):
@@ -657,12 +671,21 @@ class MRTPOTrainer(GRPOTrainer):
         """Distances [B, K', T] (K' = K for mode "reward", 1 for "joint") of the local responses, and the
         replay stats; pairs whose ``adv_local`` is 0 are skipped."""
         contexts = self._contexts(scored.examples)
-        full_hidden = self._reusable_hidden(out, contexts, scored, captured)
-        reqs = replay_mod.make_requests(
-            contexts, scored.completion_ids, mode=mode, advantages=adv_local.cpu(), full_hidden=full_hidden
-        )
         wrapped = getattr(self, "model_wrapped", None) or self.model
-        with sharding_mod.replay_context(self._replay_sharding(), wrapped, self.accelerator) as sharding:
+        # the forwards run in the policy's own precision (accelerate's autocast for TRL's bf16 / fp16, as
+        # its own forwards); the projection and distances are float32 (mrtpo.replay)
+        with (
+            self.accelerator.autocast(),
+            sharding_mod.replay_context(self._replay_sharding(), wrapped, self.accelerator) as sharding,
+        ):
+            full_hidden = self._reusable_hidden(out, contexts, scored, captured)
+            reqs = replay_mod.make_requests(
+                contexts,
+                scored.completion_ids,
+                mode=mode,
+                advantages=adv_local.cpu(),
+                full_hidden=full_hidden,
+            )
             res = replay_mod.replay(
                 self._unwrapped(),
                 reqs,
@@ -760,43 +783,54 @@ class MRTPOTrainer(GRPOTrainer):
         t = comp_ids.shape[1]
         ids = torch.cat([inputs["prompt_ids"], comp_ids], dim=1)
         am = torch.cat([inputs["prompt_mask"], cmask], dim=1)
-        # student: through the (possibly DDP-wrapped) model so gradients synchronise; only 1 logit row kept
+        # ZeRO-3 gathers the head (and reduces its gradient) only inside the head module's forward: the
+        # student's logits come from the model there; elsewhere only the hidden states do, and the head is
+        # projected a chunk of rows at a time (memory O(chunk * V) instead of O(B * T * V))
+        module_head = sharding_mod.engine(getattr(self, "model_wrapped", None) or model) == "zero3"
+        # student: through the (possibly DDP-wrapped) model so gradients synchronise
         student = model(
-            input_ids=ids, attention_mask=am, output_hidden_states=True, logits_to_keep=1, use_cache=False
+            input_ids=ids,
+            attention_mask=am,
+            output_hidden_states=not module_head,
+            logits_to_keep=t + 1 if module_head else 1,
+            use_cache=False,
         )
-        h_s = student.hidden_states[-1][:, -t - 1 : -1]  # [B, T, H]
         unwrapped = self._unwrapped()
         was_training = unwrapped.training
         unwrapped.eval()  # the teacher is the deterministic policy (no dropout), stop-gradient
         try:
-            h_t = response_hidden(
-                unwrapped.get_decoder(),
-                inputs["opsd_full_ids"],
-                comp_ids,
-                cmask,
-                pad_id=self._tokenizer.pad_token_id or 0,
-            )  # [B, T, H], no grad
+            with self.accelerator.autocast():  # the teacher computes in the student's precision
+                h_t = response_hidden(
+                    unwrapped.get_decoder(),
+                    inputs["opsd_full_ids"],
+                    comp_ids,
+                    cmask,
+                    pad_id=self._tokenizer.pad_token_id or 0,
+                )  # [B, T, H], no grad
         finally:
             unwrapped.train(was_training)
         replay_mod.finish_body_calls(unwrapped)  # FSDP2: the teacher ran the body without the head
-        self._replay_sharding()  # resolves once; refuses ZeRO-3 (the head weight is read directly below)
         head = head_of(unwrapped)  # the LM head with the model's logit transform (soft-capping, scaling)
-        # FSDP2: a sharded head weight is gathered with full_tensor() (differentiable: its gradient is
-        # reduce-scattered back); after the student's forward it is usually whole already
-        with replay_mod.full_weight(head.weight) as weight, replay_mod.full_weight(head.bias) as bias:
-            div = distill_divergence_from_hidden(
-                h_s,
-                h_t,
-                weight,
-                bias,
-                mask.bool(),
-                divergence=self.args.opsd_divergence,
-                beta=self.args.opsd_beta,
-                temperature=self.temperature,
-                chunk_size=self.args.replay_chunk_size,
-                scale=head.scale,
-                softcap=head.softcap,
-            )  # [B, T]
+        kw = dict(
+            divergence=self.args.opsd_divergence,
+            beta=self.args.opsd_beta,
+            temperature=self.temperature,
+            chunk_size=self.args.replay_chunk_size,
+            scale=head.scale,
+            softcap=head.softcap,
+        )
+        # the head as the forward applies it: gathered when sharded (FSDP2 full_tensor() is differentiable:
+        # its gradient is reduce-scattered back; ZeRO-3 is read without gradient, for the teacher only), a
+        # LoRA adapter on the head merged in with autograd
+        with head.full_parameters() as (weight, bias):
+            if module_head:
+                z_s = student.logits[:, -t - 1 : -1]  # [B, T, V]
+                div = distill_divergence_from_logits(
+                    z_s, h_t, weight.detach(), None if bias is None else bias.detach(), mask.bool(), **kw
+                )  # [B, T]
+            else:
+                h_s = student.hidden_states[-1][:, -t - 1 : -1]  # [B, T, H]
+                div = distill_divergence_from_hidden(h_s, h_t, weight, bias, mask.bool(), **kw)  # [B, T]
         loss = masked_token_mean(div, mask)
         mode = "train" if self.model.training else "eval"
         totals = self.accelerator.reduce(
@@ -817,13 +851,16 @@ class MRTPOTrainer(GRPOTrainer):
         pi = self.accelerator.process_index
         local_rewards = scored.rewards[pi * b : (pi + 1) * b].cpu()
         task_metrics = self.task.metrics(scored.examples, scored.texts, local_rewards) or {}
-        keys = sorted(task_metrics)
-        vals = (
-            torch.tensor([float(task_metrics[k]) for k in keys] + [1.0], device=self.accelerator.device) * b
-        )
-        tot = self.accelerator.reduce(vals, "sum") if keys else None
-        for i, key in enumerate(keys):
-            m[f"task/{key}"].append((tot[i] / tot[-1]).item())
+        # the keys depend on each process's examples (e.g. the constraint types its prompts list): one
+        # object gather, on every process at every step, then each key's mean over the processes that
+        # report it, weighted by their responses
+        parts = [(b, {str(k): float(v) for k, v in task_metrics.items()})]
+        if self.accelerator.num_processes > 1:
+            parts = gather_object(parts)
+        for key in sorted({k for _, d in parts for k in d}):
+            num = sum(n * d[key] for n, d in parts if key in d)
+            den = sum(n for n, d in parts if key in d)
+            m[f"task/{key}"].append(num / den if den else 0.0)
 
     def _checked_masks(self, scored, j: int) -> dict[int, torch.Tensor]:
         """Per reward column with checked spans, the [T_j] 0/1 mask of the tokens the verifier reads."""
