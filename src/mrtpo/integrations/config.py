@@ -8,6 +8,7 @@ A config has five sections (see ``recipes/*.yaml``)::
     method: {advantage_method: gdpo, advantage_options: {...}, credit: reward, credit_beta: 0.5, ...,
              opsd: {divergence: jsd, beta: 0.5}, cort: {ramp_steps: 50}}
     trl:    {output_dir: runs/x, learning_rate: 1e-6, num_generations: 8, ...}   # GRPOConfig fields
+    peft:   {r: 16, lora_alpha: 32, target_modules: [q_proj, v_proj]}           # optional: LoRA
 
 The ``method`` section is derived from :class:`~mrtpo.integrations.trl.MRTPOConfig`: every field it adds
 to TRL's ``GRPOConfig`` under its own name, except the options of a baseline (``opsd_*``, ``cort_*``),
@@ -19,7 +20,13 @@ values are parsed as YAML. Every unknown or ill-typed field is reported at once,
 each field (with the nearest known name).
 
 ``model.tiny`` builds a random tiny Qwen2 model (``mrtpo.models.tiny``) on a word-level tokenizer of
-every word in the loaded examples (plus ``model.tiny.words``): a CPU smoke run, no download.
+every word in the loaded examples (plus ``model.tiny.words``): a CPU smoke run, no download;
+``model.dtype`` applies to it too (``auto``: float32).
+
+``peft`` (optional) trains a PEFT LoRA adapter instead of the full model: its keys are
+``peft.LoraConfig`` fields (``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules``,
+``modules_to_save``, ...), passed to TRL as ``peft_config``. TRL's reference model (``trl.beta > 0``)
+is then the model with the adapter disabled.
 """
 
 from __future__ import annotations
@@ -43,9 +50,18 @@ from typing import Any
 
 import yaml
 
-SECTIONS = ("model", "task", "data", "method", "trl")
+SECTIONS = ("model", "task", "data", "method", "trl", "peft")
 MODEL_KEYS = ("path", "dtype", "tiny")
-TINY_KEYS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "seed", "words")
+TINY_KEYS = (
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "intermediate_size",
+    "tie_embeddings",
+    "seed",
+    "words",
+)
 TASK_KEYS = ("name", "options")
 DATA_KEYS = ("source", "split", "limit", "eval_split", "eval_limit")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -328,6 +344,7 @@ class RunConfig:
     data: dict[str, Any]
     trainer: dict[str, Any]  # MRTPOConfig keyword arguments (method + trl, resolved)
     raw: dict[str, Any]  # the config as written, overrides applied
+    peft: dict[str, Any] | None = None  # peft.LoraConfig keyword arguments, or None (full fine-tuning)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
@@ -369,6 +386,9 @@ class RunConfig:
                 for key, v in tiny.items():
                     if key not in TINY_KEYS:
                         errors.append(f"unknown field 'model.tiny.{key}'{_nearest(key, TINY_KEYS)}")
+                    elif key == "tie_embeddings":
+                        if not isinstance(v, bool):
+                            errors.append(f"field 'model.tiny.tie_embeddings': {v!r} is not true or false")
                     elif key != "words" and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                         errors.append(f"field 'model.tiny.{key}': {v!r} is not a non-negative integer")
         # task
@@ -420,9 +440,20 @@ class RunConfig:
                 trainer[f.name] = coerced
         if "output_dir" not in trainer:
             errors.append("field 'trl.output_dir' is required (the run folder)")
+        peft_cfg = dict(sections["peft"]) or None
+        if peft_cfg is not None:
+            errors.extend(_peft_errors(peft_cfg))
         if errors:
             raise ValueError("invalid config: " + "; ".join(errors))
-        return cls(model=model, task=task, data=data, trainer=trainer, raw=raw)
+        return cls(model=model, task=task, data=data, trainer=trainer, raw=raw, peft=peft_cfg)
+
+    def peft_config(self):
+        """The ``peft.LoraConfig`` of the ``peft`` section (task type causal LM), or None."""
+        if self.peft is None:
+            return None
+        from peft import LoraConfig
+
+        return LoraConfig(**{"task_type": "CAUSAL_LM", **self.peft})
 
     def trainer_config(self):
         """The :class:`~mrtpo.integrations.trl.MRTPOConfig`; its own cross-field errors name the field."""
@@ -440,7 +471,7 @@ class RunConfig:
         """Raise one ValueError naming each field that asks for what is not installed here (a tracker,
         vLLM, Liger kernels) or not possible with this model (a KL reference model for ``model.tiny``).
         Run before training; a config can be validated on a machine that could not run it."""
-        errors = _environment_errors(self.model, self.trainer)
+        errors = _environment_errors(self.model, self.trainer, self.peft is not None)
         if errors:
             raise ValueError("invalid config: " + "; ".join(errors))
 
@@ -457,7 +488,26 @@ class RunConfig:
             for sub in subs:
                 node = node.setdefault(sub, {})
             node[last] = _plain(value)
-        return {"model": self.model, "task": self.task, "data": self.data, "method": method, "trl": trl}
+        out = {"model": self.model, "task": self.task, "data": self.data, "method": method, "trl": trl}
+        if self.peft is not None:
+            out["peft"] = _plain(self.peft)
+        return out
+
+
+def _peft_errors(section: dict[str, Any]) -> list[str]:
+    """The ``peft`` section's problems, one message per field (unknown keys, values LoraConfig refuses)."""
+    try:
+        from peft import LoraConfig
+    except ImportError:
+        return ["section 'peft' needs the peft package (pip install 'mrtpo[peft]')"]
+    known = sorted(f.name for f in dataclasses.fields(LoraConfig) if f.init)
+    errors = [f"unknown field 'peft.{k}'{_nearest(k, known)}" for k in section if k not in known]
+    if not errors:
+        try:
+            LoraConfig(**{"task_type": "CAUSAL_LM", **section})
+        except (ValueError, TypeError) as e:
+            errors.append(f"section 'peft': {' '.join(str(e).split())}")
+    return errors
 
 
 def _plain(value: Any) -> Any:
@@ -473,7 +523,7 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def _environment_errors(model: dict[str, Any], trainer: dict[str, Any]) -> list[str]:
+def _environment_errors(model: dict[str, Any], trainer: dict[str, Any], peft: bool = False) -> list[str]:
     """Fields that ask for what is not installed or not possible with this model: one message each."""
     errors = []
     report_to = trainer.get("report_to")
@@ -497,10 +547,11 @@ def _environment_errors(model: dict[str, Any], trainer: dict[str, Any]) -> list[
             "it needs a GPU); set trl.use_liger_kernel false"
         )
     beta = trainer.get("beta")
-    if model.get("tiny") is not None and isinstance(beta, (int, float)) and beta > 0:
+    if model.get("tiny") is not None and not peft and isinstance(beta, (int, float)) and beta > 0:
         errors.append(
             f"field 'trl.beta': {beta} (TRL's KL coefficient) loads a reference model from model.path; "
-            "model.tiny runs with trl.beta 0 only (the allocation strength is method.credit_beta)"
+            "model.tiny runs with trl.beta 0 only, or with a peft section (the reference is the model "
+            "with its adapter disabled; the allocation strength is method.credit_beta)"
         )
     return errors
 
@@ -515,7 +566,7 @@ def load_config(
     return RunConfig.from_dict(apply_overrides(base, overrides))
 
 
-def _tiny_model_and_tokenizer(spec: dict[str, Any], examples) -> tuple[Any, Any]:
+def _tiny_model_and_tokenizer(spec: dict[str, Any], examples, dtype: str = "auto") -> tuple[Any, Any]:
     import torch
 
     from mrtpo.models.tiny import build_model, build_tokenizer
@@ -535,10 +586,10 @@ def _tiny_model_and_tokenizer(spec: dict[str, Any], examples) -> tuple[Any, Any]
     tok = build_tokenizer(words)
     kw = {
         k: spec[k]
-        for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "seed")
+        for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "tie_embeddings", "seed")
         if k in spec
     }
-    model = build_model(len(tok), dtype=torch.float32, **kw)
+    model = build_model(len(tok), dtype=getattr(torch, "float32" if dtype == "auto" else dtype), **kw)
     return model, tok
 
 
@@ -636,7 +687,7 @@ def build_trainer(
     if model is None or tokenizer is None:
         if config.model.get("tiny") is not None:
             m, t = _tiny_model_and_tokenizer(
-                config.model["tiny"], list(train_examples) + list(eval_examples or [])
+                config.model["tiny"], list(train_examples) + list(eval_examples or []), config.model["dtype"]
             )
         else:
             m, t = _hf_model_and_tokenizer(config.model["path"], config.model["dtype"])
@@ -644,7 +695,7 @@ def build_trainer(
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    run_info = {"model": config.model.get("path") or "tiny", "config": config.raw}
+    run_info = {"model": config.model.get("path") or "tiny", "config": config.raw, "peft": config.peft}
     return MRTPOTrainer(
         model,
         args=args,
@@ -654,6 +705,7 @@ def build_trainer(
         processing_class=tokenizer,
         run_info=run_info,
         callbacks=callbacks,
+        peft_config=config.peft_config(),
     )
 
 

@@ -269,6 +269,13 @@ def _has_dropout(model) -> bool:
     return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
 
+def _adapters_disabled(model) -> bool:
+    """True inside PEFT's ``disable_adapter()`` (TRL's reference pass of a PEFT policy)."""
+    if not hasattr(model, "peft_config"):
+        return False
+    return any(getattr(m, "_disable_adapters", False) for m in model.modules())
+
+
 class EpochRepeatSampler(RepeatSampler):
     """TRL's ``RepeatSampler`` whose permutation is a function of (seed, epoch).
 
@@ -391,6 +398,7 @@ class MRTPOTrainer(GRPOTrainer):
         self._reuse_ok = not _has_dropout(self._unwrapped())
         self._sharding: str | None = None  # resolved at the first replay (the model is wrapped by then)
         self.last_batch: dict[str, Any] = {}
+        self.last_loss_terms: dict[str, torch.Tensor] = {}
         self.run_info = dict(run_info or {})
         if args.run_files:
             self.add_callback(JSONLMetricsCallback(args.output_dir))
@@ -502,7 +510,9 @@ class MRTPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ capture of the rollout pass
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *a, **kw):
-        if self._captured is None or model is not self.model:
+        # only the policy's own pass: not a separate reference model, nor TRL's reference pass of a PEFT
+        # model (the same object with its adapter disabled)
+        if self._captured is None or model is not self.model or _adapters_disabled(self._unwrapped()):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, *a, **kw
             )
@@ -783,10 +793,12 @@ class MRTPOTrainer(GRPOTrainer):
         t = comp_ids.shape[1]
         ids = torch.cat([inputs["prompt_ids"], comp_ids], dim=1)
         am = torch.cat([inputs["prompt_mask"], cmask], dim=1)
-        # ZeRO-3 gathers the head (and reduces its gradient) only inside the head module's forward: the
-        # student's logits come from the model there; elsewhere only the hidden states do, and the head is
+        # under parameter sharding (FSDP2, ZeRO-3) the student's logits come from the model's own forward, so
+        # the engine's hooks gather the head and reduce its gradient (a head weight read outside its
+        # module's forward has no correct gradient there: ZeRO-3 releases it, FSDP2 frees the unsharded
+        # copy before the backward uses it); otherwise only the hidden states do, and the head is
         # projected a chunk of rows at a time (memory O(chunk * V) instead of O(B * T * V))
-        module_head = sharding_mod.engine(getattr(self, "model_wrapped", None) or model) == "zero3"
+        module_head = sharding_mod.engine(getattr(self, "model_wrapped", None) or model) != "none"
         # student: through the (possibly DDP-wrapped) model so gradients synchronise
         student = model(
             input_ids=ids,
@@ -819,9 +831,8 @@ class MRTPOTrainer(GRPOTrainer):
             scale=head.scale,
             softcap=head.softcap,
         )
-        # the head as the forward applies it: gathered when sharded (FSDP2 full_tensor() is differentiable:
-        # its gradient is reduce-scattered back; ZeRO-3 is read without gradient, for the teacher only), a
-        # LoRA adapter on the head merged in with autograd
+        # the head as the forward applies it: gathered when sharded (then read for the teacher only, without
+        # gradient), a LoRA adapter on the head merged in with autograd
         with head.full_parameters() as (weight, bias):
             if module_head:
                 z_s = student.logits[:, -t - 1 : -1]  # [B, T, V]
@@ -831,6 +842,7 @@ class MRTPOTrainer(GRPOTrainer):
             else:
                 h_s = student.hidden_states[-1][:, -t - 1 : -1]  # [B, T, H]
                 div = distill_divergence_from_hidden(h_s, h_t, weight, bias, mask.bool(), **kw)  # [B, T]
+        self.last_loss_terms = {"opsd_divergence": div.detach()}  # [B, T]: the check of the matrix
         loss = masked_token_mean(div, mask)
         mode = "train" if self.model.training else "eval"
         totals = self.accelerator.reduce(
