@@ -657,3 +657,32 @@ def test_cort_temperature_option_from_verl_config():
     assert vw.ReplayOptions.from_config(cfg).temperature == 0.9
     with pytest.raises(ValueError, match=r"algorithm.mrtpo.replay.temperature=0 must be a positive number"):
         vw.ReplayOptions(temperature=0)
+
+
+def test_entry_point_selects_the_legacy_trainer_and_says_why(monkeypatch, tmp_path, capsys):
+    """verl 0.9.1's own default (and an explicit trainer.use_v1=true) is the V1 trainer, which cannot run the
+    MRTPO estimators: the entry point switches to the legacy trainer and logs one line saying why."""
+    import verl.trainer.main_ppo as main_ppo
+
+    from mrtpo.integrations import verl_main as vm
+
+    seen = {}
+    monkeypatch.setattr(
+        main_ppo, "run_ppo", lambda config, task_runner_class: seen.update(cfg=config, cls=task_runner_class)
+    )
+    monkeypatch.setattr(sys, "argv", sys.argv[:])
+    monkeypatch.chdir(tmp_path)
+    vm.main(
+        [
+            f"--config-path={HERE.parent / 'recipes'}",
+            "--config-name=verl_sql_mrtpo",
+            "trainer.use_v1=true",
+            f"hydra.run.dir={tmp_path}",
+            "hydra.output_subdir=null",
+            "hydra/job_logging=disabled",
+            "hydra/hydra_logging=disabled",
+        ]
+    )
+    assert seen["cls"] is vm.MRTPOTaskRunner and seen["cfg"].trainer.use_v1 is False
+    lines = [x for x in capsys.readouterr().err.splitlines() if "use_v1" in x]
+    assert len(lines) == 1 and "legacy trainer" in lines[0] and "reward_extra_info" in lines[0]

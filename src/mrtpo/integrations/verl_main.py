@@ -3,8 +3,10 @@
     python -m mrtpo.integrations.verl_main --config-path=$PWD/recipes --config-name=verl_sql_mrtpo \\
         actor_rollout_ref.model.path=/models/Qwen2.5-Coder-7B-Instruct trainer.n_gpus_per_node=8
 
-It is verl 0.9.1's ``verl.trainer.main_ppo`` with ``trainer.use_v1=False`` and one change, the task runner
-(:data:`MRTPOTaskRunner`, passed to verl's ``run_ppo(config, task_runner_class=...)``):
+It is verl 0.9.1's ``verl.trainer.main_ppo`` on the legacy trainer (verl defaults to its V1 trainer,
+``trainer.use_v1=True``; the entry point sets it to False and logs why, :func:`select_legacy_trainer`) and
+one change, the task runner (:data:`MRTPOTaskRunner`, passed to verl's ``run_ppo(config,
+task_runner_class=...)``):
 
 - the actor role (``ActorRollout`` / ``ActorRolloutRef``) is mapped to
   :class:`mrtpo.integrations.verl_worker.MRTPOActorRolloutRefWorker` (verl's worker plus ``mrtpo_replay``);
@@ -62,12 +64,34 @@ def _trainer_class(cls: type) -> Iterator[None]:
         main_ppo_v0.RayPPOTrainer = prev
 
 
+LEGACY_WHY = (
+    "MRTPO's token credit needs verl's legacy trainer: its compute_advantage hands the advantage estimators "
+    "the per-reward scores (reward_extra_info) and the batch the actor workers replay, which the V1 trainer "
+    "does not"
+)
+
+
+def select_legacy_trainer(config: Any) -> bool:
+    """Set ``trainer.use_v1=False`` (verl 0.9.1 defaults to its V1 trainer) and log why; True if it changed.
+
+    An explicit ``trainer.use_v1=True`` on the command line is overridden the same way: the V1 trainer
+    cannot run MRTPO's estimators (:data:`LEGACY_WHY`). The line goes to standard error."""
+    trainer = va._get(config, "trainer")
+    if trainer is None or not va._get(trainer, "use_v1", False):
+        return False
+    from omegaconf import open_dict
+
+    with open_dict(config):
+        config.trainer.use_v1 = False
+    # printed (as verl prints its own setup): Hydra's logging configuration may disable existing loggers
+    print(f"mrtpo: trainer.use_v1=True -> False (the legacy trainer): {LEGACY_WHY}", file=sys.stderr)
+    return True
+
+
 def check_config(config: Any) -> None:
     """What the MRTPO task runner needs of verl's config; ValueError naming the key otherwise."""
     if va._get(va._get(config, "trainer"), "use_v1", False):
-        raise ValueError(
-            "trainer.use_v1=True: MRTPO token credit runs on verl's legacy trainer; set trainer.use_v1=False"
-        )
+        raise ValueError(f"trainer.use_v1=True: {LEGACY_WHY}; set trainer.use_v1=False")
     va.VerlMRTPOConfig.from_algorithm(va._get(config, "algorithm"))  # the mrtpo node parses
     ReplayOptions.from_config(config)  # and so do its replay options
 
@@ -101,6 +125,7 @@ def run(config: Any) -> None:
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
+    select_legacy_trainer(config)
     check_config(config)
     auto_set_device(config)
     validate_config(
