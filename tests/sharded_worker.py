@@ -154,6 +154,58 @@ def run_hang(rank: int, out: dict) -> None:
         out["error"] = f"{type(e).__name__}: {str(e)[:200]}"
 
 
+def run_zero3(rank: int, out: dict) -> None:
+    """DeepSpeed ZeRO-3 (CPU accelerator, gloo): lockstep replay of uneven work equals an unsharded replay
+    of the same (gathered) weights, before and after a ZeRO-3 training step; gather is refused in the core
+    with a message naming what to use."""
+    import deepspeed
+
+    reqs = requests_of(rank, "modes")
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "zero_optimization": {"stage": 3},
+        "zero_allow_untested_optimizer": True,
+    }
+    for tied in (False, True):
+        model = build()
+        if tied:
+            model.lm_head.weight = model.model.embed_tokens.weight
+        engine, *_ = deepspeed.initialize(
+            model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.5), config=config
+        )
+        module = engine.module
+        body_calls = count_calls(module.model)
+        for phase in ("before", "after"):
+            if phase == "after":
+                ids = torch.arange(1, 13).view(2, 6) * 7 % V
+                engine.train()
+                loss = engine(input_ids=ids, labels=ids).loss
+                engine.backward(loss)
+                engine.step()
+            with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+                state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+            ref = build()
+            if tied:
+                ref.lm_head.weight = ref.model.embed_tokens.weight
+            ref.load_state_dict(state)
+            expect = R.replay(ref, reqs, token_budget=40).distances
+            before = body_calls[0]
+            res = R.replay(module, reqs, token_budget=40, sharding="lockstep")
+            out[f"zero3/{'tied' if tied else 'untied'}/{phase}"] = {
+                "max_diff": float((res.distances - expect).abs().max()) if reqs else 0.0,
+                "shape": list(res.distances.shape),
+                "body_calls": body_calls[0] - before,
+                "padding_passes": res.stats.padding_passes,
+                "max_distance": float(expect.max()) if reqs else 0.0,
+            }
+        try:
+            R.replay(module, reqs, sharding="gather")
+            out["zero3/gather_error"] = None
+        except ValueError as e:
+            out["zero3/gather_error"] = str(e)
+        dist.barrier()
+
+
 def main() -> None:
     scenario, out_dir = sys.argv[1], sys.argv[2]
     timeout = 4 if scenario == "hang" else 60
@@ -162,7 +214,7 @@ def main() -> None:
     rank = dist.get_rank()
     out: dict = {"rank": rank}
     try:
-        (run_modes if scenario == "modes" else run_hang)(rank, out)
+        {"modes": run_modes, "hang": run_hang, "zero3": run_zero3}[scenario](rank, out)
     except Exception:
         out["crash"] = traceback.format_exc()[-3000:]
     os.makedirs(out_dir, exist_ok=True)

@@ -27,7 +27,7 @@ HERE = Path(__file__).parent
 SRC = HERE.parent / "src"
 
 
-def _torchrun(scenario: str, out: Path, timeout: int = 240) -> subprocess.CompletedProcess:
+def _torchrun(scenario: str, out: Path, timeout: int = 240, extra_env=None) -> subprocess.CompletedProcess:
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
     if torchrun is None:
         pytest.skip("torchrun is not installed")
@@ -37,6 +37,7 @@ def _torchrun(scenario: str, out: Path, timeout: int = 240) -> subprocess.Comple
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+        **(extra_env or {}),
     }
     cmd = [
         torchrun,
@@ -91,6 +92,30 @@ def test_gather_and_lockstep_match_unsharded_replay_before_and_after_a_training_
                     assert a["body_calls"] == b["body_calls"] == 8 + check
                 else:  # gather: local calls only (rank 1 none)
                     assert b["padding_passes"] == 0 and b["body_calls"] == check
+
+
+@pytest.mark.slow
+def test_lockstep_under_deepspeed_zero3_matches_unsharded_replay(tmp_path):
+    """The core's lockstep on a ZeRO-3 model (DeepSpeed's CPU accelerator): the head is gathered once with
+    ``GatheredParameters`` and copied before the forwards (whose module hooks release it), every process
+    makes the same body calls; the distances equal an unsharded replay of the gathered weights, also
+    after a ZeRO-3 training step and with the head tied to the input embedding."""
+    pytest.importorskip("deepspeed")
+    proc = _torchrun("zero3", tmp_path, extra_env={"DS_ACCELERATOR": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r0, r1 = _ranks(tmp_path, proc)
+    for tied in ("untied", "tied"):
+        for phase in ("before", "after"):
+            a, b = r0[f"zero3/{tied}/{phase}"], r1[f"zero3/{tied}/{phase}"]
+            assert a["shape"] == [3, 2, 7] and b["shape"] == [0, 0, 0]
+            assert a["max_distance"] > 1e-2 and a["max_diff"] <= 1e-5, (tied, phase, a)
+            # rank 0: 5 micro-batches + 3 prefix passes; rank 1 pads to the same count
+            assert b["padding_passes"] == 8 and a["padding_passes"] == 0
+            assert a["body_calls"] == b["body_calls"] >= 8
+    for r in (r0, r1):
+        assert (
+            "unwrap_model_for_generation" in r["zero3/gather_error"] and "lockstep" in r["zero3/gather_error"]
+        )
 
 
 @pytest.mark.slow

@@ -17,7 +17,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("explain",): ("explain", "per-token credit of one response: HTML + PNG"),
     ("report",): ("report", "curves, steps-to-threshold and localization tables from training runs"),
     ("eval",): ("eval", "score a model or saved responses on a benchmark (sql, bfcl, ifeval, ifbench, ...)"),
-    ("matrix",): ("matrix", "train every engine x precision x adapter x credit cell a few steps; replay vs float32"),
+    ("matrix",): (
+        "matrix",
+        "train every engine x precision x adapter x credit cell a few steps; replay vs float32",
+    ),
     ("bench", "replay"): ("bench_replay", "naive vs chunked replay: time, memory, FPE, max difference"),
     ("bench", "train"): ("bench_train", "per-step time of MRTPO vs GDPO vs TRL's GDPO mode"),
     ("bench", "sql"): ("bench_sql", "SQL verifier throughput through the sandbox pool"),

@@ -586,7 +586,15 @@ def _tiny_model_and_tokenizer(spec: dict[str, Any], examples, dtype: str = "auto
     tok = build_tokenizer(words)
     kw = {
         k: spec[k]
-        for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "tie_embeddings", "seed")
+        for k in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "intermediate_size",
+            "tie_embeddings",
+            "seed",
+        )
         if k in spec
     }
     model = build_model(len(tok), dtype=getattr(torch, "float32" if dtype == "auto" else dtype), **kw)

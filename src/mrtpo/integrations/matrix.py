@@ -39,7 +39,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,7 +50,13 @@ from typing import Any
 ENGINES = ("single", "ddp", "fsdp2", "zero3")
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-weights")
 ADAPTERS = ("full", "lora")
-CREDITS = (("none", "policy"), ("reward", "policy"), ("joint", "policy"), ("cort", "policy"), ("none", "opsd"))
+CREDITS = (
+    ("none", "policy"),
+    ("reward", "policy"),
+    ("joint", "policy"),
+    ("cort", "policy"),
+    ("none", "opsd"),
+)
 STEPS = 4
 SLACK = 1e-5
 """Float32 slack on top of the precision bound (the exact replay's own error is below 1e-7)."""
@@ -78,8 +83,10 @@ class Cell:
         credit, loss = ("none", "opsd") if tail == "opsd" else (tail, "policy")
         cell = cls(engine, precision, adapter, credit, loss)
         if engine not in ENGINES or precision not in PRECISIONS or adapter not in ADAPTERS:
-            raise ValueError(f"cell {name!r}: expected ENGINE/PRECISION/ADAPTER/CREDIT from {ENGINES}, "
-                             f"{PRECISIONS}, {ADAPTERS}, none|reward|joint|cort|opsd")
+            raise ValueError(
+                f"cell {name!r}: expected ENGINE/PRECISION/ADAPTER/CREDIT from {ENGINES}, "
+                f"{PRECISIONS}, {ADAPTERS}, none|reward|joint|cort|opsd"
+            )
         return cell
 
     def config(self, out: str | Path, device: str = "cpu") -> dict[str, Any]:
@@ -144,11 +151,7 @@ class Cell:
 
 def all_cells(engines: tuple[str, ...] = ENGINES) -> list[Cell]:
     return [
-        Cell(e, p, a, c, loss)
-        for e in engines
-        for p in PRECISIONS
-        for a in ADAPTERS
-        for c, loss in CREDITS
+        Cell(e, p, a, c, loss) for e in engines for p in PRECISIONS for a in ADAPTERS for c, loss in CREDITS
     ]
 
 
@@ -380,7 +383,9 @@ class _Checker:
             zt, ztc = self._logits(exact, cell, list(inputs["opsd_full_ids"][j]), resp)  # teacher: C
             logp, logq = torch.log_softmax(zt / tau, -1), torch.log_softmax(zs / tau, -1)
             m = torch.logsumexp(torch.stack([logp, logq]), 0) - math.log(2.0)
-            ref = 0.5 * (logp.exp() * (logp - m)).sum(-1) + 0.5 * (logq.exp() * (logq - m)).sum(-1)  # [T] nats
+            ref = 0.5 * (logp.exp() * (logp - m)).sum(-1) + 0.5 * (logq.exp() * (logq - m)).sum(
+                -1
+            )  # [T] nats
             got = div[j, : len(resp)].double().cpu()
             # the JSD in nats is ln 2 d^2 (d the JS distance): |D' - D| = ln 2 |d' - d| (d' + d)
             # <= ln 2 B (2 d + B) with B the distance bound; plus float32 slack of the divergence (its
@@ -444,9 +449,9 @@ def _run_cell(cell: Cell, out_dir: Path, device: str) -> dict[str, Any]:
     lora = config.peft_config()
 
     def make_reference():
-        from mrtpo.models.tiny import build_model
-
         import torch
+
+        from mrtpo.models.tiny import build_model
 
         m = build_model(base.config.vocab_size, dtype=torch.float32, **config.model["tiny"])
         if lora is not None:
@@ -530,9 +535,15 @@ def _launch(engine: str, cells: list[Cell], out: Path, device: str, nproc: int, 
             "--out", str(out), "--device", device]  # fmt: skip
     if engine == "single":
         cmd = [sys.executable, *args]
-    else:
-        torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
-        cmd = [torchrun, "--standalone", f"--nproc_per_node={nproc}", *args]
+    else:  # torchrun through this interpreter (its environment's packages, whichever is on PATH)
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            *args,
+        ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
         tail = (proc.stdout + proc.stderr)[-4000:]
@@ -614,7 +625,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_from_args(a: argparse.Namespace) -> int:
     engines = tuple(a.engines)
-    cells = [Cell.parse(c) for c in a.cells] if a.cells else (all_cells(engines) if a.full else subset(engines))
+    cells = (
+        [Cell.parse(c) for c in a.cells] if a.cells else (all_cells(engines) if a.full else subset(engines))
+    )
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="mrtpo-matrix-"))
     results = run(cells, out, device=a.device, nproc=a.nproc)
     print(table(results))

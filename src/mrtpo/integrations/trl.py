@@ -1,6 +1,6 @@
 """MRTPO on TRL: :class:`MRTPOConfig` (a ``GRPOConfig``) and :class:`MRTPOTrainer` (a ``GRPOTrainer``).
 
-Adapted to ``trl>=1.16,<1.17``. TRL does the generation (transformers or vLLM), the old/reference
+Adapted to ``trl>=1.14,<1.17`` (tested with 1.14.2, 1.15.0 and 1.16.0). TRL does the generation (transformers or vLLM), the old/reference
 log-probabilities, the clipped surrogate, gradient accumulation and the processes. The subclass only
 changes three seams:
 
@@ -320,6 +320,19 @@ class _Scored:
     completion_ids: list[list[int]]
     rewards: torch.Tensor  # [N, K] gathered over processes
     verifiers: list[list[Any]]  # [B][K]
+
+
+TRL_SEAMS = (
+    "_calculate_rewards",
+    "_get_per_token_logps_and_entropies",
+    "_generate_and_score_completions",
+    "_compute_loss",
+    "_get_train_sampler",
+)
+"""Every private method of TRL's ``GRPOTrainer`` that :class:`MRTPOTrainer` overrides (the test of the
+supported TRL versions checks that each exists with the arguments the override forwards, and that no
+other private method is overridden): the rewards (seam 1), the capture of the rollout pass, the
+advantages (seam 2), the OPSD loss (seam 3) and the resumable sampler."""
 
 
 class MRTPOTrainer(GRPOTrainer):
