@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,9 +27,6 @@ SRC = HERE.parent / "src"
 
 
 def _torchrun(scenario: str, out: Path, timeout: int = 240, extra_env=None) -> subprocess.CompletedProcess:
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    if torchrun is None:
-        pytest.skip("torchrun is not installed")
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -40,7 +36,9 @@ def _torchrun(scenario: str, out: Path, timeout: int = 240, extra_env=None) -> s
         **(extra_env or {}),
     }
     cmd = [
-        torchrun,
+        sys.executable,  # torchrun of this interpreter's environment
+        "-m",
+        "torch.distributed.run",
         "--standalone",
         "--nproc_per_node=2",
         str(HERE / "sharded_worker.py"),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -66,11 +65,9 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _torchrun():
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    if torchrun is None:
-        pytest.skip("torchrun is not installed")
-    return torchrun
+def _torchrun() -> list[str]:
+    """torchrun of this interpreter's environment (the TRL under test: scripts/test_trl_versions.sh)."""
+    return [sys.executable, "-m", "torch.distributed.run"]
 
 
 def _env():
@@ -93,7 +90,7 @@ def test_two_process_torchrun_gloo(tmp_path, sharding):
     out = tmp_path / "out"
     env = _env()
     proc = subprocess.run(
-        [torchrun, "--standalone", "--nproc_per_node=2", str(script), str(out), sharding],  # a free port
+        [*torchrun, "--standalone", "--nproc_per_node=2", str(script), str(out), sharding],  # a free port
         capture_output=True,
         text=True,
         env=env,
@@ -123,7 +120,7 @@ def test_two_process_torchrun_gloo(tmp_path, sharding):
 def test_trainer_paths_under_fsdp2_match_an_unsharded_copy(tmp_path):
     proc = subprocess.run(
         [
-            _torchrun(),
+            *_torchrun(),
             "--standalone",
             "--nproc_per_node=2",
             str(HERE / "trl_sharded_worker.py"),
@@ -151,3 +148,67 @@ def test_trainer_paths_under_fsdp2_match_an_unsharded_copy(tmp_path):
     assert r1["replay/lockstep"]["forwards"] == 4 and r1["replay/gather"]["forwards"] == 0
     # CoRT: rank 1 has no active row but runs the same two passes on padding rows
     assert r0["cort"]["root_calls"] == r1["cort"]["root_calls"] == 2
+
+
+def _distinct_three_constraint_prompts(path: Path) -> list[set[str]]:
+    """A toy data file of 10 prompts listing 3 constraint types each, every prompt a different set (so no
+    prompt's set contains another's): two processes with one prompt each always hold different types."""
+    from mrtpo.tasks.toy import ToyTask
+
+    seen, rows = set(), []
+    for ex in ToyTask(size=512, seed=0).load():
+        kinds = frozenset(ex.meta["constraints"])
+        if len(kinds) == 3 and kinds not in seen:
+            seen.add(kinds)
+            rows.append(ex)
+    assert len(rows) == 10  # C(5, 3)
+    path.write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in rows))
+    return [set(ex.meta["constraints"]) for ex in rows]
+
+
+@pytest.mark.slow
+def test_mrtpo_train_on_two_processes_with_different_data_per_process(tmp_path):
+    """The README's two-process command for 6 steps on data where, at every step, the two processes hold
+    prompts with different constraint types (so their task metrics have different keys: the collective
+    mismatch that stopped such runs after the first step) and different completion lengths."""
+    data = tmp_path / "toy.jsonl"
+    _distinct_three_constraint_prompts(data)
+    out = tmp_path / "run"
+    cmd = [
+        *_torchrun(), "--standalone", "--nproc_per_node=2", "-m", "mrtpo.cli.main", "train",
+        str(HERE.parent / "recipes" / "tiny_cpu.yaml"), "--data.source", str(data), "--trl.max_steps", "6",
+        "--trl.per_device_train_batch_size", "8", "--trl.num_generations", "8",  # one prompt per process
+        "--trl.save_strategy", "no", "--trl.report_to", "[]", "--trl.output_dir", str(out),
+        "--method.replay_sharding", "lockstep",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=400)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "task/satisfaction" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5, 6]
+    for r in steps:  # the union of two different 3-type sets: at least 4 types reported
+        assert len({k for k in r if k.startswith("task/met/")}) >= 4, r
+    assert any(r["completions/min_length"] < r["completions/max_length"] for r in steps)
+
+
+@pytest.mark.slow
+def test_readme_zero3_cpu_command_trains(tmp_path):
+    """The README's ZeRO-3 command (accelerate launch, recipes/accelerate_zero3_cpu.yaml, 2 CPU processes)
+    trains the tiny recipe with MRTPO's replay and saves a checkpoint."""
+    pytest.importorskip("deepspeed")
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+        str(HERE.parent / "recipes" / "accelerate_zero3_cpu.yaml"), "-m", "mrtpo.cli.main", "train",
+        str(HERE.parent / "recipes" / "tiny_cpu.yaml"), "--trl.max_steps", "4", "--trl.save_steps", "4",
+        "--trl.report_to", "[]", "--trl.output_dir", str(out),
+    ]  # fmt: skip
+    env = {k: v for k, v in _env().items() if k != "ACCELERATE_USE_CPU"}
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env={**env, "DS_ACCELERATOR": "cpu"}, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "replay sharding: gather (zero3" in proc.stderr + proc.stdout
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "replay/fpe" in r] == [1, 2, 3, 4]
+    assert (out / "checkpoint-4" / "trainer_state.json").exists()
