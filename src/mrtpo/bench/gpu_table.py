@@ -93,6 +93,15 @@ def table(out: Path) -> str:
             note = f"{s['world']} process(es), body calls per rank {calls}"
             note += f", peak +{max(mem):.1f} GiB" if mem else ""
             rows.append((f"FSDP2 replay {mode}", f"{secs:.3f} s, max diff {worst:.1e}", note))
+    mx = _load(out / "matrix.json")
+    if not failed("matrix") and mx:
+        for name, r in mx.items():
+            if r["status"] == "ok":
+                result = f"ok, {r.get('steps', 0)} steps"
+                note = f"{r.get('values', 0)} values, max |err| {r.get('max_err', 0.0):.1e} within bound"
+            else:
+                result, note = r["status"].upper(), r.get("reason", "")[:120]
+            rows.append((f"matrix {name}", result, note))
     w = max([len(x[0]) for x in rows] + [10])
     v = max([len(x[1]) for x in rows] + [10])
     total = sum(x[1] for x in status.values())

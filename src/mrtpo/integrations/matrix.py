@@ -300,19 +300,23 @@ class _Checker:
             self.cell.precision in ("bf16", "fp16") and self.cell.engine in ("fsdp2", "zero3")
         ):
             cell = cell.to(torch.bfloat16 if "bf16" in self.cell.precision else torch.float16)
-        return exact, cell
+        return exact, cell.to(self.device)  # the cell's precision on the cell's device (its kernels)
+
+    @property
+    def device(self):
+        return self.tr.accelerator.device
 
     def _autocast(self):
         import torch
 
         if self.cell.precision in ("bf16", "fp16") and self.cell.engine in ("single", "ddp"):
             dtype = torch.bfloat16 if self.cell.precision == "bf16" else torch.float16
-            return torch.autocast(device_type="cpu", dtype=dtype)
+            return torch.autocast(device_type=self.device.type, dtype=dtype)
         return contextlib.nullcontext()
 
     def _logits(self, exact, cell, context, response):
-        """float64 [T, V] logits of the exact model and of the cell-precision model at the positions that
-        predict each response token."""
+        """float64 [T, V] logits of the exact model (CPU, float64) and of the cell-precision model at the
+        positions that predict each response token."""
         import torch
 
         ids = torch.tensor([[*context, *response[:-1]]])
@@ -320,7 +324,7 @@ class _Checker:
         with torch.no_grad():
             z = exact(input_ids=ids).logits[0, start:].double()
             with self._autocast():
-                zc = cell(input_ids=ids).logits[0, start:].double()
+                zc = cell(input_ids=ids.to(self.device)).logits[0, start:].double().cpu()
         return z, zc
 
     # checks ----------------------------------------------------------------------------------------
