@@ -478,3 +478,48 @@ def test_checked_token_masks_from_char_spans():
     assert spans_to_token_mask(ranges, [(4, 5)]) == [0, 1, 0, 0, 0]
     masks = checked_token_masks(tok, TinyTask().verifiers(None), None, text, ids)
     assert masks == {0: [0, 1, 0, 1, 0]}  # HasThe reads each "the"; Long defines no spans
+
+
+def test_trl_defaults_bf16_and_gradient_checkpointing_train(tmp_path):
+    """MRTPOConfig with TRL's own defaults (bf16=True, gradient_checkpointing=True; use_cpu on a machine
+    without a GPU, which transformers asks for): the README's Python example trains, replaying under
+    bf16 autocast, and conserves credit."""
+    from mrtpo import MRTPOConfig, MRTPOTrainer
+
+    args = MRTPOConfig(
+        output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, max_completion_length=6,
+        max_steps=2, report_to=[], use_cpu=True, learning_rate=5e-3, disable_tqdm=True,
+    )  # fmt: skip
+    assert args.bf16 and args.gradient_checkpointing  # TRL's defaults, untouched
+    task, tok = TinyTask(), tiny_tokenizer()
+
+    class Rec(Recording, MRTPOTrainer):
+        pass
+
+    tr = Rec(fresh_model(tok), args=args, task=task, train_dataset=task.load(), processing_class=tok)
+    tr.batches = []
+    tr.train()
+    assert tr.state.global_step == 2 and len(tr.batches) == 2
+    for b in tr.batches:
+        s, mask = b["token_advantages"], b["completion_mask"]
+        lo, hi = b["process_rows"]
+        torch.testing.assert_close(
+            (s * mask).sum(1) / mask.sum(1), b["advantages"][lo:hi].sum(1), atol=1e-5, rtol=0
+        )
+    assert any(b["distances"].abs().max() > 0 for b in tr.batches)
+
+
+def test_gradient_checkpointing_changes_nothing(tmp_path):
+    """Two float32 runs from the same seed, with and without gradient checkpointing: the same token
+    advantages and the same weights after two steps (checkpointing recomputes, it does not change the
+    math; the replay's and CoRT's no-grad passes run with it on)."""
+    runs = {}
+    for gc in (False, True):
+        tr = make_trainer(tmp_path / str(gc), credit="reward", gradient_checkpointing=gc)
+        tr.train()
+        runs[gc] = tr
+    a, b = runs[False], runs[True]
+    for x, y in zip(a.batches, b.batches):
+        torch.testing.assert_close(x["token_advantages"], y["token_advantages"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(params(a.model), params(b.model), atol=1e-5, rtol=0)
+    assert (params(a.model) - params(fresh_model(tiny_tokenizer()))).abs().max() > 1e-4  # it trained
