@@ -156,14 +156,17 @@ def all_cells(engines: tuple[str, ...] = ENGINES) -> list[Cell]:
 
 
 def subset(engines: tuple[str, ...] = ENGINES) -> list[Cell]:
-    """The representative subset: per engine, every precision, adapter and credit/loss value at least
-    once, and every precision with both adapters (a cyclic covering of the axes)."""
+    """The representative subset (the CI test's): per engine one cell per credit/loss value, their
+    precisions and adapters rotated so that each engine sees every precision and both adapters, and
+    across the four engines every (precision, credit/loss) pair and every (adapter, credit/loss) pair
+    appears."""
     out = []
     for e in engines:
-        for i, p in enumerate(PRECISIONS):
-            for j, a in enumerate(ADAPTERS):
-                c, loss = CREDITS[(i * len(ADAPTERS) + j + ENGINES.index(e)) % len(CREDITS)]
-                out.append(Cell(e, p, a, c, loss))
+        shift = ENGINES.index(e)
+        for i, (c, loss) in enumerate(CREDITS):
+            p = PRECISIONS[(i + shift) % len(PRECISIONS)]
+            a = ADAPTERS[(i + shift) % len(ADAPTERS)]
+            out.append(Cell(e, p, a, c, loss))
     return out
 
 
