@@ -4,7 +4,7 @@
   with bfloat16 weights, replay's forwards run in that precision and its distances stay within the
   stated bound of a float32 replay of the same weights: ``|d - d32| <= 2 g(delta)`` with ``delta`` the
   largest logit difference between the two precisions on the response's tokens
-  (:func:`mrtpo.integrations.matrix.js_error_bound`). The projection itself is float32 inside any autocast.
+  (:func:`mrtpo.distance.js_error_bound`). The projection itself is float32 inside any autocast.
 - A model whose forward runs under autocast while replay's does not is refused with a message naming
   autocast (the mismatch TRL's bf16 default caused).
 - PEFT: a LoRA adapter on the head (and ``modules_to_save``) is applied; replay equals a naive reference
@@ -19,8 +19,9 @@ import pytest
 import torch
 
 from mrtpo import replay as R
+from mrtpo.distance import js_error_bound
 from mrtpo.head import head_of
-from mrtpo.integrations.matrix import _naive_js, js_error_bound
+from mrtpo.integrations.matrix import _naive_js
 
 
 def _model(vocab=40, seed=0, tie=True, dtype=torch.float32):

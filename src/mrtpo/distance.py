@@ -242,3 +242,18 @@ def js_distance_from_hidden(
             rows, compute, lead, mask, chunk_size, hidden_p.device, dtype, n_ctx
         )  # [C, ...]
     return out if many else out[0]
+
+
+def js_error_bound(delta: float) -> float:
+    """Bound on ``|d(p', q') - d(p, q)|`` when every logit of both contexts moves by at most ``delta``.
+
+    The Jensen–Shannon distance ``d`` (base 2) is a metric, so ``|d(p', q') - d(p, q)| <= d(p, p') +
+    d(q, q')``. A logit shift of at most ``delta`` moves each log-probability by at most ``2 delta``
+    (the log-normaliser moves by at most ``delta``), so ``KL(p||p') + KL(p'||p) = Σ (p - p')(log p -
+    log p') <= 2 delta (e^{2 delta} - 1)``; ``JSD <= (KL(p||p') + KL(p'||p)) / 4`` nats, so
+    ``d(p, p') <= g(delta) = sqrt(delta (e^{2 delta} - 1) / (2 ln 2))`` (about ``delta / sqrt(ln 2)``)
+    and the bound is ``2 g(delta)``.
+    """
+    if not delta > 0:
+        return 0.0
+    return 2.0 * math.sqrt(delta * math.expm1(2.0 * delta) / (2.0 * math.log(2.0)))

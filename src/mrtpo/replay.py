@@ -25,6 +25,17 @@ How the cost is kept down (each point is tested in ``tests/test_replay.py``):
   token prefix (system prompt, task text, ...): with a KV cache (a plain ``DynamicCache`` of full
   attention layers) the prefix runs once and every row continues from a copy of its cache.
 
+Precision. The forwards run in the precision of the caller's context, the precision the policy trains
+in: under ``torch.autocast`` (what accelerate turns on for TRL's ``bf16`` / ``fp16``; the trainer
+replays inside ``accelerator.autocast()``) the body computes in the autocast dtype, a model with
+bfloat16 weights in bfloat16, FSDP2 in its mixed-precision ``param_dtype``. The vocabulary projection,
+log-softmax and JS always run in float32 from the hidden states the model produced (autocast is turned
+off for them), so p and q are computed alike. Against a float32 replay of the same weights, each distance
+moves by at most ``2 g(delta)``, ``g(delta) = sqrt(delta (e^{2 delta} - 1) / (2 ln 2)) ~ delta /
+sqrt(ln 2)``, with ``delta`` the largest logit difference of the two precisions on that token
+(:func:`mrtpo.distance.js_error_bound`; tested). The model check compares the model's logits
+with the float32 projection at the tolerance of the precision it computes in.
+
 Cost unit (DESIGN section 5): 1 FPE = one no-grad forward over a response's rollout sequence
 (``rollout prompt + response`` tokens). Naive replay costs ``K + 1`` FPE per response.
 

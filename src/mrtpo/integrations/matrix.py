@@ -19,7 +19,7 @@ sampled batch (``num_iterations: 2``, so TRL runs its old-log-probability pass a
 replay (and CoRT pass, and OPSD loss) the worker gathers the full weights (collective, every process),
 loads them into a float32 copy of the policy and recomputes the same quantity naively: full-vocabulary
 logits of each context, log-softmax and the Jensen–Shannon distance in float64. A cell passes when
-every replayed value is within the error bound of its precision (:func:`js_error_bound`), measured on
+every replayed value is within the error bound of its precision (:func:`mrtpo.distance.js_error_bound`), measured on
 the same tokens: ``|d - d32| <= 2 g(delta) + 1e-5`` with ``delta`` the largest logit difference between
 the cell's precision and float32 over the response's tokens and both contexts (``4 delta / tau`` for
 CoRT's log-probability gap). A cell that cannot run is refused before its first step with one line.
@@ -46,6 +46,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from mrtpo.distance import js_error_bound
 
 ENGINES = ("single", "ddp", "fsdp2", "zero3")
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-weights")
@@ -168,26 +170,6 @@ def subset(engines: tuple[str, ...] = ENGINES) -> list[Cell]:
             a = ADAPTERS[(i + shift) % len(ADAPTERS)]
             out.append(Cell(e, p, a, c, loss))
     return out
-
-
-# --------------------------------------------------------------------------------------------------
-# Error bound
-# --------------------------------------------------------------------------------------------------
-
-
-def js_error_bound(delta: float) -> float:
-    """Bound on ``|d(p', q') - d(p, q)|`` when every logit of both contexts moves by at most ``delta``.
-
-    The Jensen–Shannon distance ``d`` (base 2) is a metric, so ``|d(p', q') - d(p, q)| <= d(p, p') +
-    d(q, q')``. A logit shift of at most ``delta`` moves each log-probability by at most ``2 delta``
-    (the log-normaliser moves by at most ``delta``), so ``KL(p||p') + KL(p'||p) = Σ (p - p')(log p -
-    log p') <= 2 delta (e^{2 delta} - 1)``; ``JSD <= (KL(p||p') + KL(p'||p)) / 4`` nats, so
-    ``d(p, p') <= g(delta) = sqrt(delta (e^{2 delta} - 1) / (2 ln 2))`` (about ``delta / sqrt(ln 2)``)
-    and the bound is ``2 g(delta)``.
-    """
-    if not delta > 0:
-        return 0.0
-    return 2.0 * math.sqrt(delta * math.expm1(2.0 * delta) / (2.0 * math.log(2.0)))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -44,8 +44,16 @@ Parameter sharding (FSDP2, FSDP1, DeepSpeed ZeRO-3), where every forward is coll
 ``replay_sharding`` (default ``auto``, see :mod:`mrtpo.integrations.sharding`) makes replay gather the
 parameters once (``gather``) or run the same number of forwards on every process (``lockstep``); the
 CoRT passes run on the same number of rows everywhere (active rows padded with inactive ones); the OPSD
-teacher runs one forward per micro-batch on every process and gathers a sharded head weight (ZeRO-3 +
-OPSD is refused). PEFT models are untested.
+teacher runs one forward per micro-batch on every process and gathers a sharded head weight, and the
+OPSD student takes its logits from the model's own forward (the engine gathers the head and reduces its
+gradient).
+
+Precision: every pass runs in the policy's own precision (accelerate's autocast for TRL's ``bf16`` /
+``fp16``, bfloat16 weights, FSDP2's mixed precision, DeepSpeed's bf16), the vocabulary projections in
+float32 (:mod:`mrtpo.replay`, docs/scale.md: the error bound against float32). PEFT: replay, CoRT and
+OPSD use the adapted policy; TRL's reference pass of a PEFT policy (the adapter disabled) is never
+reused as the rollout pass. The configuration matrix (:mod:`mrtpo.integrations.matrix`) trains every
+combination and checks it against float32.
 
 Notation: N responses in the gathered batch, B local responses, K rewards, T response tokens.
 """
