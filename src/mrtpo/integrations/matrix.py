@@ -47,8 +47,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from mrtpo.distance import js_error_bound
-
 ENGINES = ("single", "ddp", "fsdp2", "zero3")
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-weights")
 ADAPTERS = ("full", "lora")
@@ -314,6 +312,12 @@ class _Checker:
 
     # checks ----------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _bound(delta: float) -> float:
+        from mrtpo.distance import js_error_bound  # torch: imported by the worker only (the CLI stays light)
+
+        return js_error_bound(delta)
+
     def _record(self, kind: str, err: float, bound: float, delta: float) -> None:
         self.records.append({"kind": kind, "err": err, "bound": bound, "delta": delta})
 
@@ -334,7 +338,7 @@ class _Checker:
                 ref = _naive_js(zp, zq)  # [T]
                 delta = max((zp - zpc).abs().max().item(), (zq - zqc).abs().max().item())
                 got = d[j, k, : len(resp)].double().cpu()
-                self._record(mode, (got - ref).abs().max().item(), js_error_bound(delta) + SLACK, delta)
+                self._record(mode, (got - ref).abs().max().item(), self._bound(delta) + SLACK, delta)
 
     def _check_cort(self, scored, rel, stats) -> None:
         import torch
@@ -380,7 +384,7 @@ class _Checker:
             # <= ln 2 B (2 d + B) with B the distance bound; plus float32 slack of the divergence (its
             # logarithms are not cancellation-free near 0)
             delta = max((zs - zsc).abs().max().item(), (zt - ztc).abs().max().item()) / tau
-            b = js_error_bound(delta)
+            b = self._bound(delta)
             d_ref = (ref.clamp(min=0) / math.log(2)).sqrt()
             bound = (math.log(2) * b * (2 * d_ref + b)).max().item() + OPSD_SLACK
             self._record("opsd", (got - ref).abs().max().item(), bound, delta)
