@@ -126,6 +126,8 @@ def run_modes(rank: int, out: dict) -> None:
             # the plain layout's first replay is a lockstep one (the model check runs inside it)
             for mode in ("gather", "lockstep") if layout == "accelerate" else ("lockstep", "gather"):
                 before, was_training = body_calls[0], model.training
+                order = model._get_fsdp_state()._comm_ctx.post_forward_order
+                recorded = len(order)
                 res = R.replay(model, reqs, token_budget=budget, sharding=mode)
                 key = f"{layout}/{phase}/{mode}"
                 out[key] = {
@@ -136,6 +138,8 @@ def run_modes(rank: int, out: dict) -> None:
                     "padding_passes": res.stats.padding_passes,
                     "max_distance": float(expect.max()) if reqs else 0.0,
                     "training_mode_kept": model.training == was_training,
+                    # FSDP2's forward order (read by the next backward's prefetch) as before the replay
+                    "forward_order_added": len(order) - recorded,
                 }
         dist.barrier()
 

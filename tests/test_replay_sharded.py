@@ -77,6 +77,9 @@ def test_gather_and_lockstep_match_unsharded_replay_before_and_after_a_training_
                 assert a["max_distance"] > 1e-2  # non-trivial distances to compare
                 assert a["max_diff"] <= 1e-5, (key, a)
                 assert a["training_mode_kept"] and b["training_mode_kept"]
+                # the replay's forwards (3 micro-batches on rank 0, none on rank 1) leave FSDP2's forward
+                # order as it was: else the next backward prefetches differently per rank and hangs
+                assert a["forward_order_added"] == b["forward_order_added"] == 0
                 # rank 0: 5 micro-batches + 3 prefix passes; rank 1 has nothing to replay
                 assert a["forward_passes"] == 8 and b["forward_passes"] == 0
                 # the first replay of a model also runs the model check (2 body calls) on every rank

@@ -478,6 +478,7 @@ class _FSDPUnsharded:
         self.saved: list[tuple[Any, Any, list[Any]]] = []
 
     def __enter__(self) -> _FSDPUnsharded:
+        self._mark_forward_order()
         for m in self.modules:
             state = m._get_fsdp_state()
             groups = list(getattr(state, "_fsdp_param_groups", []) or [])
@@ -493,8 +494,30 @@ class _FSDPUnsharded:
             m.unshard()
         return self
 
+    def _mark_forward_order(self) -> None:
+        """FSDP2 records every forward (no-grad ones too) in a forward order that the next backward reads
+        to prefetch, until that backward ends. Replay's forwards differ between processes (a process with
+        nothing to replay runs none), so left there they would make one process prefetch a group another
+        does not: a collective mismatch. The lengths now, to cut the records back to on exit."""
+        self.order: list[tuple[list[Any], int]] = []
+        seen: set[int] = set()
+        for m in self.every:
+            state = m._get_fsdp_state()
+            ctx = getattr(state, "_comm_ctx", None)
+            order = getattr(ctx, "post_forward_order", None)
+            if order is not None and id(order) not in seen:
+                seen.add(id(order))
+                self.order.append((order, len(order)))
+            for g in getattr(state, "_fsdp_param_groups", []) or []:
+                indices = getattr(g, "_post_forward_indices", None)
+                if indices is not None and id(indices) not in seen:
+                    seen.add(id(indices))
+                    self.order.append((indices, len(indices)))
+
     def __exit__(self, *exc: object) -> None:
         _finish_partial_forwards(self.every)
+        for records, n in self.order:  # the forwards inside leave no trace in FSDP2's backward prefetch
+            del records[n:]
         for m in self.modules:
             m.reshard()
         for m, auto, infos in self.saved:

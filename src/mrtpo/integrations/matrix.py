@@ -107,6 +107,7 @@ class Cell:
             "bf16": self.precision == "bf16",
             "fp16": self.precision == "fp16",
             "seed": 0,
+            "ddp_timeout": 120,  # a collective mismatch fails the cell in 2 minutes instead of hanging
         }
         if self.adapter == "lora":
             trl["beta"] = 0.04  # TRL's KL term: its reference is the policy with the adapter disabled
@@ -210,9 +211,8 @@ def _reset_accelerate() -> None:
 
 
 def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    """This process's rank (torchrun's RANK: known before the trainer initialises the process group)."""
+    return int(os.environ.get("RANK", "0"))
 
 
 def _one_line(e: BaseException) -> str:
