@@ -94,6 +94,8 @@ RUN_FILES = (
     "runs",
     "checkpoint-*",
     "model*.safetensors*",
+    "adapter_config.json",  # a peft run's final adapter
+    "adapter_model*.safetensors*",
     "pytorch_model*.bin*",
     "config.json",
     "generation_config.json",
