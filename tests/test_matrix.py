@@ -22,6 +22,10 @@ def test_cells_parse_and_name_round_trip():
     assert len(M.all_cells()) == 4 * 4 * 2 * 5
     with pytest.raises(ValueError, match="ENGINE/PRECISION/ADAPTER/CREDIT"):
         M.Cell.parse("tpu/fp32/full/reward")
+    with pytest.raises(ValueError, match="ENGINE/PRECISION/ADAPTER/CREDIT"):
+        M.Cell.parse("zero3/fp32/full/reward@scatter")
+    cell = M.Cell.parse("zero3/fp32/full/reward@lockstep")
+    assert cell.sharding == "lockstep" and cell.name == "zero3/fp32/full/reward@lockstep"
 
 
 def test_the_subset_covers_every_pair_of_precision_or_adapter_with_credit():
@@ -79,3 +83,23 @@ def test_the_subset_trains_within_the_precision_bound_or_is_refused(tmp_path):
         assert r["steps"] == M.STEPS
         if not n.endswith("/none"):  # replay, CoRT or OPSD values were checked on every process
             assert r["values"] > 0
+
+
+@pytest.mark.slow
+def test_explicit_gather_and_lockstep_under_fsdp2_and_zero3(tmp_path):
+    """``replay_sharding`` set by hand (the subset runs ``auto``, which picks gather on this machine): both
+    modes train under both sharded engines, LoRA under FSDP2 included (uneven replay work there once
+    desynchronised FSDP2's backward prefetch in gather mode)."""
+    cells = [
+        M.Cell.parse(n)
+        for n in (
+            "fsdp2/fp32/lora/reward@gather",
+            "fsdp2/bf16/full/joint@lockstep",
+            "zero3/fp32/full/reward@lockstep",
+            "zero3/bf16/lora/cort@gather",
+        )
+    ]
+    results = M.run(cells, tmp_path, device="cpu", nproc=2, progress=False)
+    print(M.table(results))
+    for name, r in results.items():
+        assert r["status"] == "ok" and r["steps"] == M.STEPS and r["values"] > 0, (name, r)

@@ -71,23 +71,31 @@ class Cell:
     adapter: str
     credit: str
     loss: str
+    sharding: str = "auto"  # method.replay_sharding (a suffix "@gather" / "@lockstep" in the name)
 
     @property
     def name(self) -> str:
         tail = self.credit if self.loss == "policy" else "opsd"
-        return f"{self.engine}/{self.precision}/{self.adapter}/{tail}"
+        at = "" if self.sharding == "auto" else f"@{self.sharding}"
+        return f"{self.engine}/{self.precision}/{self.adapter}/{tail}{at}"
 
     @classmethod
     def parse(cls, name: str) -> Cell:
-        engine, precision, adapter, tail = name.split("/")
-        credit, loss = ("none", "opsd") if tail == "opsd" else (tail, "policy")
-        cell = cls(engine, precision, adapter, credit, loss)
-        if engine not in ENGINES or precision not in PRECISIONS or adapter not in ADAPTERS:
+        """``ENGINE/PRECISION/ADAPTER/CREDIT[@SHARDING]`` (CREDIT ``opsd``: credit none, the OPSD loss)."""
+        body, _, sharding = name.partition("@")
+        parts = body.split("/")
+        ok = len(parts) == 4 and sharding in ("", "auto", "gather", "lockstep", "none")
+        if ok:
+            engine, precision, adapter, tail = parts
+            ok = engine in ENGINES and precision in PRECISIONS and adapter in ADAPTERS
+            ok = ok and tail in ("none", "reward", "joint", "cort", "opsd")
+        if not ok:
             raise ValueError(
-                f"cell {name!r}: expected ENGINE/PRECISION/ADAPTER/CREDIT from {ENGINES}, "
-                f"{PRECISIONS}, {ADAPTERS}, none|reward|joint|cort|opsd"
+                f"cell {name!r}: expected ENGINE/PRECISION/ADAPTER/CREDIT[@SHARDING] from {ENGINES}, "
+                f"{PRECISIONS}, {ADAPTERS}, none|reward|joint|cort|opsd, @gather|@lockstep"
             )
-        return cell
+        credit, loss = ("none", "opsd") if tail == "opsd" else (tail, "policy")
+        return cls(engine, precision, adapter, credit, loss, sharding or "auto")
 
     def config(self, out: str | Path, device: str = "cpu") -> dict[str, Any]:
         """The run config of this cell (the sections of ``recipes/*.yaml``)."""
@@ -136,7 +144,12 @@ class Cell:
             },
             "task": {"name": "toy", "options": {"size": 64, "seed": 0}},
             "data": {"split": "train", "limit": 64},
-            "method": {"advantage_method": "gdpo", "credit": self.credit, "loss": self.loss},
+            "method": {
+                "advantage_method": "gdpo",
+                "credit": self.credit,
+                "loss": self.loss,
+                "replay_sharding": self.sharding,
+            },
             "trl": trl,
         }
         if self.adapter == "lora":
