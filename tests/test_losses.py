@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from mrtpo.losses import (
-    cort_relevance,
     distill_divergence_from_hidden,
     forward_kl,
     generalized_jsd,
@@ -116,17 +115,10 @@ def test_distill_divergence_bad_input():
         distill_divergence_from_hidden(x, torch.zeros(2, 4, 4), torch.zeros(5, 4))
 
 
-def test_cort_relevance_and_ramp():
-    # |(-1) - (-1.5)| = 0.5, |(-2) - (-0.5)| = 1.5, masked third token -> 0
-    rel = cort_relevance(
-        torch.tensor([[-1.0, -2.0, -3.0]]), torch.tensor([[-1.5, -0.5, 9.0]]), torch.tensor([[1, 1, 0]])
-    )
-    torch.testing.assert_close(rel, torch.tensor([[0.5, 1.5, 0.0]]))
+def test_cort_ramp():
     # final 0.5 over 10 steps: 0 -> 0, 5 -> 0.25, 10 and later -> 0.5
     assert [linear_ramp(s, 0.5, 10) for s in (0, 5, 10, 20)] == [0.0, 0.25, 0.5, 0.5]
     assert linear_ramp(0, 0.5, 0) == 0.5
-    with pytest.raises(ValueError, match=r"\[N, T\]"):
-        cort_relevance(torch.zeros(1, 3), torch.zeros(1, 2), torch.ones(1, 3))
 
 
 @pytest.mark.parametrize("divergence", ["jsd", "forward_kl"])

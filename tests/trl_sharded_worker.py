@@ -84,11 +84,12 @@ def main() -> None:
                 "forwards": stats["forwards"],
             }
 
-        # CoRT: relevance of the sampled tokens, C vs C_-all; rank 1 pads with inactive rows
+        # CoRT: relevance of the sampled tokens, C vs C_-all, through the replay engine (lockstep: rank 1,
+        # with nothing to replay, pads with dummy body calls)
         mask = out["completion_mask"].bool()
         active = adv.abs() > 0
         tr.args.replay_sharding, tr._sharding = "lockstep", None
-        before = root_calls[0]
+        before, before_body = root_calls[0], body_calls[0]
         # (the allocation of the relevance is local arithmetic of mrtpo.step, the same on both)
         rel, _ = tr._cort(out, scored, adv, active, mask, None)
         rel_r, _ = ref._cort(out, scored, adv, active, mask, None)
@@ -96,6 +97,7 @@ def main() -> None:
             "rel_diff": float((rel - rel_r).abs().max()),
             "max_rel": float(rel_r.max()),
             "root_calls": root_calls[0] - before,
+            "body_calls": body_calls[0] - before_body,
         }
 
         # OPSD: the loss and the gradients of the head and of one layer (same inputs on both ranks, so

@@ -1,4 +1,4 @@
-"""Loss terms TRL lacks: the OPSD self-distillation divergence and the CoRT relevance (DESIGN section 6).
+"""Loss terms TRL lacks: the OPSD self-distillation divergence and CoRT's strength ramp (DESIGN section 6).
 
 The clipped token-level surrogate itself is TRL's (``GRPOTrainer._compute_loss`` takes advantages
 ``[B]`` or ``[B, T]``); this module only holds what the baselines add. Torch only.
@@ -20,7 +20,9 @@ every reward's segments)::
     rel[j, t] = |log pi(y_t | C, y_<t) - log pi(y_t | C_-all, y_<t)|
 
 normalised like the MRTPO weights (``rel / mean_t rel``) and applied to the GRPO response advantage
-with a strength ``beta_s`` that ramps linearly from 0 to its final value (:func:`linear_ramp`).
+with a strength ``beta_s`` that ramps linearly from 0 to its final value (:func:`linear_ramp`). The
+relevance itself is a replay measure (:func:`mrtpo.replay.replay` with ``measure="logprob"``), computed
+by the same engine as the MRTPO distances on TRL and on verl.
 
 Notation: N responses, T response tokens (right padded, ``mask: [N, T]``), H hidden size, V vocabulary.
 """
@@ -211,26 +213,6 @@ def distill_divergence_from_hidden(
     if parts:
         flat = flat.index_put((idx,), torch.cat(parts))
     return flat.view(N, T)  # [N, T]
-
-
-def cort_relevance(logp_full: torch.Tensor, logp_joint: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """CoRT token relevance ``|log pi(y_t | C) - log pi(y_t | C_-all)|``, 0 on masked tokens.
-
-    Args:
-        logp_full: [N, T] log-probability of each sampled token under the full context C.
-        logp_joint: [N, T] the same under the joint leave-out context C_-all.
-        mask: [N, T] 0/1 valid tokens.
-
-    Returns:
-        [N, T] float, >= 0. Use it as the ``distances`` of a single shared column in
-        :func:`mrtpo.credit.allocate` to get ``w = rel / mean_t rel`` and the token advantage.
-    """
-    if logp_full.shape != logp_joint.shape or logp_full.shape != mask.shape:
-        raise ValueError(
-            f"logp_full {tuple(logp_full.shape)}, logp_joint {tuple(logp_joint.shape)} and mask "
-            f"{tuple(mask.shape)} must share the shape [N, T]"
-        )
-    return (logp_full.float() - logp_joint.float()).abs() * mask.float()
 
 
 def linear_ramp(step: int, final: float, ramp_steps: int) -> float:

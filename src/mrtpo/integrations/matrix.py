@@ -404,19 +404,16 @@ class _Checker:
 
     def _wrap(self) -> None:
         tr = self.tr
-        replay, cort, loss = tr._replay, tr._cort, tr._compute_loss
+        replay, loss = tr._replay, tr._compute_loss
 
-        def checked_replay(out, scored, adv_local, captured, mode="reward"):
-            d, stats = replay(out, scored, adv_local, captured, mode)
+        def checked_replay(out, scored, adv_local, captured, mode="reward", measure="js"):
+            d, stats = replay(out, scored, adv_local, captured, mode, measure=measure)
             self.replays += 1
-            self._check_distances(scored, d, stats, mode)
+            if measure == "logprob":
+                self._check_cort(scored, d, stats)
+            else:
+                self._check_distances(scored, d, stats, mode)
             return d, stats
-
-        def checked_cort(out, scored, adv_local, active, mask, captured):
-            rel, stats = cort(out, scored, adv_local, active, mask, captured)
-            self.replays += 1
-            self._check_cort(scored, rel, stats)
-            return rel, stats
 
         def checked_loss(model, inputs):
             value = loss(model, inputs)
@@ -431,7 +428,7 @@ class _Checker:
             self.batches += 1
             return generate(inputs)
 
-        tr._replay, tr._cort, tr._compute_loss = checked_replay, checked_cort, checked_loss
+        tr._replay, tr._compute_loss = checked_replay, checked_loss
         tr._generate_and_score_completions = counted_generate
 
 

@@ -134,27 +134,3 @@ def replay_context(mode: str, model_wrapped: Any, accelerator: Any) -> Iterator[
             yield "lockstep"
     else:
         yield mode
-
-
-def pad_rows(active: list[int], total: int, device: torch.device, sharded: bool) -> list[int]:
-    """Rows to run so every process runs the same number: ``active`` rows first, then inactive ones
-    (their results are discarded) up to the maximum number of active rows over the processes.
-
-    ``total``: local rows B (the same on every process). Not sharded: ``active`` as is."""
-    if not sharded or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return list(active)
-    n = torch.tensor([len(active)], dtype=torch.long, device=device)
-    torch.distributed.all_reduce(n, op=torch.distributed.ReduceOp.MAX)
-    chosen = set(active)
-    extra = [j for j in range(total) if j not in chosen][: int(n.item()) - len(active)]
-    return list(active) + extra
-
-
-def all_true(flag: bool, device: torch.device, sharded: bool) -> bool:
-    """``flag`` on every process (an all-reduce MIN when sharded): a decision that changes the number
-    of forwards must be the same everywhere."""
-    if not sharded or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return flag
-    t = torch.tensor([1 if flag else 0], dtype=torch.long, device=device)
-    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
-    return bool(t.item())

@@ -61,7 +61,6 @@ Notation: N responses in the gathered batch, B local responses, K rewards, T res
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -76,7 +75,7 @@ from mrtpo import replay as replay_mod
 from mrtpo.head import autocast_dtype, head_of
 from mrtpo.integrations import data as data_mod
 from mrtpo.integrations import sharding as sharding_mod
-from mrtpo.integrations.passes import left_pad_concat, response_hidden
+from mrtpo.integrations.passes import response_hidden
 from mrtpo.integrations.run_logging import (
     SAMPLES_JSONL,
     JSONLMetricsCallback,
@@ -85,7 +84,6 @@ from mrtpo.integrations.run_logging import (
 )
 from mrtpo.losses import (
     DIVERGENCES,
-    cort_relevance,
     distill_divergence_from_hidden,
     distill_divergence_from_logits,
     masked_token_mean,
@@ -557,7 +555,7 @@ class MRTPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         a = self.args
         scheme = credit_mod.scheme(a.credit)
-        self._captured = [] if self._reuse_ok and scheme.replay in ("reward", "joint") else None
+        self._captured = [] if self._reuse_ok and scheme.replay in ("reward", "joint", "logprob") else None
         try:
             out = super()._generate_and_score_completions(inputs)
         finally:
@@ -698,9 +696,10 @@ class MRTPOTrainer(GRPOTrainer):
             res.append(hidden[j, :t] if ctx.full_is_rollout else None)
         return res
 
-    def _replay(self, out, scored, adv_local, captured, mode="reward"):
+    def _replay(self, out, scored, adv_local, captured, mode="reward", measure="js"):
         """Distances [B, K', T] (K' = K for mode "reward", 1 for "joint") of the local responses, and the
-        replay stats; pairs whose ``adv_local`` is 0 are skipped."""
+        replay stats; pairs whose ``adv_local`` is 0 are skipped. ``measure``: "js" (JS distances) or
+        "logprob" (CoRT's relevance at the sampling temperature)."""
         contexts = self._contexts(scored.examples)
         wrapped = getattr(self, "model_wrapped", None) or self.model
         # the forwards run in the policy's own precision (accelerate's autocast for TRL's bf16 / fp16, as
@@ -726,6 +725,8 @@ class MRTPOTrainer(GRPOTrainer):
                 pad_id=self._tokenizer.pad_token_id or 0,
                 sharding=sharding,
                 projection_dtype=self.args.replay_projection_dtype,
+                measure=measure,
+                temperature=self.temperature,
             )
         t = out["completion_ids"].shape[1]
         d = torch.zeros(len(reqs), res.distances.shape[1], t, device=self.accelerator.device)  # [B, K', T]
@@ -743,66 +744,13 @@ class MRTPOTrainer(GRPOTrainer):
         return d, stats
 
     def _cort(self, out, scored, adv_local, active, mask, captured):
-        """CoRT relevance [B, 1, T] of the responses whose response advantage is not 0, and stats."""
-        t0 = time.perf_counter()
-        contexts = self._contexts(scored.examples)
+        """CoRT relevance [B, 1, T] of the responses whose response advantage is not 0, and stats: the
+        replay engine's sampled-token log-probability gap to the joint context at the sampling
+        temperature (``measure="logprob"``), the one CoRT relevance of the project (verl's workers
+        compute the same)."""
         resp_adv = adv_local.sum(1, keepdim=True)  # [B, 1]
-        run = (resp_adv[:, 0].abs() > adv_registry.ACTIVE_TOL).nonzero(as_tuple=True)[0].tolist()
-        comp_ids, cmask = out["completion_ids"], out["completion_mask"]
-        b, t = comp_ids.shape
-        rel = torch.zeros(b, t, device=comp_ids.device)
-        fpe = 0.0
-        # under sharding every process runs the same passes on the same number of rows: the active rows
-        # padded with inactive ones up to the largest count (their relevance is discarded)
-        sharded = self._replay_sharding() != "none"
-        rows = sharding_mod.pad_rows(run, b, comp_ids.device, sharded)
-        if rows:
-            old = out.get("old_per_token_logps")
-            reuse = sharding_mod.all_true(
-                old is not None
-                and all(
-                    contexts[j].full_is_rollout
-                    and tuple(out["prompt_ids"][j][out["prompt_mask"][j].bool()].tolist())
-                    == contexts[j].rollout
-                    for j in run
-                ),
-                comp_ids.device,
-                sharded,
-            )
-            with torch.no_grad():
-                if reuse:
-                    logp_full = old[rows]
-                else:
-                    logp_full = self._sampled_logps(
-                        [contexts[j].full for j in rows], comp_ids[rows], cmask[rows]
-                    )
-                    fpe += 1.0
-                logp_joint = self._sampled_logps(
-                    [contexts[j].joint for j in rows], comp_ids[rows], cmask[rows]
-                )
-                fpe += 1.0
-            k = len(run)  # the first len(run) of rows are the active ones
-            rel[run] = cort_relevance(logp_full[:k], logp_joint[:k], mask[run])
-        replayed = torch.zeros(b, 1, dtype=torch.bool, device=rel.device)  # [B, 1]
-        replayed[run] = True
-        stats = {
-            "fpe": fpe * len(run) / max(1, b),
-            "seconds": time.perf_counter() - t0,
-            "skipped": b - len(run),
-            "pairs": b,
-            "replayed": replayed,
-        }
-        return rel[:, None, :], stats
-
-    def _sampled_logps(self, contexts, completion_ids, completion_mask):
-        """log pi(y_t | context, y_<t) of the sampled tokens at the sampling temperature: [b, T] (TRL's pass)."""
-        ids, am = left_pad_concat(
-            contexts, completion_ids, completion_mask, self._tokenizer.pad_token_id or 0
-        )
-        logps, _, _ = super()._get_per_token_logps_and_entropies(
-            self.model, ids, am, completion_ids.shape[1], batch_size=self.args.per_device_train_batch_size
-        )
-        return logps
+        run = resp_adv.abs() > adv_registry.ACTIVE_TOL  # [B, 1]
+        return self._replay(out, scored, adv_local * run, captured, "joint", measure="logprob")
 
     # ------------------------------------------------------------------ seam 3: OPSD loss
 
