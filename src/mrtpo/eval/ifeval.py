@@ -54,10 +54,6 @@ def strip_think(response: str) -> str:
     return "" if s.startswith("<think>") else response
 
 
-EVAL_MAX_CHARS = 10**9
-"""No practical cap on the response length when scoring an evaluation."""
-
-
 def evaluate_row(row: Mapping[str, Any], response: str) -> dict[str, Any]:
     """Verdicts of one prompt: ``{"key", "instruction_id_list", "strict": [bool], "loose": [bool],
     "errors": [str]}`` (an empty string in ``errors`` where the checker ran)."""
@@ -66,10 +62,9 @@ def evaluate_row(row: Mapping[str, Any], response: str) -> dict[str, Any]:
     for m, (iid, kw) in enumerate(zip(row["instruction_id_list"], row["kwargs"], strict=True)):
         try:
             checker = checkers.build_checker(iid, kw, prompt)
-            # Evaluation scores every response in full, as the official scorer does (training keeps
-            # the checkers' character cap, which bounds a verdict's time).
-            s = checkers.follows(checker, response, max_chars=EVAL_MAX_CHARS)
-            lo = s or checkers.follows(checker, response, loose=True, max_chars=EVAL_MAX_CHARS)
+            # every response is scored in full, as the official scorer does (and as training does)
+            s = checkers.follows(checker, response)
+            lo = s or checkers.follows(checker, response, loose=True)
             err = ""
         except checkers.MissingNltkData as e:
             s = lo = False
