@@ -438,12 +438,12 @@ def test_linear_checkers_agree_with_upstream(iid, kw, text):
 # --------------------------------------------------------------------------------------------------
 # Long responses: checked in full, as the official scorer checks them
 
-_RESUME_WORDS = (
+_RESUME_WORDS = str.split(
     "glass artist adelaide studio kiln furnace blowing casting fusing commission gallery exhibition "
     "workshop teaching apprentice colour light form vessel sculpture window public art residency award "
     "client design sketch prototype annealing cold working engraving sandblasting mentor community "
     "festival curator collection museum heritage restoration leadlight mosaic technique experience"
-).split()
+)
 
 
 def _long_lowercase_resume(n_chars: int) -> str:
