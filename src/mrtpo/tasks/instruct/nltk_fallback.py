@@ -337,7 +337,11 @@ def _memoized(tokenizer):
     function of the context and the fixed parameters only, and the contexts of a repetitive text repeat
     (``". " * 50_000`` has three distinct ones)."""
     tokenizer.text_contains_sentbreak = functools.lru_cache(maxsize=8192)(tokenizer.text_contains_sentbreak)
+    _MEMOIZED.append(tokenizer.text_contains_sentbreak)
     return tokenizer
+
+
+_MEMOIZED: list = []  # the cached sentence-end tests of the splitters built here (see clear_caches)
 
 
 def _prepared(tokenizer):
@@ -455,6 +459,15 @@ def _sentences(text: str, splitter) -> tuple[str, ...]:
     """The sentences of ``text`` by ``splitter``, cached for the last few texts: the constraints of one
     prompt check the same response one after the other, and several of them split it into sentences."""
     return tuple(splitter.tokenize(text))
+
+
+def clear_caches() -> None:
+    """Empty the caches of :func:`word_tokenize` / :func:`sent_tokenize` and of the splitters' sentence
+    end tests (a benchmark times cold calls)."""
+    _sentences.cache_clear()
+    _sentence_words.cache_clear()
+    for cached in _MEMOIZED:
+        cached.cache_clear()
 
 
 def word_tokenize(text: str, language: str = "english", preserve_line: bool = False) -> list[str]:
