@@ -483,6 +483,12 @@ def _plain(value: Any) -> Any:
 def _environment_errors(model: dict[str, Any], trainer: dict[str, Any]) -> list[str]:
     """Fields that ask for what is not installed or not possible with this model: one message each."""
     errors = []
+    path = model.get("path")
+    if isinstance(path, str):
+        from mrtpo.models.loading import looks_like_path, missing_path_message
+
+        if looks_like_path(path) and not Path(path).expanduser().exists():
+            errors.append(f"field 'model.path': {missing_path_message(path)}")
     report_to = trainer.get("report_to")
     names = [report_to] if isinstance(report_to, str) else list(report_to or [])
     for name in names:

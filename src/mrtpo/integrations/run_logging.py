@@ -46,7 +46,9 @@ def folder_contents(trl: dict[str, Any] | None) -> dict[str, str]:
         steps = int(steps) if isinstance(steps, float) and steps.is_integer() and steps >= 1 else steps
         every = f"every {steps} steps" if strategy == "steps" else f"every {strategy}"
         kept = f"the newest {limit} are kept" if limit else "all are kept (trl.save_total_limit is null)"
-        ckpt = f"TRL checkpoints for --resume (model, optimizer, scheduler, RNG, trainer state), {every}; {kept}"
+        ckpt = (
+            f"TRL checkpoints for --resume (model, optimizer, scheduler, RNG, trainer state), {every}; {kept}"
+        )
     report_to = trl.get("report_to") or []
     files = {
         "run.json": "this file: the resolved config and what the folder holds",
