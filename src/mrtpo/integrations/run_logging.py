@@ -146,7 +146,9 @@ def estimate_run_bytes(trainer) -> dict[str, Any]:
     checkpoint = weights + states * 4 * trainable + 60_000  # + rng, scheduler, tokenizer, trainer state
     steps = int(args.max_steps) if args.max_steps and args.max_steps > 0 else 0
     strategy = str(getattr(args.save_strategy, "value", args.save_strategy)).lower()
-    saves = steps // int(args.save_steps) if strategy == "steps" and args.save_steps and steps else 0
+    saves = 0
+    if strategy == "steps" and args.save_steps and steps:  # and one at the last step
+        saves = -(-steps // int(args.save_steps)) if args.save_steps >= 1 else 0
     if strategy == "steps" and args.save_steps and args.save_steps < 1:  # a fraction of max_steps
         saves = round(1 / args.save_steps)
     limit = args.save_total_limit
