@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config, pairs)
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):  # TRL's per-step log dicts
-            trainer = train(cfg, overwrite=True, log=log, callbacks=[Memory()])
+            trainer = train(cfg, log=log, callbacks=[Memory()])  # a non-empty --run-dir is refused
         forecast = estimate_run_bytes(trainer)
         seconds = time.perf_counter() - t0
         parts = _folder_bytes(run_dir)
