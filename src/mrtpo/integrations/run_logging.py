@@ -165,9 +165,15 @@ def estimate_run_bytes(trainer) -> dict[str, Any]:
     total = kept * checkpoint + final + logs
     text = (
         f"this run writes about {_megabytes(total)}: {kept} checkpoint(s) of {_megabytes(checkpoint)} kept "
-        f"(trl.save_total_limit {limit}; {saves} saved)"
-        + (f", the final model {_megabytes(final)}, logs about {_megabytes(logs)} ({logged} logged steps)")
+        f"(trl.save_total_limit {limit}; {saves} saved), the final model {_megabytes(final)}, logs about "
+        f"{_megabytes(logs)} ({logged} logged steps)"
     )
+    if not steps:  # epochs, not trl.max_steps: the number of steps is not known before training
+        text = (
+            f"each checkpoint takes about {_megabytes(checkpoint)} ({'at most ' + str(limit) if limit else 'all'} "
+            f"kept, trl.save_total_limit), the final model {_megabytes(final)}, logs about {_megabytes(per_log)} "
+            "per logged step (set trl.max_steps for a total)"
+        )
     return {
         "checkpoint": checkpoint,
         "checkpoints_kept": kept,
