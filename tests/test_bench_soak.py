@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from mrtpo.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +23,7 @@ SMALL = [
 ]
 
 
+@pytest.mark.slow
 def test_bench_soak_reports_memory_and_the_run_folder(tmp_path, capsys):
     out, run = tmp_path / "soak.json", tmp_path / "run"
     # --max-growth -100: no growth can pass, so the exit code is 1 (a leak), whatever the run does

@@ -226,6 +226,7 @@ def test_ctrl_c_saves_a_checkpoint_and_prints_the_resume_command(tmp_path):
 # Resuming with a larger max_steps; tied weights; what checkpoints keep
 
 
+@pytest.mark.slow
 def test_resume_with_a_larger_max_steps_follows_the_new_schedule(tmp_path):
     """4 steps (linear decay of 1e-3 over 4 steps), resumed from checkpoint-4 with max_steps 8: each
     resumed step follows the 8-step schedule, lr(s) = 1e-3 (8 - s) / 8 for the rate logged at step s + 1
