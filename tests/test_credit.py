@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mrtpo.credit import CREDIT_MODES, allocate, token_weights
 
@@ -258,3 +261,98 @@ def test_empty_response_and_int_mask():
     assert torch.equal(s_bool, s_int)
     assert (s_bool[2] == 0).all()
     assert allocate(adv.float(), dist.float(), mask).dtype == torch.float32
+
+
+# --------------------------------------------------------------------------------------------------
+# conservation at any float input
+# --------------------------------------------------------------------------------------------------
+
+F32_MAX = float(torch.finfo(torch.float32).max)  # 3.4028235e38
+F32_TINY = float(torch.finfo(torch.float32).tiny)  # 1.1754944e-38, the smallest normal
+F32_SUB = 1.401298464324817e-45  # the smallest subnormal
+EXTREMES = [0.0, F32_SUB, 3 * F32_SUB, F32_TINY, 1e-30, 0.5, 1.0, 1e20, 1e38, F32_MAX / 2, F32_MAX]
+
+
+def test_float32_distances_near_max_keep_credit():
+    # the issue's case: d = [3e38, 1e38, 0, 2e38] (plain sum inf: every w was 0 and S had mean 0 or
+    # 0.375). Rescaled by the row max 3e38: [1, 1/3, 0, 2/3], mean 1/2 → w = [2, 2/3, 0, 4/3];
+    # Σ Â = 0.25 + 0.5 = 0.75; β = 1: S = 0.75·w = [1.5, 0.5, 0, 1]; β = 0.5: S = 0.75·(0.5 + 0.5·w)
+    d = torch.tensor([[[3e38, 1e38, 0.0, 2e38]]]).expand(1, 2, 4).contiguous()
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    adv = torch.tensor([[0.25, 0.5]])
+    assert allocate(adv, d, mask, beta=1.0)[0].tolist() == pytest.approx([1.5, 0.5, 0.0, 1.0], rel=1e-6)
+    assert allocate(adv, d, mask, beta=0.5)[0].tolist() == pytest.approx(
+        [1.125, 0.625, 0.375, 0.875], rel=1e-6
+    )
+    # subnormal distances [3, 1, 0, 2] x 1.4e-45 give the same weights (w does not depend on the scale)
+    sub = torch.tensor([[[3 * F32_SUB, F32_SUB, 0.0, 2 * F32_SUB]]])
+    assert token_weights(sub, mask)[0, 0].tolist() == pytest.approx([2.0, 2 / 3, 0.0, 4 / 3], rel=1e-6)
+
+
+def _scheme_rows(name: str, k: int) -> int:
+    from mrtpo.credit import scheme
+
+    return 1 if scheme(name).replay in ("joint", "logprob") else k
+
+
+ADV_MAX = 1.0000000150474662e30  # 1e30 as a float32
+DIST_VALUES = st.sampled_from(EXTREMES) | st.floats(0.0, F32_MAX, width=32, allow_subnormal=True)
+ADV_VALUES = st.sampled_from([0.0, F32_SUB, -F32_TINY, 1e-30, 1.0, -2.5, 1e30]) | st.floats(
+    -ADV_MAX, ADV_MAX, width=32, allow_subnormal=True
+)
+
+
+def _grid(data, values, *shape: int) -> torch.Tensor:
+    """A tensor of ``shape`` drawn element by element from ``values``."""
+    flat = data.draw(st.lists(values, min_size=math.prod(shape), max_size=math.prod(shape)))
+    return torch.tensor(flat).reshape(shape)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(data=st.data())
+def test_conservation_at_float32_extremes_every_scheme(data):
+    """mean_{valid t} S[j, t] = Σ_k Â[j, k] for every registered scheme, float32 distances anywhere in
+    [0, 3.4e38] (zeros, subnormals, the largest values) and advantages from subnormal to 1e30."""
+    n, k, t = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)), data.draw(st.integers(1, 12))
+    mask = _grid(data, st.booleans(), n, t)
+    adv = _grid(data, ADV_VALUES, n, k)
+    beta = data.draw(st.sampled_from([0.0, 0.5, 1.0]))
+    count = mask.sum(1).double()  # [N]
+    has = count > 0
+    for name in CREDIT_MODES.names():
+        d = _grid(data, DIST_VALUES, n, _scheme_rows(name, k), t)
+        assert d.dtype == torch.float32 and adv.dtype == torch.float32
+        s = allocate(adv, d, mask, beta=beta, mode=name, generator=torch.Generator().manual_seed(0))
+        assert torch.isfinite(s).all(), name
+        assert (s[~mask] == 0).all()
+        got = s.double().sum(1) / count.clamp(min=1)  # [N]  token mean of S
+        want = adv.double().sum(1)  # [N]  Σ_k Â
+        scale = adv.double().abs().sum(1)  # [N]  Σ_k |Â|
+        # float32 rounding: relative 1e-5 of Σ|Â| (T <= 12 tokens), plus the subnormal spacing
+        close = (got - want).abs() <= 1e-5 * scale + 1e-43
+        assert bool(close[has].all()), (name, got, want)
+        w = token_weights(d, mask, mode=name, generator=torch.Generator().manual_seed(0))
+        mean_w = w.double().sum(-1) / count.clamp(min=1)[:, None]  # [N, K']
+        assert torch.allclose(mean_w[has], torch.ones_like(mean_w[has]), atol=1e-5), name
+
+
+def test_a_scheme_that_destroys_credit_is_refused():
+    # a scheme with its own (plain, overflowing) normalization: d / mean(d) with d near 3.4e38 gives 0
+    from mrtpo import credit
+    from mrtpo.credit import register_scheme
+
+    @register_scheme("naive_test_only", replay="reward")
+    def naive(distances, mask, generator):
+        m = mask[:, None, :].to(distances.dtype)
+        return distances / (distances * m).mean(dim=-1, keepdim=True) * m
+
+    try:
+        mask = torch.ones(1, 2, dtype=torch.bool)
+        ok = allocate(torch.ones(1, 1), torch.tensor([[[1.0, 3.0]]]), mask, mode="naive_test_only")
+        assert ok[0].tolist() == pytest.approx([0.75, 1.25])  # w = [0.5, 1.5]; S = 0.5 + 0.5·w
+        with pytest.raises(
+            ValueError, match=r"credit scheme 'naive_test_only': the weights of response 0, row 0 average 0"
+        ):
+            allocate(torch.ones(1, 1), torch.tensor([[[F32_MAX, F32_MAX]]]), mask, mode="naive_test_only")
+    finally:
+        credit.CREDIT_SCHEMES.remove("naive_test_only")

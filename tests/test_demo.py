@@ -268,7 +268,7 @@ def test_toy_recipe_is_the_demo_mrtpo_run():
     from mrtpo.integrations.config import load_config
 
     path = Path(__file__).resolve().parents[1] / "recipes" / "toy_mrtpo.yaml"
-    want = run_config("mrtpo", 0, RLConfig(), "mrtpo-demo/warmstart", "runs/toy_mrtpo")
+    want = run_config("mrtpo", 0, RLConfig(), "./mrtpo-demo/warmstart", "runs/toy_mrtpo")
     assert yaml.safe_load(path.read_text()) == want
     cfg = load_config(path)
     assert (cfg.trainer["advantage_method"], cfg.trainer["credit"], cfg.trainer["credit_beta"]) == (

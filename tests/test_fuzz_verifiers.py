@@ -2,7 +2,10 @@
 
 Each property feeds arbitrary unicode, huge and deeply nested texts, and mutations of valid responses
 (tags inserted, deleted, duplicated; text truncated) and asserts: no exception, a value within the
-verifier's declared bounds, and a time bound per call.
+verifier's declared bounds, and a time bound per call. The ``*_at_100k`` properties give every verifier,
+every instruction checker (its strict verdict, the training verdict) and every span finder texts of
+100,000 to 130,000 characters (runs of one unit, or distinct short sentences): verdicts have no length
+cap, so these bound their time at the lengths a 32k-token completion reaches.
 
 Budget: the ``mrtpo-ci`` settings profile (30 examples per property, derandomized, no example
 database) keeps the file under a minute; ``MRTPO_FUZZ_EXAMPLES=2000 pytest tests/test_fuzz_verifiers.py``
@@ -11,6 +14,7 @@ loads the ``mrtpo-fuzz`` profile with that many examples per property (random se
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -40,14 +44,17 @@ settings.register_profile(
     "mrtpo-fuzz", max_examples=int(_FUZZ or 1), deadline=None, database=None, suppress_health_check=_HEALTH
 )
 PROFILE = settings.get_profile("mrtpo-fuzz" if _FUZZ else "mrtpo-ci")
+GIANT_PROFILE = settings(PROFILE, max_examples=max(1, PROFILE.max_examples // 30))  # 100k+ texts: CI, one
 
 # Time bounds per call, seconds: generous multiples of what one call takes here (a few ms for the tools
-# and SQL parsers on 20,000-unit inputs; about 2 s for the slowest NLTK-tokenizing instruction checker at
-# its 20,000-character cap), so that a loaded CI machine does not flake while a quadratic regression
-# (tens of seconds at these sizes) fails.
+# and SQL parsers on 20,000-unit inputs; under a second for the slowest NLTK-tokenizing instruction
+# checker on 20,000 characters, about 7 s on 100,000 characters of distinct short sentences), so that a
+# loaded CI machine does not flake while a quadratic regression fails (the former placeholder span
+# finder: 8 s on 48,000 characters of "[", 30 s on 100,000; a quadratic checker: minutes at 100,000).
 FAST_S = 2.0
 SQL_S = 15.0  # a query: its 2 s timeout, the kill grace, a worker restart
 INSTRUCT_S = 20.0
+GIANT_S = 60.0  # one strict verdict, or one span finder, on 100,000-130,000 characters
 
 # -- strategies ---------------------------------------------------------------------------------------
 
@@ -65,9 +72,34 @@ HUGE_UNITS = [
     "```sql", "'", "9", "a", "Question 1\n", "* x\n", "P.S.\n", "\"", "--", "/*",
 ]  # fmt: skip
 
+
+def distinct_sentences(n: int) -> str:
+    """``n`` characters of short sentences that never repeat ("w0. w1. ..."): no cache of repeated
+    pieces helps a tokenizer there."""
+    return "".join(f"w{i}. " for i in range(n // 3 + 1))[:n]
+
+
+def giant(unit: str, n: int) -> str:
+    """``n`` characters: ``unit`` repeated, or :func:`distinct_sentences` for ``unit`` None."""
+    return distinct_sentences(n) if unit is None else (unit * (n // len(unit) + 1))[:n]
+
+
+GIANT_UNITS = [*HUGE_UNITS, None]  # None: distinct short sentences
+
 unit_text = st.lists(st.sampled_from(UNITS) | st.text(max_size=6), max_size=60).map("".join)
 any_text = st.text(max_size=400) | st.text(st.characters(exclude_categories=()), max_size=200)  # + surrogates
 huge_text = st.builds(lambda u, n: u * n, st.sampled_from(HUGE_UNITS), st.integers(1_000, 20_000))
+huge_chars = st.builds(giant, st.sampled_from(GIANT_UNITS), st.integers(1_000, 20_000))  # <= 20,000 chars
+
+
+def giant_text(first: int = 0):
+    """100,000 to 130,000 characters of one unit (or distinct sentences); the simplest example (what a
+    derandomized run with one example draws) is 100,000 characters of ``GIANT_UNITS[first % n]``."""
+    k = first % len(GIANT_UNITS)
+    units = GIANT_UNITS[k:] + GIANT_UNITS[:k]
+    return st.builds(giant, st.sampled_from(units), st.integers(100_000, 130_000))
+
+
 nested_text = st.builds(
     lambda o, c, n: o * n + c * (n // 2),  # deep and unclosed, or half closed
     st.sampled_from(["[", '{"a": ', "(", "<<", "{", '["']),
@@ -95,8 +127,8 @@ def mutated(draw, valid: list[str]):
     return text
 
 
-def hostile(valid: list[str]):
-    return any_text | unit_text | huge_text | nested_text | mutated(valid)
+def hostile(valid: list[str], huge=huge_text):
+    return any_text | unit_text | huge | nested_text | mutated(valid)
 
 
 def timed(bound: float, fn, *args, **kwargs):
@@ -164,6 +196,17 @@ def toolrl_format_reference(response: str, answer: str) -> float:
 @PROFILE
 @given(response=hostile(TOOLS_VALID), ref=st.sampled_from(TOOLS_VALID))
 def test_tools_rewards_and_parsers(response, ref):
+    _tools_check(response, ref)
+
+
+@GIANT_PROFILE
+@given(data=st.data(), ref=st.sampled_from(TOOLS_VALID))
+def test_tools_rewards_and_parsers_at_100k(data, ref):
+    for i in range(len(GIANT_UNITS)):  # every unit (CI: one text each)
+        _tools_check(data.draw(giant_text(i)), ref)
+
+
+def _tools_check(response: str, ref: str) -> None:
     for strict in (False, True):
         assert timed(FAST_S, format_reward, response, ref, strict_json=strict) in (0.0, 1.0)
     assert -3.0 <= timed(FAST_S, correctness_reward, response, ref) <= 3.0
@@ -245,7 +288,19 @@ def test_check_query_is_total_and_linear(sql):
 @PROFILE
 @given(data=st.data())
 def test_sql_verifiers_and_task_score(sql_task, sql_examples, data):
-    response = data.draw(hostile(SQL_VALID + sql_valid(sql_examples)))
+    _sql_check(sql_task, sql_examples, data, data.draw(hostile(SQL_VALID + sql_valid(sql_examples))))
+
+
+@GIANT_PROFILE
+@given(data=st.data())
+def test_sql_verifiers_and_task_score_at_100k(sql_task, sql_examples, data):
+    for i in range(len(GIANT_UNITS)):  # every unit (CI: one text each), and a valid answer padded
+        _sql_check(sql_task, sql_examples, data, data.draw(giant_text(i)))
+    pad = " " * 100_000
+    _sql_check(sql_task, sql_examples, data, f"<think>{pad}</think><answer>```sql\nSELECT 1\n```</answer>")
+
+
+def _sql_check(sql_task, sql_examples, data, response: str) -> None:
     parsed = timed(FAST_S, parse_response, response)
     assert parsed.format_ok in (True, False)
     if parsed.sql_span is not None:
@@ -316,9 +371,84 @@ def test_instruct_check_every_id(iid, response):
 
 @needs_checkers
 @PROFILE
-@given(iid=st.sampled_from(sorted(INSTRUCT_CASES)), response=huge_text | nested_text)
+@given(iid=st.sampled_from(sorted(INSTRUCT_CASES)), response=huge_chars | nested_text)
 def test_instruct_check_huge_and_nested(iid, response):
     _instruct_check(iid, response)
+
+
+IDS = sorted(INSTRUCT_CASES)
+
+
+@needs_checkers
+@pytest.mark.parametrize("iid", IDS)
+@GIANT_PROFILE
+@given(data=st.data())
+def test_instruct_check_every_id_at_100k(iid, data):
+    """Every checker's strict verdict (the training verdict), and its span finder where it has one, on
+    100,000+ characters, within GIANT_S each; the ids take the units in turn (CI: one text per id)."""
+    from mrtpo.tasks.instruct import spans
+
+    response = data.draw(giant_text(IDS.index(iid)))
+    kw, prompt = INSTRUCT_CASES[iid]
+    with contextlib.suppress(checkers.MissingNltkData):  # this machine lacks the data (not the response's)
+        assert timed(GIANT_S, checkers.check, iid, kw, response, prompt) in (True, False)
+    found = timed(GIANT_S, spans.checked_spans, iid, kw, response, prompt)
+    assert found is None or all(0 <= a <= b <= len(response) for a, b in found)
+
+
+@needs_checkers
+@GIANT_PROFILE
+@given(n=st.integers(100_000, 130_000))
+def test_every_span_finder_on_every_unit_at_100k(n):
+    """The span finders (localization, the live audit) on 100,000+ characters of every unit: linear
+    (the placeholder finder ``\\[.*?\\]`` took 8 s on 48,000 characters of "[" when it was a regex)."""
+    from mrtpo.tasks.instruct import spans
+
+    for unit in GIANT_UNITS:
+        text = giant(unit, n)
+        for iid in sorted(spans.KINDS):
+            kw, prompt = INSTRUCT_CASES.get(iid, ({}, ""))
+            found = timed(FAST_S, spans.checked_spans, iid, kw, text, prompt)
+            assert found is not None and all(0 <= a <= b <= n for a, b in found), (iid, unit)
+
+
+@needs_checkers
+@pytest.mark.parametrize("iid", ["detectable_content:number_placeholders", "detectable_format:title"])
+@PROFILE
+@given(
+    text=st.lists(st.sampled_from(["[", "]", "\n", "a", "<<", ">>", "<", ">", " "]), max_size=40).map("".join)
+)
+def test_linear_span_finders_equal_the_regex(iid, text):
+    from mrtpo.tasks.instruct import spans
+
+    pattern = r"\[.*?\]" if iid == "detectable_content:number_placeholders" else r"<<[^\n]+>>"
+    assert spans.checked_spans(iid, {}, text) == [(m.start(), m.end()) for m in re.finditer(pattern, text)]
+
+
+def _muldimif():
+    from mrtpo.tasks.instruct import muldimif
+
+    return muldimif
+
+
+@PROFILE
+@given(family=st.sampled_from(sorted(_muldimif().EXAMPLES)), response=hostile(INSTRUCT_VALID, huge_chars))
+def test_muldimif_checks(family, response):
+    """One MulDimIF constraint per check family (muldimif.EXAMPLES covers every family of CHECKS)."""
+    m = _muldimif()
+    assert set(m.EXAMPLES) == set(m.CHECKS.names())
+    v = m.MulDimIFVerifier("c0", m.EXAMPLES[family])
+    check_verifiers([v], None, response, INSTRUCT_S)
+
+
+@pytest.mark.parametrize("family", sorted(_muldimif().EXAMPLES))
+@GIANT_PROFILE
+@given(data=st.data())
+def test_muldimif_checks_at_100k(family, data):
+    m = _muldimif()
+    response = data.draw(giant_text(sorted(m.EXAMPLES).index(family)))
+    ok, reason = timed(GIANT_S, m.check, m.EXAMPLES[family], response)
+    assert ok in (True, False) and isinstance(reason, str)
 
 
 @needs_checkers
@@ -351,7 +481,7 @@ def instruct_task_examples():
 def test_instruct_task_verifiers(instruct_task_examples, data):
     task, examples = instruct_task_examples
     ex = data.draw(st.sampled_from(examples))
-    response = data.draw(hostile(INSTRUCT_VALID))
+    response = data.draw(hostile(INSTRUCT_VALID, huge_chars))
     check_verifiers(task.verifiers(ex), ex, response, INSTRUCT_S)
 
 
@@ -374,3 +504,12 @@ def test_toy_verifiers(toy_task_examples, data):
     valid = [" ".join(words), f"<b> {' '.join(words)} </b>", " ".join(json.dumps(w) for w in words)]
     response = data.draw(hostile(valid))
     check_verifiers(task.verifiers(ex), ex, response, FAST_S)
+
+
+@GIANT_PROFILE
+@given(data=st.data())
+def test_toy_verifiers_at_100k(toy_task_examples, data):
+    task, examples = toy_task_examples
+    for i in range(len(GIANT_UNITS)):  # every unit (CI: one text each)
+        ex = examples[i % len(examples)]
+        check_verifiers(task.verifiers(ex), ex, data.draw(giant_text(i)), FAST_S)

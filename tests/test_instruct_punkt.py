@@ -111,3 +111,53 @@ def test_agrees_with_nltk_sent_tokenize_where_punkt_tab_is_installed():
     texts = [json.loads(line)["response"] for line in data.open()] + [t for t, _ in CASES]
     tok = nltk_fallback.pretrained_sentence_tokenizer()
     assert [tok.tokenize(t) for t in texts] == [nltk.sent_tokenize(t) for t in texts]
+
+
+# --------------------------------------------------------------------------------------------------
+# Long responses: no NLTK regex time limit, the same tokens as NLTK's own composition
+
+
+def test_sentence_splitting_has_no_regex_time_limit(monkeypatch):
+    """NLTK stops its regexes after redos.DEFAULT_TIMEOUT seconds (5) and raises; Punkt's whole-text
+    search for sentence ends reaches that on long responses, and the checker would then score the
+    constraint as not followed. Here the limit is made tiny: NLTK's own splitter fails, ours does not."""
+    redos = pytest.importorskip("nltk.redos")
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
+
+    text = "It works. " * 6000  # 60,000 characters, 6,000 sentences
+    # 50 ms: far more than any of the short per-token regex calls takes, far less than the whole text
+    monkeypatch.setattr(redos, "DEFAULT_TIMEOUT", 0.05)
+    plain = PunktSentenceTokenizer(nltk_fallback.sentence_tokenizer()._params)
+    with pytest.raises(TimeoutError):
+        plain.tokenize(text)
+    assert len(nltk_fallback.sent_tokenize(text)) == 6000
+    words = nltk_fallback.word_tokenize(text)
+    assert len(words) == 18000 and words[:3] == ["It", "works", "."]
+    length = checkers.build_checker(
+        "length_constraints:number_sentences", {"relation": "at least", "num_sentences": 6000}
+    )
+    assert checkers.follows_verdict(length, text) == (True, "")
+
+
+def test_cached_tokenizers_equal_nltk_composition():
+    """word_tokenize = Punkt sentences, then NLTK's Treebank tokenizer per sentence, as nltk.word_tokenize
+    composes them: compared with fresh, uncached NLTK objects on repetitive and varied texts."""
+    from nltk.tokenize import NLTKWordTokenizer
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
+
+    splitter = PunktSentenceTokenizer(nltk_fallback.sentence_tokenizer()._params)
+    treebank = NLTKWordTokenizer()
+    units = [
+        "It is. ",
+        "Dr. Who came. ",
+        "P.S.\n",
+        '"Yes," she said. ',
+        "(a) b's c't. ",
+        "3.14 -- x... ",
+        "?! ",
+    ]
+    texts = [u * 150 for u in units] + ["".join(units[(i * 5) % 7] for i in range(k)) for k in range(1, 40)]
+    for text in texts:
+        sentences = splitter.tokenize(text)
+        assert nltk_fallback.sent_tokenize(text) == sentences
+        assert nltk_fallback.word_tokenize(text) == [t for s in sentences for t in treebank.tokenize(s)]

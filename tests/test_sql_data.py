@@ -187,6 +187,29 @@ def test_bird_loader_evidence_and_set_match(tmp_path):
         load_bird(root, "train")
 
 
+def test_a_question_file_as_the_source(spider_copy, tmp_path):
+    """--data.source pointing at a question file (it exists: no "data folder not found"): the file is the
+    split and its folder the dataset; a file that cannot be one says what to give."""
+    by_folder = load_sql_dataset(spider_copy, "dev")
+    by_file = load_sql_dataset(spider_copy / "dev.json", "train")  # the file decides the split
+    assert [e.id for e in by_file] == [e.id for e in by_folder] and by_file
+    assert [e.id for e in load_sql_dataset(spider_copy / "train_spider.json")][:1] == [
+        e.id for e in load_sql_dataset(spider_copy, "train")
+    ][:1]
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"notes\.txt is a file, not a text-to-SQL data folder: give the"):
+        load_sql_dataset(tmp_path / "notes.txt")
+    lone = tmp_path / "lone" / "dev.json"
+    lone.parent.mkdir()
+    shutil.copy(spider_copy / "dev.json", lone)
+    with pytest.raises(
+        FileNotFoundError, match=r"dev\.json is a question file, but its folder .*lone has no"
+    ):
+        load_sql_dataset(lone)
+    with pytest.raises(FileNotFoundError, match=r"text-to-SQL data folder not found: .*nowhere"):
+        load_sql_dataset(tmp_path / "nowhere")
+
+
 def test_detect_format(tmp_path, spider_copy):
     assert detect_format(spider_copy) == "spider"
     with pytest.raises(ValueError, match="neither Spider format"):

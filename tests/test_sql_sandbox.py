@@ -470,3 +470,51 @@ def test_workers_that_cannot_start_fail_the_queries_without_raising(db, monkeypa
     assert [(r.ok, r.kind, r.error) for r in results] == [
         (False, "crashed", "sandbox workers fail to start")
     ] * 3
+
+
+def test_one_query_cannot_read_another_querys_text_or_the_host_path(db):
+    """On one worker, after a query that mentions a value (a gold query run for the execution reward),
+    a later query sees neither its SQL text (sqlite_stmt) nor the database's path (pragma_database_list),
+    nor the connection's or the file's state through the other such virtual tables."""
+    secret = "item137"
+    with SandboxPool(1, timeout=2.0) as p:
+        gold = p.run(db, f"SELECT id FROM items WHERE name = '{secret}'")
+        assert gold.ok and gold.rows == [(137,)]
+        for sql in (
+            "SELECT sql FROM sqlite_stmt",
+            "SELECT count(*) FROM sqlite_stmt",  # even the number of prepared statements
+            "SELECT * FROM main.SQLITE_STMT",
+            "WITH s AS (SELECT sql FROM sqlite_stmt) SELECT group_concat(sql) FROM s",
+            "SELECT file FROM pragma_database_list",
+            "SELECT count(*) FROM pragma_database_list",
+            "SELECT name, file FROM pragma_database_list()",
+            "SELECT * FROM dbstat",
+            "SELECT count(*) FROM dbstat",
+        ):
+            r = p.run(db, sql)
+            assert not r.ok and r.kind == "refused" and r.rows == [], (sql, r)
+            assert secret not in r.error and str(db) not in r.error and str(db.parent) not in r.error
+            assert r.error.startswith("not allowed in the sandbox: ")
+        # the schema pragmas that are allowed show no path (schema only)
+        assert p.run(db, "SELECT name FROM pragma_table_list WHERE name = 'items'").rows == [("items",)]
+        rows = p.run(db, "SELECT * FROM pragma_table_info('items')").rows
+        assert rows and all(str(db.parent) not in str(v) for row in rows for v in row)
+
+
+def test_the_connection_keeps_no_prepared_statement(db, tmp_path):
+    """Inside a worker: after a query, the connection holds no prepared statement an authorizer-free
+    reader could list (defence in depth behind the refusal of sqlite_stmt)."""
+    from collections import OrderedDict
+
+    from mrtpo.tasks.sql import sandbox_worker as w
+
+    limits = {"max_memory": 1 << 26, "max_value_bytes": 1 << 20, "interrupt": True, "max_bytes": 1 << 20,
+              "max_connections": 2}  # fmt: skip
+    cache = OrderedDict()
+    assert w.execute(cache, str(db), "SELECT id FROM items WHERE name = 'item9'", 2.0, 10, limits)[1] == [
+        (9,)
+    ]
+    conn = cache[str(db)].db
+    conn.set_authorizer(None)
+    assert conn.execute("SELECT sql FROM sqlite_stmt").fetchall() == [("SELECT sql FROM sqlite_stmt",)]
+    cache.popitem()[1].close()

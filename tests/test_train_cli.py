@@ -404,3 +404,30 @@ def test_report_labels_read_credit_beta_and_the_old_beta_key():
     old = {"advantage_method": "gdpo", "credit": "reward", "beta": 0.25}  # run folders of earlier versions
     assert method_label(new) == method_label(old) == "MRTPO β=0.25"
     assert method_key(new) == method_key(old) == ("gdpo", "reward", 0.25)
+
+
+def test_missing_local_model_folder_is_an_immediate_error(tmp_path, capsys, monkeypatch):
+    """recipes/toy_mrtpo.yaml before `mrtpo demo` (or after `mrtpo demo --quick`, which writes
+    mrtpo-demo-quick/): one line naming the folder and how to make it, at once, and no hub lookup."""
+    import time
+
+    import huggingface_hub
+
+    from mrtpo.models.loading import looks_like_path
+
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: calls.append(a) or 1 / 0)
+    t0 = time.monotonic()
+    rc = main(["train", str(ROOT / "recipes" / "toy_mrtpo.yaml"), "--trl.output_dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "field 'model.path': model folder './mrtpo-demo/warmstart' does not exist" in err[0]
+    assert "`mrtpo demo --quick` into mrtpo-demo-quick/warmstart" in err[0]
+    assert time.monotonic() - t0 < 20 and not calls and not (tmp_path / "run").exists()
+    # what counts as a local path (never looked up on the hub), and what may be a hub id
+    (tmp_path / "runs").mkdir()
+    for path in ["./x", "/abs/x", "~/x", "a/b/c", "runs/toy", "a--b/c", "a/../b", "x\\y", "mrtpo demo/x"]:
+        assert looks_like_path(path), path
+    for hub_id in ["Qwen/Qwen2.5-7B-Instruct", "gpt2", "mrtpo-demo/warmstart"]:
+        assert not looks_like_path(hub_id), hub_id

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from mrtpo.cli.main import main
@@ -219,3 +220,97 @@ def test_ctrl_c_saves_a_checkpoint_and_prints_the_resume_command(tmp_path):
     assert last.endswith(" --resume") and "--trl.max_steps=500" in last
     assert checkpoint_problems(folder) == []
     assert not (run / "model.safetensors").exists()  # no "final" model for an interrupted run
+
+
+# --------------------------------------------------------------------------------------------------
+# Resuming with a larger max_steps; tied weights; what checkpoints keep
+
+
+@pytest.mark.slow
+def test_resume_with_a_larger_max_steps_follows_the_new_schedule(tmp_path):
+    """4 steps (linear decay of 1e-3 over 4 steps), resumed from checkpoint-4 with max_steps 8: each
+    resumed step follows the 8-step schedule, lr(s) = 1e-3 (8 - s) / 8 for the rate logged at step s + 1
+    (without the resync, step 5 trained at the 4-step schedule's final rate, 0, and logged 0), and no
+    "missing keys ['lm_head.weight']" warning (the embeddings are tied)."""
+    import logging
+
+    run = tmp_path / "run"
+    common = [*SMALL, "--trl.save_steps=2", f"--trl.output_dir={run}"]
+    assert main(["train", RECIPE, *common, "--trl.max_steps=4"]) == 0
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    try:
+        assert main(["train", RECIPE, *common, "--trl.max_steps=8", "--resume"]) == 0
+    finally:
+        logger.removeHandler(handler)
+    lr = {s: m["learning_rate"] for s, m in _metrics(run).items()}
+    assert [round(lr[s], 12) for s in range(1, 5)] == [1e-3, 7.5e-4, 5e-4, 2.5e-4]  # (4 - (s-1)) / 4
+    assert [round(lr[s], 12) for s in range(5, 9)] == [5e-4, 3.75e-4, 2.5e-4, 1.25e-4]  # (8 - (s-1)) / 8
+    assert not [r for r in records if "missing keys" in r], records
+
+
+def test_tied_weights_are_not_missing_keys(tiny_model):
+    from torch.nn.modules.module import _IncompatibleKeys
+
+    from mrtpo.integrations.checkpoints import without_tied_keys
+
+    assert tiny_model.lm_head.weight is tiny_model.model.embed_tokens.weight  # tied
+    result = _IncompatibleKeys(["lm_head.weight", "model.norm.weight"], [])
+    assert without_tied_keys(tiny_model, result).missing_keys == ["model.norm.weight"]  # a real one stays
+    both = _IncompatibleKeys(["lm_head.weight", "model.embed_tokens.weight"], [])
+    assert without_tied_keys(tiny_model, both).missing_keys == both.missing_keys  # neither was loaded
+
+
+def test_resync_schedule_on_a_lambda_schedule():
+    from transformers import get_linear_schedule_with_warmup
+
+    from mrtpo.integrations.checkpoints import resync_schedule
+
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.AdamW([param], lr=1e-3)
+    old = get_linear_schedule_with_warmup(opt, 0, 20)
+    for _ in range(20):
+        opt.step()
+        old.step()
+    state_opt, state_sched = opt.state_dict(), old.state_dict()
+    assert opt.param_groups[0]["lr"] == 0.0  # the end of the 20-step schedule
+    # resumed with 40 steps: the Trainer rebuilds the schedule, then loads both states
+    opt2 = torch.optim.AdamW([param], lr=1e-3)
+    new = get_linear_schedule_with_warmup(opt2, 0, 40)
+    opt2.load_state_dict(state_opt)
+    new.load_state_dict(state_sched)
+    assert opt2.param_groups[0]["lr"] == 0.0  # what step 21 would train at
+    assert resync_schedule(new, opt2) == [pytest.approx(5e-4)]  # 1e-3 (40 - 20) / 40
+    assert opt2.param_groups[0]["lr"] == pytest.approx(5e-4)
+    opt2.step()
+    new.step()
+    assert opt2.param_groups[0]["lr"] == pytest.approx(4.75e-4)  # 1e-3 (40 - 21) / 40
+
+
+def test_checkpoints_are_bounded_and_keep_no_log_history(tmp_path):
+    """The default trl.save_total_limit (2) keeps the newest two checkpoints; each checkpoint's
+    trainer_state.json keeps only the last log entry (metrics.jsonl has every step) and resuming from it
+    is exact (test_resume_across_an_epoch_boundary_equals_the_uninterrupted_run runs on such
+    checkpoints); run.json says what the folder holds."""
+    run = tmp_path / "run"
+    assert (
+        main(["train", RECIPE, *SMALL, "--trl.max_steps=4", "--trl.save_steps=1", f"--trl.output_dir={run}"])
+        == 0
+    )
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-4"]
+    state = json.loads((run / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4 and len(state["log_history"]) == 1
+    assert state["log_history"][0]["step"] == 4
+    assert sorted(_metrics(run)) == [1, 2, 3, 4]
+    files = json.loads((run / "run.json").read_text())["files"]
+    assert files["checkpoint-N/"].endswith("every 1 steps; the newest 2 are kept")
+    assert set(files) >= {"run.json", "metrics.jsonl", "samples.jsonl", "checkpoint-N/"}
+    # null keeps every checkpoint, as TRL does, and the folder says so
+    from mrtpo.integrations.run_logging import folder_contents
+
+    every = folder_contents({"save_strategy": "steps", "save_steps": 50.0, "save_total_limit": None})
+    assert every["checkpoint-N/"].endswith("every 50 steps; all are kept (trl.save_total_limit is null)")
+    assert folder_contents({"save_strategy": "no"})["checkpoint-N/"] == "none (trl.save_strategy is 'no')"

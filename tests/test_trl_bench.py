@@ -29,12 +29,15 @@ def test_bench_train_reports_ratios(tmp_path, capsys):
             "4",
             "--hidden-size",
             "32",
+            "--threads",
+            "2",
             "--output",
             str(out),
         ]
     )
     assert rc == 0
     text = capsys.readouterr().out
+    assert "per-step wall time" in text  # --threads 2: the threads' CPU times would add up
     assert "TRL GRPOTrainer (GDPO mode)" in text and "predicted replay" in text
     # stdout is the table only: no TRL per-step log dictionaries, no progress lines
     assert "{'loss'" not in text and "'train_runtime'" not in text and "bench train:" not in text
@@ -42,6 +45,7 @@ def test_bench_train_reports_ratios(tmp_path, capsys):
     d = json.loads(out.read_text())
     runs = d["runs"]
     assert set(runs) == {"trl_gdpo", "gdpo", "mrtpo"}
+    assert d["threads"] == 2 and d["clock"] == "wall"
     for r in runs.values():
         assert len(r["steps"]) == 1 and r["step_seconds"] > 0  # 2 steps, 1 dropped as warm-up
     assert d["gdpo_over_trl"] == pytest.approx(
@@ -81,3 +85,8 @@ def test_bench_train_credit_comes_from_the_registry(capsys):
         assert "--steps=1 must exceed --warmup=1" in capsys.readouterr().err  # the credit passed the check
     finally:
         credit.CREDIT_SCHEMES.remove("bench_probe")
+
+
+def test_bench_train_threads(capsys):
+    assert main(["bench", "train", "--threads", "0"]) == 2
+    assert "--threads must be >= 1, got 0" in capsys.readouterr().err

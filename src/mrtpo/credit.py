@@ -118,12 +118,20 @@ def _mean_normalized(distances: Tensor, mask: Tensor) -> Tensor:
 
     Returns:
         [N, K', T] weights, 0 on padding.
+
+    Overflow- and underflow-safe: each row is first divided by its largest valid value (w does not
+    change when d is scaled), so the sum behind the mean is at most T, whatever the magnitudes: float32
+    distances near 3.4e38 (whose plain sum is inf, making every w 0) or subnormal ones (whose plain mean
+    rounds off) keep mean_{valid t} w = 1.
     """
     m = mask[:, None, :].to(distances.dtype)  # [N, 1, T]
     count = m.sum(dim=-1, keepdim=True)  # [N, 1, 1]
-    mean = (distances * m).sum(dim=-1, keepdim=True) / count.clamp(min=1.0)  # [N, K', 1]
-    zero = mean == 0  # [N, K', 1]
-    w = distances / torch.where(zero, torch.ones_like(mean), mean)  # [N, K', T]
+    d = distances * m  # [N, K', T]  (0 on padding)
+    peak = d.amax(dim=-1, keepdim=True)  # [N, K', 1]  d >= 0, so 0 only for an all-zero row
+    zero = peak == 0  # [N, K', 1]
+    scaled = d / torch.where(zero, torch.ones_like(peak), peak)  # [N, K', T]  in [0, 1]
+    mean = scaled.sum(dim=-1, keepdim=True) / count.clamp(min=1.0)  # [N, K', 1]  >= 1 / T unless zero
+    w = scaled / torch.where(zero, torch.ones_like(mean), mean)  # [N, K', T]
     w = torch.where(zero, torch.ones_like(w), w)
     return w * m  # [N, K', T]
 
@@ -226,6 +234,51 @@ def _valid_distances(distances: Tensor, mask: Tensor, dtype: torch.dtype) -> Ten
     return torch.where(valid, distances.to(dtype), torch.zeros((), dtype=dtype, device=distances.device))
 
 
+WEIGHT_MEAN_RTOL = 1e-3
+"""How far from 1 the mean of a scheme's weights over a row's valid tokens may be (float32 rounding
+over tens of thousands of tokens stays far below it)."""
+
+
+def _checked_weights(name: str, w: Tensor, mask: Tensor) -> Tensor:
+    """A scheme's weights [N, K', T], checked against the :data:`WeightsFn` contract that conservation
+    rests on: finite, 0 on padding and mean 1 over each row's valid tokens (rows without one: all 0).
+
+    Raises:
+        ValueError: naming the scheme and the first (response, row) that breaks the contract, e.g. a
+            scheme whose own normalization overflowed (credit would be destroyed, not redistributed).
+    """
+    if (
+        not isinstance(w, Tensor)
+        or w.dim() != 3
+        or w.shape[0] != mask.shape[0]
+        or w.shape[2] != mask.shape[1]
+    ):
+        shape = tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__
+        raise ValueError(
+            f"credit scheme {name!r} returned weights of shape {shape}; expected (N, K', T) = "
+            f"({mask.shape[0]}, K', {mask.shape[1]})"
+        )
+    valid = mask[:, None, :].expand(w.shape)  # [N, K', T]
+    finite = torch.isfinite(w)
+    if not bool((finite | ~valid).all()) or bool((w[~valid] != 0).any()):
+        j, k, t = (int(i) for i in ((valid & ~finite) | (~valid & (w != 0))).nonzero()[0])
+        raise ValueError(
+            f"credit scheme {name!r}: weights[{j}, {k}, {t}] = {w[j, k, t].item()} (response {j}, row {k}, "
+            f"token {t}); weights must be finite on valid tokens and 0 on padding"
+        )
+    count = mask.sum(dim=-1)  # [N]
+    wd = torch.where(valid, w, torch.zeros((), dtype=w.dtype, device=w.device)).double()  # [N, K', T]
+    mean = wd.sum(dim=-1) / count.clamp(min=1)[:, None]  # [N, K']
+    bad = (count > 0)[:, None] & ((mean - 1).abs() > WEIGHT_MEAN_RTOL)  # [N, K']
+    if bool(bad.any()):
+        j, k = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"credit scheme {name!r}: the weights of response {j}, row {k} average {mean[j, k].item():.6g} "
+            "over its valid tokens; a scheme's weights must average 1 (else credit is created or destroyed)"
+        )
+    return w
+
+
 @torch.no_grad()
 def token_weights(
     distances: Tensor | None,
@@ -257,8 +310,9 @@ def token_weights(
         [N, K', T] weights in the dtype of ``distances`` (float32 at least; float32 when None).
 
     Raises:
-        ValueError: unknown mode, shapes that disagree, or a non-finite/negative distance on a valid
-            token (naming response, reward, token).
+        ValueError: unknown mode, shapes that disagree, a non-finite/negative distance on a valid
+            token (naming response, reward, token), or weights of the scheme that are not finite or do
+            not average 1 (:func:`_checked_weights`).
 
     Notation:
         N responses, K' distance rows per response (K rewards, or 1 shared), T response tokens,
@@ -278,7 +332,7 @@ def token_weights(
         mask = mask.to(distances.device)
         dtype = distances.dtype if distances.is_floating_point() else torch.float32
         distances = _valid_distances(distances, mask, torch.promote_types(dtype, torch.float32))
-    return fn(distances, mask, generator)
+    return _checked_weights(mode, fn(distances, mask, generator), mask)
 
 
 @torch.no_grad()
@@ -299,7 +353,10 @@ def allocate(
 
     with ``w`` from :func:`token_weights` (``w[j, k, t] = d[j, k, t] / mean_{valid t} d[j, k, :]``).
     Since w averages 1 over the valid tokens, mean_{valid t} S[j, t] = Σ_k Â[j, k]: credit is
-    redistributed within the response, never created; β = 0 (or mode ``uniform``) gives exactly the
+    redistributed within the response, never created. This holds at any finite input (float32
+    distances from subnormal to 3.4e38 included): the built-in schemes normalize overflow-safely
+    (:func:`_mean_normalized`), and the weights of every scheme, registered ones included, are checked to
+    average 1 before they are used; β = 0 (or mode ``uniform``) gives exactly the
     response-level advantage Σ_k Â[j, k] on every valid token.
 
     Distances with K' = 1 row ([N, 1, T], e.g. ``joint``) are shared by all K rewards. Distance rows of
@@ -321,8 +378,9 @@ def allocate(
         [N, T] token advantages S in the dtype of ``advantages`` (float32 at least); exactly 0 on padding.
 
     Raises:
-        ValueError: β outside [0, 1], unknown mode, shapes that disagree, non-finite advantages, or a
-            non-finite/negative distance on a valid token of a pair with nonzero advantage.
+        ValueError: β outside [0, 1], unknown mode, shapes that disagree, non-finite advantages, a
+            non-finite/negative distance on a valid token of a pair with nonzero advantage, or weights of
+            the scheme that are not finite or do not average 1 (:func:`_checked_weights`).
 
     Notation:
         N responses, K rewards, T response tokens; Â per-reward advantages; d Jensen–Shannon distances;
@@ -370,7 +428,7 @@ def allocate(
     else:
         d = None
 
-    w = fn(d, mask, generator).to(dtype)  # [N, K', T]
+    w = _checked_weights(mode, fn(d, mask, generator), mask).to(dtype)  # [N, K', T]
     m = mask.to(dtype)  # [N, T]
     base = adv.sum(dim=1, keepdim=True) * m  # [N, T]  Σ_k Â[j, k] on valid tokens
     if w.shape[1] == 1:

@@ -6,9 +6,10 @@ Completions have a fixed length (``min_new_tokens = max_completion_length``) so 
 same generation and loss work whatever the policy samples. A step is timed from ``on_step_begin`` to
 ``on_step_end`` (generation, scoring, advantages, replay, forward, backward, optimizer); the first
 ``--warmup`` steps are dropped and the median is reported. The clock is the process CPU time on
-``--device cpu`` with one torch thread (the CPUs are usually shared: CPU time does not count other
-processes' load, and one thread does not spin-wait for a descheduled sibling) and the wall time (CUDA
-synchronised) on ``--device cuda``.
+``--device cpu`` with one torch thread, the default (the CPUs are usually shared: CPU time does not
+count other processes' load, and one thread does not spin-wait for a descheduled sibling); the wall
+time with ``--threads N`` > 1 (the threads' CPU times would add up) and on ``--device cuda`` (CUDA
+synchronised).
 
 ``--config`` (a bundled model config: ``tiny``, ``qwen2.5-3b``, ``qwen2.5-7b``) builds the model with
 random weights at that config's shapes (bfloat16 on CUDA), vocabulary included; sampling is restricted
@@ -64,6 +65,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="bundled model config with random weights (tiny, qwen2.5-3b, qwen2.5-7b); replaces --hidden-size "
         "and --layers",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: 1 on --device cpu, timed by process CPU time; more than 1 is timed "
+        "by the wall clock)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="JSON file for the numbers")
@@ -126,8 +134,12 @@ def run(args: argparse.Namespace) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is available")
     use_cpu = args.device == "cpu"
-    if use_cpu:
-        torch.set_num_threads(1)  # CPU time of one thread: no spin-waiting on a shared machine
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    threads = args.threads if args.threads is not None else (1 if use_cpu else None)
+    if threads is not None:
+        torch.set_num_threads(threads)  # default 1: CPU time of one thread, no spin-waiting when shared
+    cpu_clock = use_cpu and threads == 1  # several threads: their CPU times add up, so the wall clock
 
     task = load_task("toy", size=max(64, args.batch), seed=args.seed)
     examples = task.load(limit=max(64, args.batch))
@@ -165,9 +177,10 @@ def run(args: argparse.Namespace) -> int:
         return trainer
 
     def clock() -> float:
-        if use_cpu:
+        if cpu_clock:
             return time.process_time()
-        torch.cuda.synchronize()
+        if not use_cpu:
+            torch.cuda.synchronize()
         return time.perf_counter()
 
     class StepTimer(TrainerCallback):
@@ -318,7 +331,8 @@ def run(args: argparse.Namespace) -> int:
     predicted = mr["replay_fpe"] * mr["fpe_batch_seconds"]
     summary = {
         "device": args.device,
-        "clock": "process_time" if use_cpu else "wall",
+        "clock": "process_time" if cpu_clock else "wall",
+        "threads": torch.get_num_threads(),
         "batch": args.batch,
         "generations": args.generations,
         "completion_tokens": args.max_completion_length,
@@ -335,7 +349,7 @@ def run(args: argparse.Namespace) -> int:
         "replay_fpe_per_response": mr["replay_fpe"],
         "predicted_replay_seconds": predicted,
     }
-    kind = "CPU time" if use_cpu else "wall time"
+    kind = "CPU time" if cpu_clock else "wall time"
     print(
         f"per-step {kind} (median of steps {args.warmup + 1}..{args.steps} of {args.repeats} run(s) per method, "
         f"{args.device}, {(args.config + ' ') if args.config else ''}{args.hidden_size}-d x {args.layers} layers, "

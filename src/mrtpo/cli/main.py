@@ -25,6 +25,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
     ("bench", "train"): ("bench_train", "per-step time of MRTPO vs GDPO vs TRL's GDPO mode"),
     ("bench", "sql"): ("bench_sql", "SQL verifier throughput through the sandbox pool"),
     ("bench", "verifiers"): ("bench_verifiers", "time of one verdict on adversarial responses"),
+    ("bench", "soak"): ("bench_soak", "a long training run: resident memory growth and run-folder size"),
 }
 
 

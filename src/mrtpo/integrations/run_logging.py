@@ -33,10 +33,41 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+def folder_contents(trl: dict[str, Any] | None) -> dict[str, str]:
+    """What a run folder holds, file by file (``run.json``'s ``"files"``), from the run's TRL arguments
+    (``save_strategy``, ``save_steps``, ``save_total_limit``, ``report_to``)."""
+    trl = trl or {}
+    strategy = str(trl.get("save_strategy", "steps")).split(".")[-1].lower()
+    limit = trl.get("save_total_limit")
+    if strategy == "no":
+        ckpt = "none (trl.save_strategy is 'no')"
+    else:
+        steps = trl.get("save_steps")
+        steps = int(steps) if isinstance(steps, float) and steps.is_integer() and steps >= 1 else steps
+        every = f"every {steps} steps" if strategy == "steps" else f"every {strategy}"
+        kept = f"the newest {limit} are kept" if limit else "all are kept (trl.save_total_limit is null)"
+        ckpt = (
+            f"TRL checkpoints for --resume (model, optimizer, scheduler, RNG, trainer state), {every}; {kept}"
+        )
+    report_to = trl.get("report_to") or []
+    files = {
+        "run.json": "this file: the resolved config and what the folder holds",
+        "metrics.jsonl": "one JSON object per logged step (docs/run-format.md)",
+        "samples.jsonl": "a few responses per logged step with their per-token credit",
+        "checkpoint-N/": ckpt,
+        "model.safetensors, config.json, tokenizer*": "the final model and tokenizer, written at the end",
+        "README.md": "TRL's model card",
+    }
+    if "tensorboard" in (report_to if isinstance(report_to, list) else [report_to]):
+        files["runs/"] = "TensorBoard event files"
+    return files
+
+
 def write_run_json(run_dir: str | Path, info: dict[str, Any]) -> Path:
-    """Write ``run.json`` (the resolved config) into ``run_dir``."""
+    """Write ``run.json`` (the resolved config, plus ``"files"``: what the folder holds) into ``run_dir``."""
     path = Path(run_dir) / RUN_JSON
     path.parent.mkdir(parents=True, exist_ok=True)
+    info = {**info, "files": folder_contents(info.get("trl"))}
     path.write_text(json.dumps(_jsonable(info), indent=2, sort_keys=False) + "\n")
     return path
 
@@ -68,7 +99,8 @@ def truncate_after(path: str | Path, step: int) -> None:
 
 
 class JSONLMetricsCallback(TrainerCallback):
-    """Appends ``{"step": global_step, **logs}`` to ``<output_dir>/metrics.jsonl`` on every log."""
+    """Appends ``{"step": global_step, **logs}`` to ``<output_dir>/metrics.jsonl`` on every log, and keeps
+    the log history out of the checkpoints it saves (it is in metrics.jsonl)."""
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
@@ -78,9 +110,75 @@ class JSONLMetricsCallback(TrainerCallback):
             for name in (METRICS_JSONL, SAMPLES_JSONL):
                 truncate_after(self.run_dir / name, state.global_step)
 
+    def on_save(self, args, state, control, **kwargs):
+        """The checkpoint just written keeps only the last entry of the log history (metrics.jsonl holds
+        all of it; see :func:`mrtpo.integrations.checkpoints.trim_log_history`)."""
+        if args.should_save:
+            from mrtpo.integrations.checkpoints import trim_log_history
+
+            trim_log_history(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
         record = {"step": int(state.global_step)}
         record.update({k: v for k, v in logs.items() if isinstance(v, (int, float)) or v is None})
         append_jsonl(self.run_dir / METRICS_JSONL, [record])
+
+
+def _megabytes(n: float) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.0f} kB"
+
+
+def estimate_run_bytes(trainer) -> dict[str, Any]:
+    """About how many bytes a run of ``trainer`` leaves in its folder, by part (a rough forecast: the
+    checkpoints and the final model from the parameter count, the logs from the logged steps).
+
+    Returns ``{"checkpoint", "checkpoints_kept", "final_model", "logs", "total"}`` (bytes; kept: how many
+    checkpoints stay at the end) and ``"text"``, a one-line summary."""
+    args = trainer.args
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    params = list(model.parameters())  # a tied parameter once, as safetensors stores it
+    weights = sum(p.numel() * p.element_size() for p in params)
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    optim = str(getattr(args, "optim", "adamw")).lower()
+    states = 0 if "sgd" in optim else 1 if "lion" in optim else 2  # fp32 tensors per parameter (AdamW: 2)
+    checkpoint = weights + states * 4 * trainable + 60_000  # + rng, scheduler, tokenizer, trainer state
+    steps = int(args.max_steps) if args.max_steps and args.max_steps > 0 else 0
+    strategy = str(getattr(args.save_strategy, "value", args.save_strategy)).lower()
+    saves = 0
+    if strategy == "steps" and args.save_steps and steps:  # and one at the last step
+        saves = -(-steps // int(args.save_steps)) if args.save_steps >= 1 else 0
+    if strategy == "steps" and args.save_steps and args.save_steps < 1:  # a fraction of max_steps
+        saves = round(1 / args.save_steps)
+    limit = args.save_total_limit
+    kept = min(saves, limit) if limit else saves
+    k = len(getattr(trainer, "reward_names", []) or [1])
+    t = int(getattr(args, "max_completion_length", 256) or 256)
+    logged = steps // max(int(args.logging_steps or 1), 1) if steps else 0
+    per_log = 40 * (40 + 8 * k)  # one metrics.jsonl line (plus as much again in TensorBoard events)
+    if getattr(args, "report_to", None) and "tensorboard" in args.report_to:
+        per_log *= 2
+    per_log += int(getattr(args, "log_samples", 0) or 0) * (400 + t * (12 + 10 * (k + 1)))  # samples
+    logs = logged * per_log if getattr(args, "run_files", True) else 0
+    final = weights + 60_000
+    total = kept * checkpoint + final + logs
+    text = (
+        f"this run writes about {_megabytes(total)}: {kept} checkpoint(s) of {_megabytes(checkpoint)} kept "
+        f"(trl.save_total_limit {limit}; {saves} saved), the final model {_megabytes(final)}, logs about "
+        f"{_megabytes(logs)} ({logged} logged steps)"
+    )
+    if not steps:  # epochs, not trl.max_steps: the number of steps is not known before training
+        text = (
+            f"each checkpoint takes about {_megabytes(checkpoint)} ({'at most ' + str(limit) if limit else 'all'} "
+            f"kept, trl.save_total_limit), the final model {_megabytes(final)}, logs about {_megabytes(per_log)} "
+            "per logged step (set trl.max_steps for a total)"
+        )
+    return {
+        "checkpoint": checkpoint,
+        "checkpoints_kept": kept,
+        "final_model": final,
+        "logs": logs,
+        "total": total,
+        "text": text,
+    }

@@ -73,6 +73,7 @@ from mrtpo import advantages as adv_registry
 from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
 from mrtpo.head import autocast_dtype, head_of
+from mrtpo.integrations import checkpoints as checkpoints_mod
 from mrtpo.integrations import data as data_mod
 from mrtpo.integrations import sharding as sharding_mod
 from mrtpo.integrations.passes import response_hidden
@@ -419,6 +420,7 @@ class MRTPOTrainer(GRPOTrainer):
         self.last_batch: dict[str, Any] = {}
         self.last_loss_terms: dict[str, torch.Tensor] = {}
         self.run_info = dict(run_info or {})
+        self.add_callback(checkpoints_mod.schedule_resync_callback())  # resume with a new max_steps
         if args.run_files:
             self.add_callback(JSONLMetricsCallback(args.output_dir))
             if self.accelerator.is_main_process:
@@ -473,6 +475,11 @@ class MRTPOTrainer(GRPOTrainer):
 
     def _unwrapped(self):
         return self.accelerator.unwrap_model(self.model)
+
+    def _issue_warnings_after_load(self, load_result) -> None:
+        """transformers' warnings after a resume, without tied weights counted as missing keys
+        (``lm_head.weight`` of tied embeddings is the loaded embedding matrix)."""
+        super()._issue_warnings_after_load(checkpoints_mod.without_tied_keys(self.model, load_result))
 
     def _get_train_sampler(self, dataset=None):
         """TRL's sampler, made resumable across epochs (:class:`EpochRepeatSampler`)."""

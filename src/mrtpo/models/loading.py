@@ -3,13 +3,50 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+_HUB_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def looks_like_path(name_or_path: str) -> bool:
+    """True when ``name_or_path`` can only be a local folder, so it must never be looked up on the hub:
+    it exists; or it starts with ``.``, ``/`` or ``~``; or it is not shaped like a hub id (``name`` or
+    ``org/name``: one slash at most, letters, digits, ``._-``; no ``--`` or ``..``); or its first part
+    is a local folder (``runs/toy_mrtpo`` when ``runs/`` exists)."""
+    s = str(name_or_path)
+    if Path(s).expanduser().exists() or s.startswith((".", "/", "~")):
+        return True
+    parts = s.split("/")
+    if (
+        len(parts) > 2
+        or "\\" in s
+        or "--" in s
+        or ".." in s
+        or not all(_HUB_PART.fullmatch(x) for x in parts)
+    ):
+        return True
+    return len(parts) == 2 and Path(parts[0]).is_dir()
+
+
+def missing_path_message(name_or_path: str) -> str:
+    """Why a path-like model id cannot be loaded, and how to make the folder when mrtpo makes it."""
+    msg = f"model folder {name_or_path!r} does not exist"
+    if Path(str(name_or_path)).name == "warmstart":
+        msg += (
+            " (a warm start is written by `mrtpo demo` into mrtpo-demo/warmstart, or by `mrtpo demo --quick` "
+            "into mrtpo-demo-quick/warmstart: run one, or point --model.path at the one you have)"
+        )
+    else:
+        msg += " (give a folder saved with save_pretrained, e.g. the run folder of a finished `mrtpo train`)"
+    return msg
 
 
 def _check_path(name_or_path: str) -> None:
-    p = Path(name_or_path).expanduser()
-    if (name_or_path.startswith((".", "/", "~")) or p.exists()) and not p.exists():
-        raise FileNotFoundError(f"model path {name_or_path!r} does not exist")
+    """Raise at once for a path-like id that does not exist (never a hub lookup: offline that waits for
+    the hub's retries, then fails anyway)."""
+    if looks_like_path(name_or_path) and not Path(name_or_path).expanduser().exists():
+        raise FileNotFoundError(missing_path_message(name_or_path))
 
 
 def _offline_error(name_or_path: str, e: OSError) -> FileNotFoundError:

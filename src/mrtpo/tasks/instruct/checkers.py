@@ -39,13 +39,15 @@ Hostile responses. A verdict never raises on model output and takes bounded time
   whitespace, ``detectable_format:number_bullet_lists`` on runs of newlines, ``detectable_format:title``
   on ``"<<" * n``) are answered by linear re-implementations with the same verdicts (tested against
   the upstream code on generated texts);
-- a response longer than :data:`MAX_CHECKED_CHARS` (20,000) characters is not given to any checker:
-  its verdict is not followed, with a reason. The longest text a bundled IFEval / IFBench constraint
-  asks for is 1,200 words (about 8,000 characters of English); the cap bounds the time of the slowest
-  checkers, which tokenize with NLTK sentence by sentence (seconds on a text of 10,000 one-character
-  sentences at the cap; ``mrtpo bench verifiers`` measures every checker). ``check`` / ``check_loose``
-  / :func:`follows_verdict` take ``max_chars`` to score longer responses (e.g. saved responses of an
-  evaluation) at that cost.
+- every response is checked in full, whatever its length (no character cap: a long response that
+  follows a constraint scores 1, as with the official scorer). The checkers' time is linear in the
+  response's length: the regex-based ones scan it a bounded number of times; the ones that tokenize
+  with NLTK go through :mod:`mrtpo.tasks.instruct.nltk_fallback`, whose tokenizers are NLTK's without
+  its 5-second regex limit (which a long response reaches: the checker would raise) and with caches
+  that keep repetitive texts cheap. ``mrtpo bench verifiers --chars N`` times every checker on
+  adversarial texts of N characters (and, with ``--scaling``, at N/2, to show the growth).
+  ``follows_verdict`` / ``check`` / ``check_loose`` still take an optional ``max_chars`` for a caller
+  that wants a cap; a response over it is scored not followed with that reason.
 """
 
 from __future__ import annotations
@@ -66,9 +68,6 @@ from mrtpo.tasks.instruct import nltk_fallback
 from mrtpo.tasks.instruct.nltk_fallback import MissingNltkData
 
 FAMILIES = ("ifeval", "ifbench")
-
-MAX_CHECKED_CHARS = 20_000
-"""Responses longer than this many characters are scored not followed without running a checker."""
 
 _log = logging.getLogger("mrtpo.tasks.instruct")
 _upstream_log = logging.getLogger("mrtpo.tasks.instruct.upstream")
@@ -408,12 +407,13 @@ def _environment_error(e: BaseException) -> bool:
 
 
 def follows_verdict(
-    checker, response: str, *, loose: bool = False, max_chars: int = MAX_CHECKED_CHARS
+    checker, response: str, *, loose: bool = False, max_chars: int | None = None
 ) -> tuple[bool, str]:
     """``(followed, reason)`` of a built checker: strict, or loose (any of :func:`loose_variants`).
 
-    Never raises on ``response``: not a string, longer than ``max_chars``, or a checker that raises
-    give ``(False, reason)`` (see the module docstring). ``reason`` is "" for a plain verdict.
+    Never raises on ``response``: not a string, longer than ``max_chars`` (None, the default: no limit),
+    or a checker that raises give ``(False, reason)`` (see the module docstring). ``reason`` is "" for a
+    plain verdict.
 
     Raises:
         MissingNltkData: the checker needs NLTK data that is missing and has no fallback.
@@ -421,7 +421,7 @@ def follows_verdict(
     iid = str(getattr(checker, "id", "") or type(checker).__name__)
     if not isinstance(response, str):
         return False, f"{iid}: response is not text ({type(response).__name__})"
-    if len(response) > max_chars:
+    if max_chars is not None and len(response) > max_chars:
         return (
             False,
             f"{iid}: response has {len(response)} characters, over max_chars={max_chars}; not checked",
@@ -452,9 +452,10 @@ def follows_verdict(
     return False, ""
 
 
-def follows(checker, response: str, *, loose: bool = False, max_chars: int = MAX_CHECKED_CHARS) -> bool:
+def follows(checker, response: str, *, loose: bool = False, max_chars: int | None = None) -> bool:
     """Verdict of a built checker: strict, or loose (any of :func:`loose_variants`); see
-    :func:`follows_verdict` (a failing checker or an over-long response is not followed)."""
+    :func:`follows_verdict` (a failing checker, or a response over an explicit ``max_chars``, is not
+    followed)."""
     return follows_verdict(checker, response, loose=loose, max_chars=max_chars)[0]
 
 
@@ -464,15 +465,15 @@ def check(
     response: str,
     prompt: str = "",
     *,
-    max_chars: int = MAX_CHECKED_CHARS,
+    max_chars: int | None = None,
 ) -> bool:
     """IFEval's strict verdict: does ``response`` follow instruction ``instruction_id`` with ``kwargs``?
 
     >>> check("startend:end_checker", {"end_phrase": "Any questions?"}, "Done. Any questions?")
     True
 
-    Never raises on ``response`` (a checker that fails on it, or a response over
-    :data:`MAX_CHECKED_CHARS` characters, gives False; see :func:`follows_verdict`).
+    Never raises on ``response`` (a checker that fails on it gives False; see :func:`follows_verdict`).
+    Every length is checked; ``max_chars`` (default None) sets a cap if a caller wants one.
 
     Raises:
         ValueError: unknown id or unfitting kwargs (the caller's data, not the response).
@@ -487,7 +488,7 @@ def check_loose(
     response: str,
     prompt: str = "",
     *,
-    max_chars: int = MAX_CHECKED_CHARS,
+    max_chars: int | None = None,
 ) -> bool:
     """IFEval's loose verdict (strict on any of :func:`loose_variants`); never raises on ``response``."""
     return follows(build_checker(instruction_id, kwargs, prompt), response, loose=True, max_chars=max_chars)
@@ -495,7 +496,6 @@ def check_loose(
 
 __all__ = [
     "FAMILIES",
-    "MAX_CHECKED_CHARS",
     "NLTK_DATA_USERS",
     "MissingNltkData",
     "build_checker",

@@ -1769,6 +1769,32 @@ def example_from_row(row: Any, *, index: int, max_constraints: int):
     return ex
 
 
+#: One constraint per check family of :data:`CHECKS` (sentences as the benchmark writes them): what
+#: ``mrtpo bench verifiers`` times and the property tests feed hostile responses to.
+EXAMPLES: dict[str, list[str]] = {
+    "keywords": ["Content", "Keywords", "The answer must include the keyword 'solar panel'"],
+    "words": ["Length", "Words", "The response must contain no more than 5 words"],
+    "sentences": ["Length", "Sentences", "The answer must contain at most 2 sentences"],
+    "paragraphs": ["Length", "Paragraphs", "The answer should contain at most two paragraphs"],
+    "punctuation": ["Content", "Punctuation", "The response should end with a period"],
+    "english": ["Language", "English", "The answer must be in all uppercase letters"],
+    "markdown": ["Format", "Markdown", "The response should include a level 2 heading formatted in Markdown"],
+    "table": ["Table", "Row limit", "The table must not exceed 3 rows"],
+    "json": ["Json", "Object nesting levels", "with object nesting levels not exceeding 2"],
+    "chinese": ["Language", "Chinese", "The answer must be in Simplified Chinese"],
+    "others_format": [
+        "XML",
+        "Number of attributes",
+        "Each XML element must have no more than three attributes",
+    ],
+    "others_content": [
+        "Content",
+        "Identifiers",
+        "The answer must start with the identifier 'List of Models:'",
+    ],
+}
+
+
 class MulDimIFVerifier(Verifier):
     """Reward ``name``: 1 when the response follows one MulDimIF constraint (:func:`check`), else 0."""
 

@@ -35,7 +35,17 @@ list ("Adm. Nelson") or where the trained model's statistics decide ("at 5 p.m. 
 
 The stand-in replaces the ``nltk`` module *inside the checker modules only* (the process-wide ``nltk`` is
 untouched). When the data is installed (``python -m nltk.downloader punkt_tab stopwords
-averaged_perceptron_tagger_eng``) the stand-in calls NLTK unchanged, so verdicts are exactly upstream's.
+averaged_perceptron_tagger_eng``) the stand-in calls NLTK's own tokenizers on that data, so verdicts are
+exactly upstream's.
+
+Long responses. ``sent_tokenize`` / ``word_tokenize`` here are NLTK's composition of the same
+tokenizers, with changes that leave the tokens as they are: (1) no wall-clock limit on Punkt's
+whole-text regex (NLTK 3.9.3+ stops every regex after 5 s, which a long response reaches: the checker
+would raise and the constraint would score not followed; see :func:`_untimed`); (2) Punkt's test of
+each candidate sentence end and the word tokens of short sentences are cached (pure functions of a
+short string: a repetitive text costs one call per distinct context or sentence, see
+:func:`_memoized`); (3) the sentences of the last few texts are cached (the constraints of a prompt
+check the same response). The time of a verdict stays linear in the response's length.
 """
 
 from __future__ import annotations
@@ -303,6 +313,42 @@ def has_resource(name: str) -> bool:
     return True
 
 
+def _untimed(tokenizer):
+    """``tokenizer`` (a Punkt sentence splitter) with no wall-clock limit on its one whole-text regex.
+
+    NLTK (3.9.3 and later, ``nltk.redos``) runs every regex under a 5-second wall-clock limit and raises
+    ``TimeoutError`` past it. Punkt's search for sentence ends is one ``finditer`` over the whole text
+    whose limit counts the Punkt work done between matches, so a long response (about 150,000
+    characters of short sentences, less on a loaded machine) would fail the checker, which then scores
+    the constraint as not followed. That pattern is NLTK's own (fixed, linear-time), so its limit is
+    lifted on the splitters the checkers use here; every other NLTK regex keeps its limit."""
+    try:
+        from nltk import redos
+    except ImportError:  # older NLTK: stdlib re, no limit
+        return tokenizer
+    lang_vars = tokenizer._lang_vars
+    lang_vars._re_period_context = redos.compile(lang_vars.period_context_re(), timeout=None)
+    return tokenizer
+
+
+def _memoized(tokenizer):
+    """``tokenizer`` (a Punkt sentence splitter) whose ``text_contains_sentbreak`` -- asked for the
+    short context around every candidate sentence end, and most of Punkt's time -- is cached: it is a
+    function of the context and the fixed parameters only, and the contexts of a repetitive text repeat
+    (``". " * 50_000`` has three distinct ones)."""
+    tokenizer.text_contains_sentbreak = functools.lru_cache(maxsize=8192)(tokenizer.text_contains_sentbreak)
+    _MEMOIZED.append(tokenizer.text_contains_sentbreak)
+    return tokenizer
+
+
+_MEMOIZED: list = []  # the cached sentence-end tests of the splitters built here (see clear_caches)
+
+
+def _prepared(tokenizer):
+    """:func:`_untimed` and :func:`_memoized`."""
+    return _memoized(_untimed(tokenizer))
+
+
 @functools.cache
 def fallback_sentence_tokenizer():
     """An untrained Punkt sentence splitter that knows :data:`ABBREVIATIONS` (the last resort)."""
@@ -310,7 +356,16 @@ def fallback_sentence_tokenizer():
 
     params = PunktParameters()
     params.abbrev_types = set(ABBREVIATIONS)
-    return PunktSentenceTokenizer(params)
+    return _prepared(PunktSentenceTokenizer(params))
+
+
+@functools.cache
+def nltk_sentence_tokenizer(language: str = "english"):
+    """NLTK's own Punkt splitter on the installed ``punkt_tab`` data, as ``nltk.sent_tokenize`` builds
+    it (``PunktTokenizer(language)``), in an instance of its own (:func:`_prepared`)."""
+    from nltk.tokenize.punkt import PunktTokenizer
+
+    return _prepared(PunktTokenizer(language))
 
 
 PRETRAINED_MODULE = "punkt.data.english"
@@ -339,7 +394,7 @@ def pretrained_sentence_tokenizer():
     params.collocations = set(model.COLLOCATIONS)
     params.sent_starters = set(model.SENT_STARTERS)
     params.ortho_context = defaultdict(int, model.ORTHO_CONTEXT)
-    return PunktSentenceTokenizer(params)
+    return _prepared(PunktSentenceTokenizer(params))
 
 
 def sentence_tokenizer():
@@ -359,28 +414,91 @@ def _use_fallback(resource: str) -> bool:
     return _enabled and not has_resource(resource)
 
 
+_SHORT_SENTENCE = 64
+"""Sentences up to this many characters have their word tokens cached (:func:`_sentence_words`)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _sentence_words(sentence: str) -> tuple[str, ...]:
+    """NLTK's Treebank-style word tokens of one short sentence, cached: a text made of one short
+    sentence repeated (``". " * 50_000``, runs of ``"P.S.\\n"``) costs one tokenizer call per distinct
+    sentence instead of one per sentence (the tokenizer is a pure function of the sentence)."""
+    return tuple(_word_tokenizer().tokenize(sentence))
+
+
+def _bare(pattern):
+    """The compiled ``regex`` pattern inside an ``nltk.redos.TimedPattern`` (the same engine and pattern,
+    without the per-call timer); anything else as it is."""
+    return getattr(pattern, "_rx", pattern)
+
+
+@functools.cache
+def _word_tokenizer():
+    """NLTK's Treebank-style word tokenizer (``NLTKWordTokenizer``, what ``nltk.word_tokenize`` uses) whose
+    substitutions run their compiled patterns directly: the same ``regex`` patterns in the same order,
+    without NLTK's per-call wall-clock timer, which costs about half of a short sentence's time."""
+    from nltk.tokenize import NLTKWordTokenizer
+
+    tok = NLTKWordTokenizer()
+    for name in ("STARTING_QUOTES", "PUNCTUATION", "ENDING_QUOTES"):
+        setattr(tok, name, [(_bare(p), sub) for p, sub in getattr(tok, name)])
+    for name in ("PARENS_BRACKETS", "DOUBLE_DASHES"):
+        p, sub = getattr(tok, name)
+        setattr(tok, name, (_bare(p), sub))
+    return tok
+
+
+def _words_of(sentence: str) -> list[str] | tuple[str, ...]:
+    if len(sentence) <= _SHORT_SENTENCE:
+        return _sentence_words(sentence)
+    return _word_tokenizer().tokenize(sentence)
+
+
+@functools.lru_cache(maxsize=8)
+def _sentences(text: str, splitter) -> tuple[str, ...]:
+    """The sentences of ``text`` by ``splitter``, cached for the last few texts: the constraints of one
+    prompt check the same response one after the other, and several of them split it into sentences."""
+    return tuple(splitter.tokenize(text))
+
+
+def clear_caches() -> None:
+    """Empty the caches of :func:`word_tokenize` / :func:`sent_tokenize` and of the splitters' sentence
+    end tests (a benchmark times cold calls)."""
+    _sentences.cache_clear()
+    _sentence_words.cache_clear()
+    for cached in _MEMOIZED:
+        cached.cache_clear()
+
+
 def word_tokenize(text: str, language: str = "english", preserve_line: bool = False) -> list[str]:
-    """``nltk.word_tokenize``: sentences (Punkt), then NLTK's Treebank-style word tokenizer per sentence.
+    """``nltk.word_tokenize``: sentences (Punkt, :func:`sent_tokenize`), then NLTK's Treebank-style word
+    tokenizer per sentence -- the composition ``nltk.word_tokenize`` makes, with the same tokenizers,
+    so the tokens are NLTK's. Short sentences' tokens and the last texts' sentences are cached, which
+    keeps the time of a repetitive text (one short sentence many times) near that of its Punkt pass.
 
     Without ``punkt_tab`` the sentences come from :func:`sentence_tokenizer`; the word step needs no
     data either way."""
-    import nltk
+    if not isinstance(text, str):
+        import nltk
 
-    if not _use_fallback("punkt_tab") or language != "english":
         return nltk.word_tokenize(text, language=language, preserve_line=preserve_line)
-    from nltk.tokenize import NLTKWordTokenizer
-
-    sentences = [text] if preserve_line else sentence_tokenizer().tokenize(text)
-    word_tok = NLTKWordTokenizer()
-    return [tok for sent in sentences for tok in word_tok.tokenize(sent)]
+    sentences = [text] if preserve_line else sent_tokenize(text, language)
+    return [tok for sent in sentences for tok in _words_of(sent)]
 
 
 def sent_tokenize(text: str, language: str = "english") -> list[str]:
+    """``nltk.sent_tokenize``: NLTK's Punkt splitter on ``punkt_tab`` (without it:
+    :func:`sentence_tokenizer`), with no wall-clock limit on the whole-text regex (:func:`_untimed`),
+    cached for the last few texts."""
     import nltk
 
-    if not _use_fallback("punkt_tab") or language != "english":
+    if not isinstance(text, str) or language != "english":
         return nltk.sent_tokenize(text, language=language)
-    return sentence_tokenizer().tokenize(text)
+    if _use_fallback("punkt_tab"):
+        return list(_sentences(text, sentence_tokenizer()))
+    if not has_resource("punkt_tab"):
+        return nltk.sent_tokenize(text, language=language)  # fallbacks off: NLTK's LookupError
+    return list(_sentences(text, nltk_sentence_tokenizer(language)))
 
 
 def pos_tag(tokens, tagset=None, lang: str = "eng"):
@@ -396,14 +514,18 @@ def pos_tag(tokens, tagset=None, lang: str = "eng"):
 
 class _DataProxy:
     """``nltk.data`` with ``load`` of the Punkt English model served by :func:`sentence_tokenizer` when
-    ``punkt_tab`` is missing."""
+    ``punkt_tab`` is missing, and by :func:`nltk_sentence_tokenizer` (NLTK's own, without the regex
+    time limit) when it is installed."""
 
     def __init__(self, real: Any) -> None:
         self._real = real
 
     def load(self, resource_url: str, *args, **kwargs):
-        if "punkt" in resource_url and "english" in resource_url and _use_fallback("punkt_tab"):
-            return sentence_tokenizer()
+        if "punkt" in str(resource_url) and "english" in str(resource_url):
+            if _use_fallback("punkt_tab"):
+                return sentence_tokenizer()
+            if has_resource("punkt_tab"):  # what NLTK loads for this url, without the regex time limit
+                return nltk_sentence_tokenizer("english")
         return self._real.load(resource_url, *args, **kwargs)
 
     def __getattr__(self, name: str):

@@ -88,7 +88,25 @@ def _end_phrase(response: str, kw: Mapping[str, Any], prompt: str) -> list[Span]
 
 
 def _title(response: str, kw: Mapping[str, Any], prompt: str) -> list[Span]:
-    return [(m.start(), m.end()) for m in re.finditer(r"<<[^\n]+>>", response)]
+    """The matches of ``<<[^\\n]+>>`` (what the checker finds), in one pass. On a line, the first ``<<``
+    takes (greedily) everything up to the line's last ``>>`` if one character at least lies between
+    them; that match ends the line's matches, and when it fails every later ``<<`` of the line fails
+    too. (``re.finditer`` retries every ``<<`` of a line with no ``>>``: quadratic in the line's
+    length.)"""
+    out: list[Span] = []
+    start, n = 0, len(response)
+    while start <= n:
+        nl = response.find("\n", start)
+        end = n if nl < 0 else nl
+        p = response.find("<<", start, end)
+        if p >= 0:
+            g = response.rfind(">>", p, end)
+            if g >= p + 3:
+                out.append((p, g + 2))
+        if nl < 0:
+            break
+        start = nl + 1
+    return out
 
 
 def _quotation(response: str, kw: Mapping[str, Any], prompt: str) -> list[Span]:
@@ -155,7 +173,22 @@ def _highlights(response: str, kw: Mapping[str, Any], prompt: str) -> list[Span]
 
 
 def _placeholders(response: str, kw: Mapping[str, Any], prompt: str) -> list[Span]:
-    return [(m.start(), m.end()) for m in re.finditer(r"\[.*?\]", response)]
+    """The matches of ``\\[.*?\\]`` (what the checker counts), in one pass: from a ``[`` to the first
+    ``]`` after it on the same line (``.`` stops at a newline); a ``[`` with no ``]`` after it on its
+    line ends the line's matches. (``re.finditer`` rescans the line from every ``[``: quadratic.)"""
+    out: list[Span] = []
+    n = len(response)
+    i = response.find("[")
+    while i >= 0:
+        nl = response.find("\n", i)
+        end = n if nl < 0 else nl
+        j = response.find("]", i + 1, end)
+        if j >= 0:
+            out.append((i, j + 1))
+            i = response.find("[", j + 1)
+        else:
+            i = response.find("[", end)
+    return out
 
 
 def _commas(response: str, kw: Mapping[str, Any], prompt: str) -> list[Span]:

@@ -272,6 +272,9 @@ def load_bird(
     )
 
 
+_DB_FOLDERS = ("database", "test_database", "dev_databases", "train_databases")
+
+
 def detect_format(root: str | Path) -> str:
     """ "bird" when ``root`` has ``dev_databases``/``train_databases``, "spider" when it has
     ``database``/``test_database``."""
@@ -297,7 +300,8 @@ def load_sql_dataset(
     privileged: bool = True,
     db_dir: str | Path | None = None,
 ) -> list[Example]:
-    """Examples of ``source`` (a Spider or BIRD folder; None: the shipped ``sql_tiny``).
+    """Examples of ``source`` (a Spider or BIRD folder, or one of its question ``.json`` files, which
+    then is the split, whatever ``split`` says; None: the shipped ``sql_tiny``).
 
     Args:
         data_format: "auto" (:func:`detect_format`), "spider" or "bird".
@@ -308,6 +312,20 @@ def load_sql_dataset(
     common = dict(limit=limit, sample_values=sample_values, privileged=privileged, db_dir=db_dir)
     if source is None:
         return load_spider(SHIPPED_DIR, split, dataset="sql_tiny", **common)
+    if Path(source).is_file():  # a question file: its folder is the dataset, the file the split
+        path = Path(source)
+        if path.suffix != ".json":
+            raise ValueError(
+                f"{source} is a file, not a text-to-SQL data folder: give the Spider or BIRD folder (with "
+                "database/ or dev_databases/), or one of its question .json files (e.g. dev.json)"
+            )
+        if db_dir is None and not any((path.parent / d).is_dir() for d in _DB_FOLDERS):
+            raise FileNotFoundError(
+                f"{source} is a question file, but its folder {path.parent} has no database folder "
+                f"({', '.join(_DB_FOLDERS)}); put the file in its dataset's folder"
+            )
+        names = {f: name for splits in (BIRD_SPLITS, SPIDER_SPLITS) for name, f in splits.items()}
+        source, split = path.parent, names.get(path.name, str(path))
     fmt = data_format
     if fmt == "auto":
         fmt = (

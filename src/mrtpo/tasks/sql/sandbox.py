@@ -19,7 +19,9 @@ Layers of defence, outermost first:
    ``-wal`` file holds frames from a private copy: see that module); an authorizer allows only SELECT,
    column reads, recursive CTEs, functions other than a deny-list (extension loading, file I/O) and
    table-valued functions (``json_each``, ``json_tree``, schema pragmas such as
-   ``pragma_table_info``); every other action (writes, ATTACH (and so ``VACUUM INTO``), PRAGMA
+   ``pragma_table_info``), but no virtual table that shows connection or file state (``sqlite_stmt``,
+   the SQL text of the worker's prepared statements; ``dbstat``; ``pragma_database_list``, the host
+   path), and the connection keeps no prepared statement between queries; every other action (writes, ATTACH (and so ``VACUUM INTO``), PRAGMA
    statements, transactions, temp objects) is denied; ``PRAGMA query_only`` is on; SQLite limits cap the length of a value
    (``max_value_bytes``), of the SQL text and the number of attached databases (0); a process-wide
    SQLite heap limit (``max_memory``) and in-memory temp storage keep a big sort from filling the disk;
@@ -59,6 +61,7 @@ from mrtpo.tasks.sql.sandbox_worker import (  # noqa: F401  (re-exported)
     _ALLOWED_ACTIONS,
     ALLOWED_FIRST_WORDS,
     DENIED_FUNCTIONS,
+    DENIED_TABLES,
     MAX_SQL_CHARS,
     READ_ONLY_PRAGMAS,
     _authorize,

@@ -11,6 +11,13 @@ Protocol on the socket ``FD`` (a :class:`multiprocessing.connection.Connection`)
 worker within :data:`WATCHDOG_PERIOD` seconds when its parent process dies (its parent pid changes), also
 in the middle of a query.
 
+Isolation between queries. Queries of one worker share its connections, so nothing a query leaves
+behind may be readable by the next: the connection keeps no prepared statement (``cached_statements=0``)
+and the authorizer refuses the virtual tables that show connection or file state (``sqlite_stmt``, the
+text of prepared statements; ``dbstat``; ``sqlite_dbpage``; see :data:`DENIED_TABLES`) and
+``pragma_database_list`` (the database's path on the host). A query cannot write, attach or create
+anything (temp objects included), so it leaves no state of its own.
+
 Databases. Each worker keeps one connection per database path (at most ``max_connections``), opened
 read-only and ``immutable=1`` (SQLite then takes no locks and creates no file beside the database).
 ``immutable`` assumes the file does not change while it is open; the worker therefore compares the
@@ -52,6 +59,7 @@ DENIED_FUNCTIONS = frozenset(
 
 # Pragmas that only describe the schema; a query may read them as table-valued functions
 # (``SELECT * FROM pragma_table_info('t')``). A PRAGMA statement is refused by the static check.
+# ``database_list`` is not among them: its ``file`` column is the database's path on the host.
 READ_ONLY_PRAGMAS = frozenset(
     {
         "table_info",
@@ -62,12 +70,18 @@ READ_ONLY_PRAGMAS = frozenset(
         "index_xinfo",
         "foreign_key_list",
         "collation_list",
-        "database_list",
         "function_list",
         "module_list",
         "pragma_list",
     }
 )
+
+# Eponymous virtual tables a query may not read (any column, count(*) included): they show the state of
+# the connection or the file rather than the data. ``sqlite_stmt`` lists the connection's prepared
+# statements with their SQL text (an earlier query's, e.g. a gold query run for the execution reward,
+# on the same worker); ``dbstat`` page statistics; ``sqlite_dbpage`` / ``sqlite_dbdata`` /
+# ``sqlite_dbptr`` raw pages (where the SQLite build has them).
+DENIED_TABLES = frozenset({"sqlite_stmt", "dbstat", "sqlite_dbpage", "sqlite_dbdata", "sqlite_dbptr"})
 
 # The schema table: SQLite asks for UPDATE on its columns when it connects an eponymous virtual table
 # (json_each, json_tree, pragma_*); a real write to it is still stopped by the read-only open,
@@ -199,6 +213,9 @@ class _Denials:
 
 
 def _authorize(action: int, arg1, arg2, db_name, source) -> int:
+    if action == sqlite3.SQLITE_READ and str(arg1 or "").lower() in DENIED_TABLES:
+        _Denials.last = f"READ {arg1}"
+        return sqlite3.SQLITE_DENY
     if action in _ALLOWED_ACTIONS:
         return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_FUNCTION and str(arg2 or "").lower() not in DENIED_FUNCTIONS:
@@ -240,7 +257,8 @@ class _Entry:
 
 
 def _connect(uri: str, limits: dict) -> sqlite3.Connection:
-    db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    # cached_statements=0: no statement of an earlier query stays prepared on the connection
+    db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, cached_statements=0)
     try:
         db.execute("PRAGMA query_only = 1")
         db.execute("PRAGMA temp_store = MEMORY")
