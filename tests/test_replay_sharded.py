@@ -125,7 +125,9 @@ def test_unsharded_replay_with_uneven_micro_batches_blocks_under_fsdp2(tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     r0, r1 = _ranks(tmp_path, proc)
     for r in (r0, r1):
-        assert r["error"] is not None and "Timed out" in r["error"], r
+        # a collective left waiting: gloo reports the timeout, or, on a loaded machine, the peer that
+        # timed out first closing the connection
+        assert r["error"] is not None and ("Timed out" in r["error"] or "Connection closed" in r["error"]), r
 
 
 def test_sharding_modes_without_a_process_group_are_plain_replay(tiny_model):
