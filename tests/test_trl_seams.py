@@ -34,6 +34,7 @@ def test_the_overridden_private_methods_are_named_in_one_place():
         ("_generate_and_score_completions", ["inputs"]),
         ("_compute_loss", ["model", "inputs"]),
         ("_get_train_sampler", ["dataset"]),
+        ("_issue_warnings_after_load", ["load_result"]),
     ],
 )
 def test_each_seam_exists_with_the_forwarded_parameters(name, params):

@@ -335,11 +335,13 @@ TRL_SEAMS = (
     "_generate_and_score_completions",
     "_compute_loss",
     "_get_train_sampler",
+    "_issue_warnings_after_load",
 )
-"""Every private method of TRL's ``GRPOTrainer`` that :class:`MRTPOTrainer` overrides (the test of the
-supported TRL versions checks that each exists with the arguments the override forwards, and that no
-other private method is overridden): the rewards (seam 1), the capture of the rollout pass, the
-advantages (seam 2), the OPSD loss (seam 3) and the resumable sampler."""
+"""Every private method of TRL's ``GRPOTrainer`` (and the transformers ``Trainer`` below it) that
+:class:`MRTPOTrainer` overrides (the test of the supported TRL versions checks that each exists with
+the arguments the override forwards, and that no other private method is overridden): the rewards
+(seam 1), the capture of the rollout pass, the advantages (seam 2), the OPSD loss (seam 3), the
+resumable sampler and the resume warnings (tied weights are not missing keys)."""
 
 
 class MRTPOTrainer(GRPOTrainer):
