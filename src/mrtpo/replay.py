@@ -46,7 +46,7 @@ from typing import Any, Literal
 
 import torch
 
-from mrtpo import credit
+from mrtpo import credit, distance
 from mrtpo.head import PROJECTIONS, LogitHead, head_of, row_chunks
 from mrtpo.prompt import Segment, assemble
 
@@ -608,29 +608,60 @@ def _js_from_hidden(
     h_q: torch.Tensor,
     chunk_size: int,
     projection_dtype: str = "float32",
+    kernel: str = "auto",
 ) -> torch.Tensor:
-    """``h_p: [T, H]`` (full context), ``h_q: [K', T, H]`` -> distances ``[K', T] float32``.
+    """``h_p: [R, H]`` (full context), ``h_q: [K', R, H]`` -> distances ``[K', R] float32``.
 
     ``weight: [V, H]`` is the full head weight, already in float32 for the float32/TF32 projections
     (cast once per :func:`replay` call, not once per response, when the model is in half precision).
-
-    A linear head projected in float32/TF32 goes through :func:`mrtpo.credit.js_distance_from_hidden`
-    (chunked rows, exact over V). A head with a logit transform, or a bfloat16 projection, projects one
-    chunk of rows at a time here, applies the transform and calls :func:`mrtpo.credit.js_distance`, so
-    memory stays ``O(chunk_size * V)``.
+    :func:`mrtpo.credit.js_distance_from_hidden` with the head's logit transform (scale, softcap) and
+    ``projection_dtype``: chunked rows, exact over V, memory ``O(chunk_size * V)``; ``kernel`` is one of
+    :data:`mrtpo.distance.KERNELS`.
     """
-    kk, t, _ = h_q.shape
     with _matmul_precision(projection_dtype):
-        if head.linear and projection_dtype != "bfloat16":
-            # one projection + log-softmax of the full context per chunk, shared by the K' contexts
-            return credit.js_distance_from_hidden(h_p, h_q, weight, bias, chunk_size=chunk_size).float()
-        out = torch.empty(kk, t, dtype=torch.float32, device=h_q.device)
-        for rows in row_chunks(t, chunk_size):
-            lp = head.logits(h_p[rows], weight, bias, projection_dtype)  # [c, V]
-            for k in range(kk):
-                lq = head.logits(h_q[k, rows], weight, bias, projection_dtype)  # [c, V]
-                out[k, rows] = credit.js_distance(lp, lq, chunk_size=chunk_size).float()
-        return out
+        return credit.js_distance_from_hidden(
+            h_p, h_q, weight, bias, chunk_size=chunk_size, kernel=kernel, projection=projection_dtype,
+            scale=head.scale, softcap=head.softcap,
+        ).float()  # fmt: skip
+
+
+def _js_of_finished(
+    head: LogitHead,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    requests: Sequence[ReplayRequest],
+    run_slots: dict[int, list[int]],
+    finished: dict[int, dict[int, torch.Tensor]],
+    dist: torch.Tensor,
+    device: torch.device,
+    chunk_size: int,
+    projection_dtype: str,
+    kernel: str,
+) -> None:
+    """Distances of the requests whose contexts have all run (``finished[i]``: slot -> ``[T_i, H]``),
+    written into ``dist: [N, K, T]``. Requests with the same number K' of other contexts go through one
+    distance call, their rows concatenated (``[sum T_i, H]`` against ``[K', sum T_i, H]``): full chunks
+    and one call per micro-batch instead of one per response."""
+    groups: dict[int, list[int]] = {}
+    for i in finished:
+        if run_slots[i]:
+            groups.setdefault(len(run_slots[i]), []).append(i)
+    for kk, idx in groups.items():
+        hp: list[torch.Tensor] = []
+        hq: list[list[torch.Tensor]] = [[] for _ in range(kk)]
+        for i in idx:
+            got = finished[i]
+            hp.append(got[0] if 0 in got else requests[i].full_hidden.to(device))  # [T_i, H]
+            for c, k in enumerate(run_slots[i]):
+                hq[c].append(got[k + 1])  # [T_i, H]
+        h_p = hp[0] if len(hp) == 1 else torch.cat(hp)  # [R, H], R = sum T_i
+        h_q = torch.stack([x[0] if len(x) == 1 else torch.cat(x) for x in hq])  # [K', R, H]
+        d = _js_from_hidden(head, weight, bias, h_p, h_q, chunk_size, projection_dtype, kernel)  # [K', R]
+        off = 0
+        for i, h in zip(idx, hp):
+            t = h.shape[0]
+            dist[i, run_slots[i], :t] = d[:, off : off + t]
+            off += t
 
 
 def token_logprobs_from_hidden(
@@ -774,6 +805,7 @@ def replay(
     projection_dtype: str = "float32",
     measure: str = "js",
     temperature: float = 1.0,
+    distance_kernel: str = "auto",
 ) -> ReplayResult:
     """Teacher-forced no-grad replay of N responses; distances ``[N, K, T]`` between each request's full
     context and its K other contexts.
@@ -829,6 +861,8 @@ def replay(
             or "bfloat16" (:data:`PROJECTION_DTYPES`: error bound).
         measure: "js" or "logprob" (:data:`MEASURES`, above).
         temperature: sampling temperature tau > 0 of the "logprob" measure (ignored by "js").
+        distance_kernel: how the JS distances' vocabulary work runs (:data:`mrtpo.distance.KERNELS`):
+            "auto" (default: the fused two-pass kernel where available, else eager), "eager" or "fused".
 
     Returns:
         :class:`ReplayResult` with ``distances: [N, K, T] float32`` (0 at padding and skipped pairs).
@@ -838,7 +872,7 @@ def replay(
     return _replay(
         model, requests, token_budget=token_budget, prefix_sharing=prefix_sharing, chunk_size=chunk_size,
         pad_id=pad_id, progress=progress, sharding=sharding, projection_dtype=projection_dtype,
-        measure=measure, temperature=temperature,
+        measure=measure, temperature=temperature, distance_kernel=distance_kernel,
     )  # fmt: skip
 
 
@@ -894,6 +928,7 @@ def _replay(
     projection_dtype: str,
     measure: str,
     temperature: float,
+    distance_kernel: str = "auto",
 ) -> ReplayResult:
     """:func:`replay`; ``measure="sampled"``: the log-probs under the full context ([N, 1, T]; no others)."""
     t0 = time.perf_counter()
@@ -913,6 +948,8 @@ def _replay(
         raise ValueError(
             f"projection_dtype={projection_dtype!r} must be one of {', '.join(PROJECTION_DTYPES)}"
         )
+    if distance_kernel not in distance.KERNELS:
+        raise ValueError(f"distance_kernel={distance_kernel!r} must be one of {', '.join(distance.KERNELS)}")
     n = len(requests)
     ks = {len(r.others) for r in requests}
     if len(ks) > 1:
@@ -942,6 +979,7 @@ def _replay(
                 token_budget=token_budget, prefix_sharing=prefix_sharing, chunk_size=chunk_size,
                 pad_id=pad_id, progress=progress, lockstep=collective and sharding == "lockstep",
                 projection_dtype=projection_dtype, measure=measure, temperature=float(temperature),
+                kernel=distance_kernel,
             )  # fmt: skip
 
 
@@ -1049,6 +1087,7 @@ def _replay_local(
     projection_dtype: str,
     measure: str = "js",
     temperature: float = 1.0,
+    kernel: str = "auto",
 ) -> ReplayResult:
     """Plan, agree on the forward count (lockstep), execute, pad."""
     n = len(requests)
@@ -1076,33 +1115,41 @@ def _replay_local(
         for b in it:
             batch = plan.batches[b]
             hs = _run_batch(info, batch, plan.prefixes[b], pad_id, device, stats, cost_tokens)
+            done: list[int] = []
             for job, h in zip(batch, hs):
                 pending.setdefault(job.req, {})[job.slot] = h
                 remaining[job.req] -= 1
                 if remaining[job.req] == 0:
-                    got = pending.pop(job.req)
-                    r = requests[job.req]
-                    h_p = got[0] if 0 in got else r.full_hidden.to(device)
-                    slots = plan.run_slots[job.req]
-                    if measure == "sampled":
-                        tokens = torch.as_tensor([int(x) for x in r.response], device=device)  # [T]
-                        lp = token_logprobs_from_hidden(
-                            info.head, h_p, tokens, weight=w32, bias=bias, temperature=temperature,
-                            chunk_size=chunk_size, projection_dtype=projection_dtype,
-                        )  # fmt: skip
-                        dist[job.req, 0, : lp.shape[0]] = lp
-                        continue
-                    h_q = torch.stack([got[k + 1] for k in slots])  # [K', T, H]
-                    if measure == "logprob":
-                        tokens = torch.as_tensor([int(x) for x in r.response], device=device)  # [T]
-                        d = _logprob_gap(
-                            info.head, w32, bias, h_p, h_q, tokens, chunk_size, projection_dtype, temperature
-                        )  # [K', T]
-                    else:
-                        d = _js_from_hidden(
-                            info.head, w32, bias, h_p, h_q, chunk_size, projection_dtype
-                        )  # [K', T]
-                    dist[job.req, slots, : d.shape[1]] = d
+                    done.append(job.req)
+            for i, got in pending.items():  # requests that continue in a later micro-batch
+                if i not in done:
+                    for slot, h in got.items():
+                        if h._base is not None:  # a view of this call's output: keep only its rows
+                            got[slot] = h.clone()
+            finished = {i: pending.pop(i) for i in done}
+            if measure == "js":
+                _js_of_finished(
+                    info.head, w32, bias, requests, plan.run_slots, finished, dist, device, chunk_size,
+                    projection_dtype, kernel,
+                )  # fmt: skip
+                continue
+            for i, got in finished.items():
+                r = requests[i]
+                h_p = got[0] if 0 in got else r.full_hidden.to(device)
+                tokens = torch.as_tensor([int(x) for x in r.response], device=device)  # [T]
+                if measure == "sampled":
+                    lp = token_logprobs_from_hidden(
+                        info.head, h_p, tokens, weight=w32, bias=bias, temperature=temperature,
+                        chunk_size=chunk_size, projection_dtype=projection_dtype,
+                    )  # fmt: skip
+                    dist[i, 0, : lp.shape[0]] = lp
+                    continue
+                slots = plan.run_slots[i]
+                h_q = torch.stack([got[k + 1] for k in slots])  # [K', T, H]
+                d = _logprob_gap(
+                    info.head, w32, bias, h_p, h_q, tokens, chunk_size, projection_dtype, temperature
+                )  # [K', T]
+                dist[i, slots, : d.shape[1]] = d
         dummy = torch.full((1, 1), pad_id, dtype=torch.long, device=device)  # [1, 1]
         for _ in range(pad_forwards):  # the same collectives as a real call, on one token
             info.body(input_ids=dummy, use_cache=False)
@@ -1125,7 +1172,7 @@ def _run_batch(
 ) -> list[torch.Tensor]:
     """One micro-batch through the decoder body (a prefix call first when ``prefix > 0``); returns each
     job's ``[T, H]`` hidden states at the positions predicting the response tokens
-    (``ctx_len - 1 .. ctx_len + T - 2``)."""
+    (``ctx_len - 1 .. ctx_len + T - 2``), as views of the call's ``[B, S, H]`` output."""
     body = info.body
     seqs = [j.seq for j in batch]
     b = len(seqs)
@@ -1166,7 +1213,7 @@ def _run_batch(
         cost_tokens[job.req] += len(rest[row]) + prefix / b
         t = len(job.seq) - job.ctx_len + 1
         start = job.ctx_len - 1 - prefix
-        out.append(hidden[row, start : start + t].clone())  # [T, H]
+        out.append(hidden[row, start : start + t])  # [T, H], a view of this call's output
     return out
 
 
