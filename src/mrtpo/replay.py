@@ -137,8 +137,14 @@ def build_contexts(
                 f"segments[{i}] is tagged with unknown reward(s) {unknown}; known: {list(names)}"
             )
 
+    done: dict[str, tuple[int, ...]] = {}  # variants with the same messages are tokenized once
+
     def ids(**kw: Any) -> tuple[int, ...]:
-        return tuple(tokenize_messages(tokenizer, assemble(list(segments), sep=sep, **kw), **template_kwargs))
+        messages = assemble(list(segments), sep=sep, **kw)
+        key = repr(messages)
+        if key not in done:
+            done[key] = tuple(tokenize_messages(tokenizer, messages, **template_kwargs))
+        return done[key]
 
     full = ids(privileged=True)
     return Contexts(
