@@ -5,6 +5,10 @@ Example (the default run, about a minute on 2 CPU cores; the second needs a CUDA
     mrtpo bench replay
     mrtpo bench replay --k 2 --t 512 --responses 4 --no-prefix-sharing --json bench.json
     mrtpo bench replay --device cuda --config qwen2.5-7b
+    mrtpo bench replay --kernels eager            # the eager distance kernel only
+
+The table has one column per variant: naive, mrtpo with the fused distance kernel, mrtpo with the
+eager one; below it the forward-only limit of the replay and the vocabulary work of each kernel alone.
 """
 
 from __future__ import annotations
@@ -66,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="float32,tf32,bfloat16",
         help="mrtpo projection dtypes to measure, comma-separated, float32 first (default float32,tf32,bfloat16)",
     )
+    parser.add_argument(
+        "--kernels",
+        default="fused,eager",
+        help="mrtpo distance kernels to measure, comma-separated; the first is the mrtpo column (projections, "
+        "vocabulary work, limit) (default fused,eager)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="also write the measurements to this JSON file")
 
@@ -95,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         config=args.config,
         dtype=args.dtype,
         projections=tuple(x.strip() for x in args.projections.split(",") if x.strip()),
+        kernels=tuple(x.strip() for x in args.kernels.split(",") if x.strip()),
     )
     if cfg.device == "cuda":
         import torch
