@@ -7,7 +7,7 @@
 computes them from hidden states; :mod:`mrtpo.credit` turns them into token credit.
 
 Two kernels compute the same formula (:data:`KERNELS`): ``"eager"``, torch operations (about twelve
-elementwise passes over each ``[chunk, V]`` block, up to ten such buffers alive), and ``"fused"``
+elementwise passes over each ``[chunk, V]`` block, five such float32 buffers alive), and ``"fused"``
 (:mod:`mrtpo.fused`: a log-sum-exp pass and a terms pass over each block, no ``[chunk, V]`` buffer
 besides the logits; a native kernel on CPU, Triton through ``torch.compile`` on CUDA). ``"auto"`` (the
 default) is ``"fused"`` where it is available (float32/bfloat16/float16 inputs on CPU or CUDA, the
@@ -254,7 +254,7 @@ def js_distance_from_hidden(
     vocabulary and reduced per row, so no more than a few ``[chunk_size, V]`` blocks exist at a time.
 
     - ``kernel="eager"``: log-softmax and the terms in torch operations, float32 (float64 for float64
-      inputs); about ten ``[chunk_size, V]`` float32 buffers alive at once.
+      inputs); five ``[chunk_size, V]`` float32 buffers alive at once.
     - ``kernel="fused"`` (:mod:`mrtpo.fused`): per chunk, the full context's logits block and one other
       context's block (two ``[chunk_size, V]`` buffers, reused across chunks); each block is read twice
       (log-sum-exp, then the terms, with the bias and logit transform applied on the fly).

@@ -3,7 +3,7 @@
 Two row-wise operations on logit blocks ``z: [R, V]`` (float32 or bfloat16), each with the logit
 transform ``softcap(scale · (z + bias))`` applied on the fly (:class:`mrtpo.head.LogitHead`'s)::
 
-    lse(z)[r]        = log Σ_v exp(z[r, v])                                  [R] float32
+    lse(z)[:, r]     = (m_r, log Σ_v exp(z[r, v] − m_r)),  m_r = max_v z[r, v]      [2, R] float32
     jsd(zp, zq)[r]   = ½ Σ_v [p_v log1p(a_v) + q_v log1p(−a_v)]              [R] float64 (nats)
                        p = exp(zp − lse(zp)), q = exp(zq − lse(zq)), a = tanh((log p − log q) / 2)
 
@@ -69,12 +69,14 @@ def _transform(z: Tensor, bias: Tensor | None, scale: float, softcap: float | No
 def lse_torch(
     z: Tensor, bias: Tensor | None = None, scale: float = 1.0, softcap: float | None = None
 ) -> Tensor:
-    """``z: [R, V]`` -> ``[R]`` float32 log-sum-exp of the transformed rows (NaN for a row with +inf or
-    NaN, or with every entry −inf, as ``log_softmax`` gives)."""
+    """``z: [R, V]`` -> ``[2, R]`` float32: the transformed rows' maxima ``m`` and ``log Σ exp(z − m)``
+    (their sum is the log-sum-exp; NaN for a row with +inf or NaN, or with every entry −inf, as
+    ``log_softmax`` gives). Kept apart so that ``log p = (z − m) − log Σ`` stays exact near the maximum
+    for large logits."""
     z = _transform(z, bias, scale, softcap)  # [R, V]
     m = z.amax(dim=-1, keepdim=True)  # [R, 1]
     s = (z - m).exp().sum(dim=-1, keepdim=True)  # [R, 1]  (inductor: one online pass with the max)
-    return (m + s.log()).squeeze(-1)
+    return torch.cat([m, s.log()], dim=-1).T  # [2, R]
 
 
 def jsd_torch(
@@ -86,9 +88,10 @@ def jsd_torch(
     scale: float = 1.0,
     softcap: float | None = None,
 ) -> Tensor:
-    """``zp, zq: [R, V]``, their ``lse: [R]`` -> ``[R]`` float32 JSD in nats (module docstring)."""
-    lp = _transform(zp, bias, scale, softcap) - lse_p[:, None]  # [R, V] log p
-    lq = _transform(zq, bias, scale, softcap) - lse_q[:, None]  # [R, V] log q
+    """``zp, zq: [R, V]``, their :func:`lse_torch` ``[2, R]`` -> ``[R]`` float32 JSD in nats (module
+    docstring)."""
+    lp = (_transform(zp, bias, scale, softcap) - lse_p[0, :, None]) - lse_p[1, :, None]  # [R, V] log p
+    lq = (_transform(zq, bias, scale, softcap) - lse_q[0, :, None]) - lse_q[1, :, None]  # [R, V] log q
     a = torch.tanh((lp - lq) * 0.5).nan_to_num(0.0).clamp(-_A_MAX, _A_MAX)  # [R, V]
     return (lp.exp() * torch.log1p(a) + lq.exp() * torch.log1p(-a)).sum(dim=-1) * 0.5
 
@@ -258,12 +261,13 @@ def lse_rows(
     *,
     _native_lib: ctypes.CDLL | None = None,
 ) -> Tensor:
-    """Pass 1: ``z: [R, V]`` (float32/bfloat16, CPU) -> ``[R]`` float32 log-sum-exp (native kernel)."""
+    """Pass 1: ``z: [R, V]`` (float32/bfloat16, CPU) -> ``[2, R]`` float32 row maxima and log-sums, as
+    :func:`lse_torch` (native kernel)."""
     lib = _native_lib or _load_native()
     z, ld, bf16 = _rows_arg(z)
     rows, vocab = z.shape
     b = _bias_arg(bias, vocab)
-    out = torch.empty(rows, dtype=torch.float32)
+    out = torch.empty(2, rows, dtype=torch.float32)
     lib.mrtpo_lse(
         z.data_ptr(), ld, rows, vocab, bf16, _ptr(b), float(scale), float(softcap or 0.0), out.data_ptr(),
         torch.get_num_threads(),
@@ -282,8 +286,8 @@ def jsd_rows(
     *,
     _native_lib: ctypes.CDLL | None = None,
 ) -> Tensor:
-    """Pass 2: ``zp, zq: [R, V]`` with their :func:`lse_rows` -> ``[R]`` float64 JSD in nats (NaN where
-    an lse is NaN)."""
+    """Pass 2: ``zp, zq: [R, V]`` with their :func:`lse_rows` ``[2, R]`` -> ``[R]`` float64 JSD in nats
+    (NaN where a row maximum is NaN)."""
     lib = _native_lib or _load_native()
     zp, ldp, bf16 = _rows_arg(zp)
     zq, ldq, bf16_q = _rows_arg(zq)
@@ -291,8 +295,10 @@ def jsd_rows(
         raise ValueError(f"zp {tuple(zp.shape)} {zp.dtype} and zq {tuple(zq.shape)} {zq.dtype} must match")
     rows, vocab = zp.shape
     b = _bias_arg(bias, vocab)
-    lp = lse_p.to(torch.float32).contiguous()
-    lq = lse_q.to(torch.float32).contiguous()
+    lp = lse_p.to(torch.float32).contiguous()  # [2, R]
+    lq = lse_q.to(torch.float32).contiguous()  # [2, R]
+    if lp.shape != (2, rows) or lq.shape != (2, rows):
+        raise ValueError(f"lse_p {tuple(lp.shape)} and lse_q {tuple(lq.shape)} must be [2, R] = [2, {rows}]")
     out = torch.empty(rows, dtype=torch.float64)
     lib.mrtpo_jsd(
         zp.data_ptr(), ldp, zq.data_ptr(), ldq, rows, vocab, bf16, _ptr(b), float(scale),
@@ -320,7 +326,7 @@ def check(device: torch.device) -> None:
 
 
 def lse(z: Tensor, bias: Tensor | None, scale: float, softcap: float | None) -> Tensor:
-    """Pass 1 on ``z``'s device: ``[R, V]`` -> ``[R]`` float32."""
+    """Pass 1 on ``z``'s device: ``[R, V]`` -> ``[2, R]`` float32 (row maxima, log-sums)."""
     if z.device.type == "cpu":
         return lse_rows(z, bias, scale, softcap)
     return _compiled("lse")(z, bias, scale, softcap)

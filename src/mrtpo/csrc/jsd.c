@@ -3,7 +3,7 @@
    For rows r of two logit blocks zp, zq ([rows, V], float32 or bfloat16, row strides ldp, ldq), with the
    logit transform z -> softcap(scale * (z + bias)) applied on the fly:
 
-     lse(z)   = log sum_v exp(z_v)                                   (pass 1: one read of the block)
+     lse(z)   = max_v z_v + log sum_v exp(z_v - max)                 (pass 1: one read of the block)
      JSD_nats = 1/2 sum_v [p_v log1p(a_v) + q_v log1p(-a_v)],  a = tanh((log p - log q) / 2)
                                                                      (pass 2: one read of both blocks)
 
@@ -30,7 +30,8 @@ typedef struct {
   const float *bias;
   float scale, cap;
   int bf16, nthreads;
-  float *lse_p, *lse_q; /* pass 1: outputs (lse_q unused); pass 2: inputs */
+  float *lse_p, *lse_q; /* [2, rows]: row maxima, then log of the exp-sums against them; pass 1
+                           writes lse_p (lse_q unused), pass 2 reads both */
   double *out;
   int64_t r0, r1;
 } job_t;
@@ -100,8 +101,11 @@ static void *lse_rows(void *arg) {
       for (int64_t i = 0; i < n; i++) bs += expf(buf[i] - m);
       s += (double)bs;
     }
-    /* +inf/NaN anywhere, or every probability 0 (all -inf): NaN, as log_softmax gives */
-    j->lse_p[r] = (bad || neg == j->vocab) ? float_of(0x7fc00000u) : (float)((double)m + log(s));
+    /* +inf/NaN anywhere, or every probability 0 (all -inf): NaN, as log_softmax gives. The maximum and
+       log-sum are kept apart: log p = (z - max) - log-sum is exact near the maximum even when the
+       logits are large, where max + log-sum rounded to float would shift every log p by its rounding */
+    j->lse_p[r] = (bad || neg == j->vocab) ? float_of(0x7fc00000u) : m;
+    j->lse_p[j->rows + r] = (float)log(s);
   }
   return NULL;
 }
@@ -116,18 +120,22 @@ static void *terms_rows(void *arg) {
       j->out[r] = (double)float_of(0x7fc00000u);
       continue;
     }
-    float lp0 = j->lse_p[r], lq0 = j->lse_q[r];
+    float mp = j->lse_p[r], lsp = j->lse_p[j->rows + r];
+    float mq = j->lse_q[r], lsq = j->lse_q[j->rows + r];
     double t = 0.0;
     int64_t neg = 0;
     for (int64_t v0 = 0; v0 < j->vocab; v0 += BLK) {
       int64_t n = j->vocab - v0 < BLK ? j->vocab - v0 : BLK;
       load_block(j->zp, j->ldp, j->bf16, r, v0, n, j->bias, j->scale, j->cap, bp, &neg);
       load_block(j->zq, j->ldq, j->bf16, r, v0, n, j->bias, j->scale, j->cap, bq, &neg);
+      /* z - max in a loop of its own (stored), so that reassociation cannot fold max and log-sum */
+      for (int64_t i = 0; i < n; i++) bp[i] -= mp;
+      for (int64_t i = 0; i < n; i++) bq[i] -= mq;
       /* each entry's p log1p(a) + q log1p(-a) is stored before the sum: with reassociation allowed
          the compiler could otherwise add its two parts to the running sum separately */
       for (int64_t i = 0; i < n; i++) {
         /* the larger log-probability first: the entry is the same function of (p, q) and (q, p) */
-        float lp = bp[i] - lp0, lq = bq[i] - lq0;
+        float lp = bp[i] - lsp, lq = bq[i] - lsq;
         float hi = lp > lq ? lp : lq, lo = lp > lq ? lq : lp;
         float a = tanhf(0.5f * (hi - lo)); /* >= 0 */
         a = a > a_max ? a_max : a;
@@ -161,14 +169,15 @@ static void run(job_t *base, void *(*fn)(void *)) {
     if (tids[i]) pthread_join(tids[i], NULL);
 }
 
-/* lse[r] of the transformed rows of z ([rows, V], row stride ld). */
+/* lse[0, r] = max_v z[r, v] and lse[1, r] = log sum_v exp(z[r, v] - lse[0, r]) of the transformed rows of
+   z ([rows, V], row stride ld); lse is [2, rows]. */
 void mrtpo_lse(const void *z, int64_t ld, int64_t rows, int64_t vocab, int bf16, const float *bias,
                float scale, float cap, float *lse, int nthreads) {
   job_t j = {z, NULL, ld, 0, rows, vocab, bias, scale, cap, bf16, nthreads, lse, NULL, NULL, 0, rows};
   run(&j, lse_rows);
 }
 
-/* out[r] = JSD in nats of rows r of zp and zq given their lse (NaN where an lse is NaN). */
+/* out[r] = JSD in nats of rows r of zp and zq given their lse pairs (NaN where a maximum is NaN). */
 void mrtpo_jsd(const void *zp, int64_t ldp, const void *zq, int64_t ldq, int64_t rows, int64_t vocab,
                int bf16, const float *bias, float scale, float cap, float *lse_p, float *lse_q,
                double *out, int nthreads) {
