@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The checks only a GPU can run, in one go, ending with one table. Each step has a time limit (180 +
-# 180 + 110 s: at most 8 minutes in all); a step that fails or runs out of time is a row saying so.
+# 180 + 110 + 120 s: at most 10 minutes in all); a step that fails or runs out of time is a row saying so.
 #   1. mrtpo bench replay  (naive float32 vs mrtpo replay, float64 reference, projection dtypes)
 #   2. mrtpo bench train   (per-step time of TRL GDPO, mrtpo GDPO, mrtpo MRTPO)
 #   3. FSDP2 replay        (gather and lockstep vs an unsharded copy; one process per GPU, NCCL)
+#   4. distance kernels    (eager vs fused JS distances at the config's V and H, float32 and bfloat16
+#                           projection; the table adds the share of the MRTPO step spent on replay)
 #
 #   scripts/gpu_check.sh                                 # cuda, random Qwen2.5-7B shapes
 #   scripts/gpu_check.sh --config qwen2.5-3b
@@ -62,4 +64,9 @@ step "bench train" 180 "$PY" -m mrtpo.cli.main bench train --device "$DEVICE" --
   ${TRAIN_ARGS[@]+"${TRAIN_ARGS[@]}"} --output "$OUT/train.json"
 step "sharded replay" 110 "$PY" -m torch.distributed.run --standalone --nproc_per_node "$NPROC" \
   -m mrtpo.bench.sharded --device "$DEVICE" --config "$CONFIG" ${SHARD_ARGS[@]+"${SHARD_ARGS[@]}"} --json "$OUT/sharded.json"
+# --- distance kernels (eager vs fused) at the config's shapes: V = 152,064, H = 3,584 for qwen2.5-7b ---
+if [ "$DEVICE" = cpu ]; then KERNEL_ARGS=(--t 128); else KERNEL_ARGS=(); fi
+step "distance kernels" 120 "$PY" -m mrtpo.bench.kernels --device "$DEVICE" --config "$CONFIG" \
+  ${KERNEL_ARGS[@]+"${KERNEL_ARGS[@]}"} --json "$OUT/kernels.json"
+# --- end of the distance-kernels step ---
 "$PY" -m mrtpo.bench.gpu_table "$OUT"
