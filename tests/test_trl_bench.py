@@ -60,9 +60,12 @@ def test_bench_train_reports_ratios(tmp_path, capsys):
     mr = runs["mrtpo"]
     assert d["predicted_replay_seconds"] == pytest.approx(mr["replay_fpe"] * mr["fpe_batch_seconds"])
     assert d["replay_over_predicted"] == pytest.approx(mr["replay_seconds"] / d["predicted_replay_seconds"])
-    # the step-ratio limit: GDPO's step plus the predicted replay, over GDPO's step
+    # the forward-only limit (prefix once) costs at most what ran; the step-ratio limit is GDPO's step plus
+    # the limit's replay, over GDPO's step
+    assert d["limit_replay_seconds"] == pytest.approx(mr["limit_fpe"] * mr["fpe_batch_seconds"])
+    assert 0 < d["limit_fpe_per_response"] <= mr["replay_fpe"] + 1e-9
     gdpo = runs["gdpo"]["step_seconds"]
-    assert d["step_ratio_limit"] == pytest.approx((gdpo + d["predicted_replay_seconds"]) / gdpo)
+    assert d["step_ratio_limit"] == pytest.approx((gdpo + d["limit_replay_seconds"]) / gdpo)
     assert d["threads"] == 1
     assert runs["trl_gdpo"]["replay_seconds"] == 0 and runs["gdpo"]["replay_fpe"] == 0
 

@@ -51,6 +51,12 @@ from mrtpo.head import PROJECTIONS, LogitHead, head_of, row_chunks
 from mrtpo.prompt import Segment, assemble
 
 DEFAULT_TOKEN_BUDGET = 16384
+DEFAULT_PREFIX_MIN_SAVED = 128
+"""A micro-batch's common prefix runs once (a batch-1 call, its KV cache copied to every row) only when
+that saves at least this many tokens, ``(rows - 1) x prefix``: the extra body call and the cache copy
+cost about as much as 50-60 tokens of the micro-batch for ``mrtpo bench train``'s model on CPU (more on
+a GPU, where a call's kernel launches cost more beside cheap tokens), so sharing a chat template's first
+few tokens makes replay slower, not faster. 0 shares every common prefix."""
 DEFAULT_CHUNK_SIZE = credit.DEFAULT_CHUNK_SIZE  # response rows per JS chunk
 
 # --------------------------------------------------------------------------------------------------
@@ -204,6 +210,10 @@ class ReplayStats:
         padded_tokens: tokens fed including right padding (rows x padded length, summed over calls).
         cost_fpe: sum over responses of (tokens processed for the response) / (rollout_len + T); a
             shared prefix is split evenly between the rows that use it.
+        limit_fpe: the same sum at the forward-only limit: each row on its own tokens with the prefix
+            common to all rows of its prompt counted once (split evenly between them), whether or not the
+            prefix ran once (:data:`DEFAULT_PREFIX_MIN_SAVED`, a token budget that splits the prompt's
+            rows, a model without a prefix cache).
         seconds: wall time of the call.
     """
 
@@ -220,6 +230,7 @@ class ReplayStats:
     tokens: int = 0
     padded_tokens: int = 0
     cost_fpe: float = 0.0
+    limit_fpe: float = 0.0
     seconds: float = 0.0
 
     @property
@@ -228,13 +239,22 @@ class ReplayStats:
         return self.cost_fpe / self.responses if self.responses else 0.0
 
     @property
+    def limit_fpe_per_response(self) -> float:
+        """Mean cost of one response at the forward-only limit (``limit_fpe / responses``)."""
+        return self.limit_fpe / self.responses if self.responses else 0.0
+
+    @property
     def k_eff(self) -> float:
         """Contexts other than C actually run per response (target: cost <= k_eff + 0.25 FPE)."""
         return self.pairs_run / self.responses if self.responses else 0.0
 
     def as_dict(self) -> dict[str, float]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        out.update(fpe_per_response=self.fpe_per_response, k_eff=self.k_eff)
+        out.update(
+            fpe_per_response=self.fpe_per_response,
+            limit_fpe_per_response=self.limit_fpe_per_response,
+            k_eff=self.k_eff,
+        )
         return out
 
 
@@ -812,6 +832,7 @@ def replay(
     measure: str = "js",
     temperature: float = 1.0,
     distance_kernel: str = "auto",
+    prefix_min_saved: int = DEFAULT_PREFIX_MIN_SAVED,
 ) -> ReplayResult:
     """Teacher-forced no-grad replay of N responses; distances ``[N, K, T]`` between each request's full
     context and its K other contexts.
@@ -859,6 +880,8 @@ def replay(
         token_budget: bound on rows x padded length of one micro-batch; None: no bound.
         prefix_sharing: run the common prefix of a micro-batch once (KV cache); False runs each row
             in full.
+        prefix_min_saved: share a prefix only when that saves at least this many tokens
+            (:data:`DEFAULT_PREFIX_MIN_SAVED` = 128; 0: every common prefix).
         chunk_size: response rows projected onto the vocabulary at a time (memory O(chunk_size * V)).
         pad_id: token id used for right padding (never attended to by real tokens).
         progress: show a tqdm bar over micro-batches.
@@ -879,6 +902,7 @@ def replay(
         model, requests, token_budget=token_budget, prefix_sharing=prefix_sharing, chunk_size=chunk_size,
         pad_id=pad_id, progress=progress, sharding=sharding, projection_dtype=projection_dtype,
         measure=measure, temperature=temperature, distance_kernel=distance_kernel,
+        prefix_min_saved=prefix_min_saved,
     )  # fmt: skip
 
 
@@ -935,6 +959,7 @@ def _replay(
     measure: str,
     temperature: float,
     distance_kernel: str = "auto",
+    prefix_min_saved: int = DEFAULT_PREFIX_MIN_SAVED,
 ) -> ReplayResult:
     """:func:`replay`; ``measure="sampled"``: the log-probs under the full context ([N, 1, T]; no others)."""
     t0 = time.perf_counter()
@@ -954,6 +979,8 @@ def _replay(
         raise ValueError(
             f"projection_dtype={projection_dtype!r} must be one of {', '.join(PROJECTION_DTYPES)}"
         )
+    if isinstance(prefix_min_saved, bool) or not isinstance(prefix_min_saved, int) or prefix_min_saved < 0:
+        raise ValueError(f"prefix_min_saved={prefix_min_saved!r} must be an integer >= 0")
     if distance_kernel not in distance.KERNELS:
         raise ValueError(f"distance_kernel={distance_kernel!r} must be one of {', '.join(distance.KERNELS)}")
     n = len(requests)
@@ -985,7 +1012,7 @@ def _replay(
                 token_budget=token_budget, prefix_sharing=prefix_sharing, chunk_size=chunk_size,
                 pad_id=pad_id, progress=progress, lockstep=collective and sharding == "lockstep",
                 projection_dtype=projection_dtype, measure=measure, temperature=float(temperature),
-                kernel=distance_kernel,
+                kernel=distance_kernel, min_saved=prefix_min_saved,
             )  # fmt: skip
 
 
@@ -997,6 +1024,7 @@ class _Plan:
     prefixes: list[int]
     jobs_of: dict[int, list[_Job]]
     run_slots: dict[int, list[int]]
+    limit_tokens: dict[int, float] = field(default_factory=dict)
 
     @property
     def forwards(self) -> int:
@@ -1011,9 +1039,12 @@ def _plan(
     token_budget: int | None,
     share: bool,
     keep_full: bool = False,
+    min_saved: int = DEFAULT_PREFIX_MIN_SAVED,
 ) -> _Plan:
     """Which contexts of which responses run, packed into micro-batches (no model call); ``keep_full``:
-    the full context runs even without other contexts (its own log-probs are wanted)."""
+    the full context runs even without other contexts (its own log-probs are wanted); a micro-batch's
+    common prefix runs once when that saves at least ``min_saved`` tokens. ``limit_tokens[i]``: request
+    i's tokens at the forward-only limit (its prompt's common prefix counted once, split over its rows)."""
     jobs_of: dict[int, list[_Job]] = {}
     run_slots: dict[int, list[int]] = {}
     for i, r in enumerate(requests):
@@ -1069,8 +1100,20 @@ def _plan(
         if share and len(batch) > 1:
             # every gathered position (ctx_len - 1 onwards) must lie in the per-row part
             prefix = min(_common_prefix([j.seq for j in batch]), min(j.ctx_len for j in batch) - 1)
+            if (len(batch) - 1) * prefix < min_saved:
+                prefix = 0
         prefixes.append(max(prefix, 0))
-    return _Plan(batches, prefixes, jobs_of, run_slots)
+    limit_tokens: dict[int, float] = {}
+    rows_of: dict[int, list[_Job]] = {}
+    for i in order:
+        rows_of.setdefault(group_of[tuple(requests[i].full)], []).extend(jobs_of[i])
+    for rows in rows_of.values():
+        p = 0
+        if len(rows) > 1:
+            p = max(0, min(_common_prefix([j.seq for j in rows]), min(j.ctx_len for j in rows) - 1))
+        for j in rows:
+            limit_tokens[j.req] = limit_tokens.get(j.req, 0.0) + len(j.seq) - p + p / len(rows)
+    return _Plan(batches, prefixes, jobs_of, run_slots, limit_tokens)
 
 
 def _replay_local(
@@ -1094,6 +1137,7 @@ def _replay_local(
     measure: str = "js",
     temperature: float = 1.0,
     kernel: str = "auto",
+    min_saved: int = DEFAULT_PREFIX_MIN_SAVED,
 ) -> ReplayResult:
     """Plan, agree on the forward count (lockstep), execute, pad."""
     n = len(requests)
@@ -1102,7 +1146,16 @@ def _replay_local(
     dist = torch.zeros(n, k_ctx, t_max, dtype=torch.float32, device=device)
     vocab, hidden_size = w32.shape
     share = prefix_sharing and info.prefix_cache
-    plan = _plan(requests, vocab, hidden_size, stats, token_budget, share, keep_full=measure == "sampled")
+    plan = _plan(
+        requests,
+        vocab,
+        hidden_size,
+        stats,
+        token_budget,
+        share,
+        keep_full=measure == "sampled",
+        min_saved=min_saved,
+    )
     pad_forwards = 0
     if lockstep:
         total = torch.tensor([plan.forwards], dtype=torch.long, device=device)
@@ -1163,6 +1216,7 @@ def _replay_local(
     for i, r in enumerate(requests):
         denom = (len(r.full) if r.rollout_len is None else r.rollout_len) + len(r.response)
         stats.cost_fpe += cost_tokens[i] / denom if denom else 0.0
+        stats.limit_fpe += plan.limit_tokens.get(i, 0.0) / denom if denom else 0.0
     stats.seconds = time.perf_counter() - t0
     return ReplayResult(dist, lengths, stats)
 

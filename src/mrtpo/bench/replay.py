@@ -66,6 +66,10 @@ class BenchConfig:
         default=0, metadata={"help": "(response, reward) pairs skipped as if their advantage were 0"}
     )
     prefix_sharing: bool = field(default=True, metadata={"help": "mrtpo: run the common prompt prefix once"})
+    prefix_min_saved: int = field(
+        default=128,
+        metadata={"help": "mrtpo: share a prefix only when it saves this many tokens (mrtpo.replay default)"},
+    )
     reuse: bool = field(
         default=True, metadata={"help": "mrtpo: take C's hidden states from the rollout pass"}
     )
@@ -118,6 +122,8 @@ class BenchConfig:
             raise ValueError(
                 f"projections={list(self.projections)} must start with 'float32' and use float32, tf32, bfloat16"
             )
+        if self.prefix_min_saved < 0:
+            raise ValueError(f"prefix_min_saved={self.prefix_min_saved} must be >= 0")
         for name in ("k", "responses", "vocab", "hidden", "layers", "info_tokens", "chunk_size", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
@@ -337,7 +343,7 @@ class PeakMemory:
 
 def _run_rows(cfg: BenchConfig, full: list[int], loo: list[list[int]], responses: list[list[int]]):
     """The rows mrtpo's replay runs (``context + y[:-1]`` for ``C`` unless reused and every ``C_-k`` not
-    skipped) and the prefix they share (0 without prefix sharing): ``(rows, prefix)``."""
+    skipped) and the prefix they all share: ``(rows, prefix)``."""
     from mrtpo.replay import _common_prefix
 
     skipped = cfg.skipped()
@@ -348,7 +354,7 @@ def _run_rows(cfg: BenchConfig, full: list[int], loo: list[list[int]], responses
             rows.append(c + r[:-1])
             ctx_lens.append(len(c))
     prefix = 0
-    if cfg.prefix_sharing and len(rows) > 1:
+    if len(rows) > 1:
         prefix = max(0, min(_common_prefix(rows), min(ctx_lens) - 1))
     return rows, prefix
 
@@ -370,6 +376,8 @@ def design_memory(cfg: BenchConfig, full, loo, responses, kernel: str) -> dict[s
     rows gathered for the distances (``(1 + K) N T x H`` float32), and the kernel's chunk buffers (fused 2,
     eager 5 ``[chunk, V]`` float32 blocks, as :func:`vocab_work` measures them)."""
     rows, prefix = _run_rows(cfg, full, loo, responses)
+    if not cfg.prefix_sharing or (len(rows) - 1) * prefix < cfg.prefix_min_saved:
+        prefix = 0  # the rows run in full
     body_tokens = len(rows) * max((len(x) - prefix for x in rows), default=0)
     if cfg.token_budget is not None:
         body_tokens = min(body_tokens, cfg.token_budget)
@@ -543,6 +551,7 @@ def run_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]
         options = dict(
             token_budget=cfg.token_budget,
             prefix_sharing=cfg.prefix_sharing,
+            prefix_min_saved=cfg.prefix_min_saved,
             chunk_size=cfg.chunk_size,
             distance_kernel=kernel,
         )

@@ -42,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="mrtpo: run the common prompt prefix once through the KV cache (default on)",
     )
     parser.add_argument(
+        "--prefix-min-saved",
+        type=int,
+        default=128,
+        help="mrtpo: share a prefix only when that saves at least this many tokens (default 128)",
+    )
+    parser.add_argument(
         "--reuse",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -96,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         info_tokens=args.info_tokens,
         skip=args.skip,
         prefix_sharing=args.prefix_sharing,
+        prefix_min_saved=args.prefix_min_saved,
         reuse=args.reuse,
         chunk_size=args.chunk_size,
         token_budget=args.token_budget,

@@ -26,9 +26,11 @@ measured at every MRTPO step, right after the replay and on the same batch (B ro
 rollout length, its own prompt and completion tokens; left out of the step's time), so prediction and
 measurement share the moment and the machine's state; the prediction per step is the replay's own FPE
 per response (each context run on its own tokens plus the response, the prompt prefix once per
-micro-batch: the forward-only limit of the replay) times that forward. The command prints the median
-prediction beside the measured replay time and the measured MRTPO - GDPO difference, and the step-ratio
-limit that follows from it, ``(GDPO step + predicted replay) / GDPO step``.
+micro-batch when it ran once) times that forward. The command prints the median prediction beside the
+measured replay time and the measured MRTPO - GDPO difference; then the forward-only limit of the
+replay (each context on its own tokens plus the response, its prompt's common prefix once, whether or not
+it ran once: ``ReplayStats.limit_fpe``) times the same forward, and the step-ratio limit that follows,
+``(GDPO step + limit) / GDPO step``.
 """
 
 from __future__ import annotations
@@ -200,12 +202,15 @@ def run(args: argparse.Namespace) -> int:
 
         replay_times: list[float]
         fpe_times: list[float]
+        limit_fpe: list[float]
         excluded: float = 0.0
 
         def _replay(self, out, *a, **kw):
             t0 = clock()
             try:
-                return super()._replay(out, *a, **kw)
+                res = super()._replay(out, *a, **kw)
+                self.limit_fpe.append(res[1]["limit_fpe"])
+                return res
             finally:
                 self.replay_times.append(clock() - t0)
                 t1 = clock()
@@ -304,12 +309,12 @@ def run(args: argparse.Namespace) -> int:
         del warm
         gc.collect()
         pooled: dict[str, dict[str, list[float]]] = {
-            n: {"steps": [], "replay": [], "fpe": [], "fpe_batch": []} for n, _ in runs
+            n: {"steps": [], "replay": [], "fpe": [], "fpe_batch": [], "limit_fpe": []} for n, _ in runs
         }
         for rep in range(args.repeats):
             for name, make in runs:
                 trainer = quiet(make())
-                trainer.replay_times, trainer.fpe_times = [], []
+                trainer.replay_times, trainer.fpe_times, trainer.limit_fpe = [], [], []
                 timer = StepTimer(trainer)
                 trainer.add_callback(timer)
                 say(f"bench train: {name} ({args.steps} steps, run {rep + 1}/{args.repeats}) ...")
@@ -319,6 +324,7 @@ def run(args: argparse.Namespace) -> int:
                 pooled[name]["replay"] += trainer.replay_times[args.warmup :]
                 pooled[name]["fpe"] += [h["replay/fpe"] for h in hist]
                 pooled[name]["fpe_batch"] += trainer.fpe_times[args.warmup :]
+                pooled[name]["limit_fpe"] += trainer.limit_fpe[args.warmup :]
                 del trainer
                 gc.collect()
                 if not use_cpu:
@@ -334,13 +340,16 @@ def run(args: argparse.Namespace) -> int:
         steps_both = list(zip(p["replay"], p["fpe"], p["fpe_batch"]))
         results["mrtpo"]["fpe_batch_seconds"] = _median(p["fpe_batch"]) if p["fpe_batch"] else 0.0
         results["mrtpo"]["predicted_per_step"] = [f * b for _, f, b in steps_both]
+        results["mrtpo"]["limit_per_step"] = [f * b for f, b in zip(p["limit_fpe"], p["fpe_batch"])]
+        results["mrtpo"]["limit_fpe"] = _median(p["limit_fpe"]) if p["limit_fpe"] else 0.0
         results["mrtpo"]["replay_over_predicted"] = (
             _median([r / max(f * b, 1e-12) for r, f, b in steps_both]) if steps_both else 0.0
         )
 
     trl_t, gdpo_t, mr = results["trl_gdpo"]["step_seconds"], results["gdpo"]["step_seconds"], results["mrtpo"]
     predicted = _median(mr["predicted_per_step"]) if mr["predicted_per_step"] else 0.0
-    step_limit = (gdpo_t + predicted) / gdpo_t
+    limit = _median(mr["limit_per_step"]) if mr["limit_per_step"] else 0.0
+    step_limit = (gdpo_t + limit) / gdpo_t
     summary = {
         "device": args.device,
         "clock": "process_time" if use_cpu else "wall",
@@ -361,6 +370,8 @@ def run(args: argparse.Namespace) -> int:
         "replay_fpe_per_response": mr["replay_fpe"],
         "predicted_replay_seconds": predicted,
         "replay_over_predicted": mr["replay_over_predicted"],
+        "limit_replay_seconds": limit,
+        "limit_fpe_per_response": mr["limit_fpe"],
         "step_ratio_limit": step_limit,
     }
     kind = "CPU time" if use_cpu else "wall time"
@@ -387,8 +398,9 @@ def run(args: argparse.Namespace) -> int:
         f"  replay measured / predicted: {mr['replay_over_predicted']:.3f}x (median over steps; target <= 1.10x)"
     )
     print(
-        f"  forward-only limit of the replay = the prediction (each context run once on its own tokens + the "
-        f"response, the prompt prefix once); step-ratio limit (GDPO + predicted replay) / GDPO = {step_limit:.3f}x"
+        f"  forward-only limit of the replay: {mr['limit_fpe']:.2f} FPE/response (each context run once on its own "
+        f"tokens + the response, its prompt's common prefix once) = {limit * 1e3:.1f} ms; step-ratio limit "
+        f"(GDPO + limit) / GDPO = {step_limit:.3f}x"
     )
     if args.output:
         with open(args.output, "w") as f:

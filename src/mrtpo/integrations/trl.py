@@ -698,6 +698,7 @@ class MRTPOTrainer(GRPOTrainer):
         d[:, :, : res.distances.shape[2]] = res.distances.to(d.device)
         stats = {
             "fpe": res.stats.fpe_per_response,
+            "limit_fpe": res.stats.limit_fpe_per_response,
             "seconds": res.stats.seconds,
             "skipped": res.stats.pairs_skipped,
             "pairs": len(reqs) * res.distances.shape[1],
