@@ -97,14 +97,29 @@ def jsd_torch(
 
 
 _COMPILED: dict[str, object] = {}
+_COMPILE_ERROR: list[str] = []
 
 
-def _compiled(name: str):
+def _run_compiled(name: str, *args):
+    """``lse_torch`` / ``jsd_torch`` through ``torch.compile``; if compiling fails (no working Triton, a
+    compiler error), the same functions run uncompiled from then on (same values, more memory), and the
+    failure is logged once."""
+    plain = {"lse": lse_torch, "jsd": jsd_torch}[name]
+    if _COMPILE_ERROR:
+        return plain(*args)
     fn = _COMPILED.get(name)
     if fn is None:
-        fn = torch.compile({"lse": lse_torch, "jsd": jsd_torch}[name], dynamic=None)
-        _COMPILED[name] = fn
-    return fn
+        fn = _COMPILED[name] = torch.compile(plain, dynamic=None)
+    try:
+        return fn(*args)
+    except Exception as e:  # torch._dynamo / inductor / triton errors have no common public base
+        import logging
+
+        _COMPILE_ERROR.append(f"{type(e).__name__}: {e}")
+        logging.getLogger(__name__).warning(
+            "fused JS kernel: torch.compile failed (%s); running it uncompiled", _COMPILE_ERROR[0][:300]
+        )
+        return plain(*args)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -329,7 +344,7 @@ def lse(z: Tensor, bias: Tensor | None, scale: float, softcap: float | None) -> 
     """Pass 1 on ``z``'s device: ``[R, V]`` -> ``[2, R]`` float32 (row maxima, log-sums)."""
     if z.device.type == "cpu":
         return lse_rows(z, bias, scale, softcap)
-    return _compiled("lse")(z, bias, scale, softcap)
+    return _run_compiled("lse", z, bias, scale, softcap)
 
 
 def jsd(
@@ -344,4 +359,4 @@ def jsd(
     """Pass 2 on the blocks' device: ``[R, V]`` x ``[R, V]`` -> ``[R]`` JSD in nats (float32 or float64)."""
     if zp.device.type == "cpu":
         return jsd_rows(zp, zq, lse_p, lse_q, bias, scale, softcap)
-    return _compiled("jsd")(zp, zq, lse_p, lse_q, bias, scale, softcap)
+    return _run_compiled("jsd", zp, zq, lse_p, lse_q, bias, scale, softcap)
