@@ -503,3 +503,39 @@ def test_token_logprobs_follow_the_logit_transform():
     torch.testing.assert_close(
         out[0].double(), naive_token_logps(gemma, context, response, 0.8), atol=1e-5, rtol=0
     )
+
+
+def test_build_contexts_tokenizes_each_distinct_message_list_once(tiny_tokenizer):
+    # SEGMENTS[:3] has no privileged segment (rollout = full) and NAMES[:2] = two rewards: rollout, full,
+    # C_-format, C_-schema and the joint context are 5 variants, 4 of them distinct (rollout = full)
+    calls = []
+
+    class Counting:
+        def apply_chat_template(self, messages, **kw):
+            calls.append(repr(messages))
+            return tiny_tokenizer.apply_chat_template(messages, **kw)
+
+    ctx = R.build_contexts(Counting(), SEGMENTS[:3], NAMES[:2])
+    assert len(calls) == len(set(calls)) == 4
+    assert ctx == R.build_contexts(tiny_tokenizer, SEGMENTS[:3], NAMES[:2])
+
+
+def test_distances_take_one_call_per_micro_batch(model, monkeypatch):
+    # four responses of two prompts in two micro-batches: the distances of a micro-batch's responses are
+    # one js_distance_from_hidden call on their rows concatenated, and equal the per-response results
+    reqs = _requests(97, seed=3)
+    calls = []
+    real = R.credit.js_distance_from_hidden
+
+    def counting(h_p, h_q, *a, **kw):
+        calls.append((tuple(h_p.shape), tuple(h_q.shape)))
+        return real(h_p, h_q, *a, **kw)
+
+    monkeypatch.setattr(R.credit, "js_distance_from_hidden", counting)
+    batch = R.replay(model, reqs, prefix_sharing=True, token_budget=None)
+    # prompt 0: responses of 5 and 9 tokens; prompt 1: 6 and 10; K' = 2 other contexts each; H = 32
+    assert calls == [((14, 32), (2, 14, 32)), ((16, 32), (2, 16, 32))]
+    monkeypatch.setattr(R.credit, "js_distance_from_hidden", real)
+    for i, r in enumerate(reqs):
+        alone = R.replay(model, [r]).distances[0]
+        assert (batch.distances[i, :, : len(r.response)] - alone).abs().max() < 1e-5
