@@ -15,8 +15,9 @@ How the cost is kept down (each point is tested in ``tests/test_replay.py``):
   (after the final norm) and the LM-head weight by :func:`mrtpo.credit.js_distance_from_hidden`, a
   chunk of response rows at a time: no ``[T, V]`` (let alone ``[K + 1, T, V]``) logits tensor exists;
 - the decoder body is called directly, so the model never computes logits over the context;
-- all contexts of a batch of responses go through the model together, right-padded, in micro-batches
-  bounded by a token budget (rows x padded length);
+- all contexts of a batch of responses go through the model together, right-padded (no attention mask:
+  in a causal model no real token attends to the padding after it), in micro-batches bounded by a token
+  budget (rows x padded length);
 - the full context is not run when the caller passes the hidden states it already has from the
   rollout pass (possible when ``C`` equals the rollout prompt, i.e. there are no privileged segments);
 - pairs the caller marks ``None`` (advantage ``A[j, k] = 0``) are not run, and a context identical to
@@ -1248,17 +1249,13 @@ def _run_batch(
         stats.padded_tokens += prefix
     rest = [s[prefix:] for s in seqs]
     s_max = max(len(s) for s in rest)
-    ids = torch.full((b, s_max), pad_id, dtype=torch.long, device=device)  # [B, S]
-    mask = torch.zeros(b, prefix + s_max, dtype=torch.long, device=device)  # [B, P + S]
-    mask[:, :prefix] = 1
-    for row, s in enumerate(rest):
-        ids[row, : len(s)] = torch.tensor(s, dtype=torch.long, device=device)
-        mask[row, prefix : prefix + len(s)] = 1
+    # right padding needs no attention mask: in a causal model no real token attends to a later position,
+    # and the cached prefix is real for every row (without a mask the attention takes its causal path)
+    ids = torch.tensor(
+        [s + [pad_id] * (s_max - len(s)) for s in rest], dtype=torch.long, device=device
+    )  # [B, S]
     positions = (torch.arange(s_max, device=device) + prefix).unsqueeze(0).expand(b, s_max)  # [B, S]
-    padded = any(len(s) != s_max for s in rest)
     kwargs: dict[str, Any] = {"input_ids": ids, "position_ids": positions}
-    if padded or cache is not None:
-        kwargs["attention_mask"] = mask
     if cache is not None:
         kwargs.update(past_key_values=cache, use_cache=True)
     else:
