@@ -121,11 +121,12 @@ def run_modes(rank: int, out: dict) -> None:
                 out[f"{layout}/head_is_dtensor_after_step"] = type(model.lm_head.weight).__name__ == "DTensor"
                 with R.full_weight(model.lm_head.weight) as w:  # DTensor -> full_tensor(), collective
                     out[f"{layout}/full_weight_diff"] = float((w - ref.lm_head.weight).abs().max())
-            expect = R.replay(ref, reqs, token_budget=budget).distances
+            # prefix_min_saved=0: the small test prefixes run once, so that the prefix passes count too
+            expect = R.replay(ref, reqs, token_budget=budget, prefix_min_saved=0).distances
             # the plain layout's first replay is a lockstep one (the model check runs inside it)
             for mode in ("gather", "lockstep") if layout == "accelerate" else ("lockstep", "gather"):
                 before, was_training = body_calls[0], model.training
-                res = R.replay(model, reqs, token_budget=budget, sharding=mode)
+                res = R.replay(model, reqs, token_budget=budget, sharding=mode, prefix_min_saved=0)
                 key = f"{layout}/{phase}/{mode}"
                 out[key] = {
                     "max_diff": float((res.distances - expect).abs().max()) if reqs else 0.0,
@@ -144,7 +145,8 @@ def run_hang(rank: int, out: dict) -> None:
     model = shard(build(), "accelerate")
     with torch.no_grad():
         model(input_ids=torch.arange(1, 7).unsqueeze(0))
-    R.replay(model, reqs[:1], sharding="none")  # both ranks: the model check and one micro-batch
+    # both ranks: the model check and one micro-batch (a prefix pass and a call)
+    R.replay(model, reqs[:1], sharding="none", prefix_min_saved=0)
     try:
         R.replay(model, reqs, token_budget=20, prefix_sharing=False, sharding="none")  # 3 vs 1 calls
         dist.barrier()
