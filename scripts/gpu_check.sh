@@ -37,7 +37,7 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 if [ "$DEVICE" = cpu ]; then
   export ACCELERATE_USE_CPU=true OMP_NUM_THREADS=1
   NPROC="${NPROC:-2}"
-  REPLAY_ARGS=(--t 256 --threads 2 --kernels fused)  # eager vs fused: the distance-kernels step
+  REPLAY_ARGS=(--t 128 --threads 2 --kernels fused)  # eager vs fused: the distance-kernels step
   TRAIN_ARGS=(--steps 3 --warmup 1 --repeats 1 --batch 8 --generations 4 --max-completion-length 8)
   SHARD_ARGS=(--t 64)
 else
