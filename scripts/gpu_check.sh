@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The checks only a GPU can run, in one go, ending with one table. Each step has a time limit (150 +
-# 120 + 60 + 120 s: at most 7.5 minutes in all); a step that fails or runs out of time is a row saying so.
+# The checks only a GPU can run, in one go, ending with one table. Each step has a time limit (120 +
+# 120 + 60 + 60 + 120 s: at most 8 minutes in all); a step that fails or runs out of time is a row saying so.
 #   1. mrtpo bench replay  (naive float32 vs mrtpo replay, float64 reference, projection dtypes)
 #   2. mrtpo bench train   (per-step time of TRL GDPO, mrtpo GDPO, mrtpo MRTPO)
 #   3. FSDP2 replay        (gather and lockstep vs an unsharded copy; one process per GPU, NCCL)
-#   4. matrix              (the trainer with TRL's bf16 autocast, LoRA, CoRT, OPSD, and under ZeRO-3 with
+#   4. distance kernels    (eager vs fused JS distances at the config's V and H, float32 and bfloat16
+#                           projection; the table adds the share of the MRTPO step spent on replay)
+#   5. matrix              (the trainer with TRL's bf16 autocast, LoRA, CoRT, OPSD, and under ZeRO-3 with
 #                           one process per GPU, each cell's replay checked against float32: mrtpo matrix)
 #
 #   scripts/gpu_check.sh                                 # cuda, random Qwen2.5-7B shapes
@@ -59,13 +61,13 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 if [ "$DEVICE" = cpu ]; then
   export ACCELERATE_USE_CPU=true OMP_NUM_THREADS=1
   NPROC="${NPROC:-2}"
-  REPLAY_ARGS=(--t 256 --threads 2)
+  REPLAY_ARGS=(--t 128 --threads 2 --kernels fused)  # eager vs fused: the distance-kernels step
   TRAIN_ARGS=(--steps 3 --warmup 1 --repeats 1 --batch 8 --generations 4 --max-completion-length 8)
   SHARD_ARGS=(--t 64)
 else
   NPROC="${NPROC:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
   [ "${NPROC:-0}" -ge 1 ] 2>/dev/null || NPROC=1
-  REPLAY_ARGS=()
+  REPLAY_ARGS=(--kernels fused)
   TRAIN_ARGS=(--steps 4 --warmup 1 --repeats 1 --batch 8 --generations 4 --max-completion-length 32)
   SHARD_ARGS=(--t 512)
 fi
@@ -80,12 +82,17 @@ step() {  # step NAME LIMIT_SECONDS COMMAND...
   printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$log" >> "$OUT/status.tsv"
 }
 
-step "bench replay" 150 "$PY" -m mrtpo.cli.main bench replay --device "$DEVICE" --config "$CONFIG" \
+step "bench replay" 120 "$PY" -m mrtpo.cli.main bench replay --device "$DEVICE" --config "$CONFIG" \
   ${REPLAY_ARGS[@]+"${REPLAY_ARGS[@]}"} --json "$OUT/replay.json"
 step "bench train" 120 "$PY" -m mrtpo.cli.main bench train --device "$DEVICE" --config "$CONFIG" \
   ${TRAIN_ARGS[@]+"${TRAIN_ARGS[@]}"} --output "$OUT/train.json"
 step "sharded replay" 60 "$PY" -m torch.distributed.run --standalone --nproc_per_node "$NPROC" \
   -m mrtpo.bench.sharded --device "$DEVICE" --config "$CONFIG" ${SHARD_ARGS[@]+"${SHARD_ARGS[@]}"} --json "$OUT/sharded.json"
+# --- distance kernels (eager vs fused) at the config's shapes: V = 152,064, H = 3,584 for qwen2.5-7b ---
+if [ "$DEVICE" = cpu ]; then KERNEL_ARGS=(--t 128); else KERNEL_ARGS=(); fi
+step "distance kernels" 60 "$PY" -m mrtpo.bench.kernels --device "$DEVICE" --config "$CONFIG" \
+  ${KERNEL_ARGS[@]+"${KERNEL_ARGS[@]}"} --json "$OUT/kernels.json"
+# --- end of the distance-kernels step ---
 step "matrix" 120 "$PY" -m mrtpo.integrations.matrix --device "$DEVICE" --nproc "$NPROC" --out "$OUT/matrix" \
   --cells single/bf16/full/reward single/bf16/lora/reward single/bf16/full/cort single/bf16/full/opsd \
   zero3/bf16/lora/reward --json "$OUT/matrix.json"

@@ -122,13 +122,14 @@ def run_modes(rank: int, out: dict) -> None:
                 out[f"{layout}/head_is_dtensor_after_step"] = type(model.lm_head.weight).__name__ == "DTensor"
                 with full_weight(model.lm_head.weight) as w:  # DTensor -> full_tensor(), collective
                     out[f"{layout}/full_weight_diff"] = float((w - ref.lm_head.weight).abs().max())
-            expect = R.replay(ref, reqs, token_budget=budget).distances
+            # prefix_min_saved=0: the small test prefixes run once, so that the prefix passes count too
+            expect = R.replay(ref, reqs, token_budget=budget, prefix_min_saved=0).distances
             # the plain layout's first replay is a lockstep one (the model check runs inside it)
             for mode in ("gather", "lockstep") if layout == "accelerate" else ("lockstep", "gather"):
                 before, was_training = body_calls[0], model.training
                 order = model._get_fsdp_state()._comm_ctx.post_forward_order
                 recorded = len(order)
-                res = R.replay(model, reqs, token_budget=budget, sharding=mode)
+                res = R.replay(model, reqs, token_budget=budget, sharding=mode, prefix_min_saved=0)
                 key = f"{layout}/{phase}/{mode}"
                 out[key] = {
                     "max_diff": float((res.distances - expect).abs().max()) if reqs else 0.0,
@@ -149,7 +150,8 @@ def run_hang(rank: int, out: dict) -> None:
     model = shard(build(), "accelerate")
     with torch.no_grad():
         model(input_ids=torch.arange(1, 7).unsqueeze(0))
-    R.replay(model, reqs[:1], sharding="none")  # both ranks: the model check and one micro-batch
+    # both ranks: the model check and one micro-batch (a prefix pass and a call)
+    R.replay(model, reqs[:1], sharding="none", prefix_min_saved=0)
     try:
         R.replay(model, reqs, token_budget=20, prefix_sharing=False, sharding="none")  # 3 vs 1 calls
         dist.barrier()
@@ -192,9 +194,9 @@ def run_zero3(rank: int, out: dict) -> None:
             if tied:
                 ref.lm_head.weight = ref.model.embed_tokens.weight
             ref.load_state_dict(state)
-            expect = R.replay(ref, reqs, token_budget=40).distances
+            expect = R.replay(ref, reqs, token_budget=40, prefix_min_saved=0).distances
             before = body_calls[0]
-            res = R.replay(module, reqs, token_budget=40, sharding="lockstep")
+            res = R.replay(module, reqs, token_budget=40, sharding="lockstep", prefix_min_saved=0)
             out[f"zero3/{'tied' if tied else 'untied'}/{phase}"] = {
                 "max_diff": float((res.distances - expect).abs().max()) if reqs else 0.0,
                 "shape": list(res.distances.shape),

@@ -12,7 +12,18 @@ from mrtpo.bench.replay import BenchConfig, make_data, run_variant
 
 # K = 2 rewards, T = 16, N = 2 responses, 8 shared prompt tokens, 4 tokens per reward segment:
 # context L = 8 + 2 * 4 + 3 = 19 tokens, C_-k 15 tokens; 1 FPE = L + T = 35 tokens.
-TINY = dict(k=2, t=16, responses=2, vocab=256, hidden=16, layers=1, prompt_tokens=8, info_tokens=4, threads=1)
+TINY = dict(
+    k=2,
+    t=16,
+    responses=2,
+    vocab=256,
+    hidden=16,
+    layers=1,
+    prompt_tokens=8,
+    info_tokens=4,
+    threads=1,
+    prefix_min_saved=0,
+)
 
 
 def test_cli_prints_the_table_with_hand_checked_costs(tmp_path, capsys):
@@ -42,6 +53,8 @@ def test_cli_prints_the_table_with_hand_checked_costs(tmp_path, capsys):
         "4",
         "--threads",
         "1",
+        "--prefix-min-saved",
+        "0",
         "--json",
         str(out),
     ]
@@ -59,8 +72,33 @@ def test_cli_prints_the_table_with_hand_checked_costs(tmp_path, capsys):
     for proj in ("float32", "tf32", "bfloat16"):
         assert f"\n{proj} " in table
     assert "naive/mrtpo" in table and "peak RSS growth" in table
+    for row in [
+        "mrtpo fused",
+        "mrtpo eager",
+        "design: hidden+chunks",
+        "forward-only limit",
+        "[chunk,V] passes",
+    ]:
+        assert row in table
     res = json.loads(out.read_text())
     naive, ours = res["naive"], res["mrtpo"]
+    assert ours["kernel"] == "fused" and set(res["others"]) == {"eager"}
+    assert res["kernel_diff"]["eager"] < 1e-6 and res["checks"]["kernel eager"]["met"]
+    assert ours["memory_method"].startswith("peak of live CPU tensor allocations")
+    # the forward-only limit here is what mrtpo runs: one micro-batch, the 8-token prefix once (below)
+    assert ours["limit"]["tokens"] == 96 and ours["limit"]["fpe_per_response"] == pytest.approx(48 / 35)
+    # the fused kernel's vocabulary work holds 2 [chunk, V] blocks (here 16 rows x 256), the eager one 5
+    assert 2.0 <= ours["vocab"]["fused"]["buffers"] < 2.2 and 5.0 <= ours["vocab"]["eager"]["buffers"] < 5.2
+    # design memory: hidden states of the one micro-batch (4 rows x (30 - 8) tokens x H 16, float32) and the
+    # 3 x 2 x 16 rows gathered for the distances (float32), plus 2 (fused) or 5 (eager) blocks of
+    # min(128, N T = 32) x 256 float32
+    hidden = (4 * 22 * 16 + 3 * 2 * 16 * 16) * 4
+    assert ours["design_memory"] == {
+        "hidden_bytes": hidden,
+        "chunk_bytes": 2 * 32 * 256 * 4,
+        "bytes": hidden + 65536,
+    }
+    assert res["others"]["eager"]["design_memory"]["chunk_bytes"] == 5 * 32 * 256 * 4
     # naive: per response model(C + y) and model(C_-k + y): (19 + 16) + 2 * (15 + 16) = 97 tokens, 3 forwards
     assert naive["tokens"] == 2 * 97 and naive["forward_passes"] == 6
     assert naive["fpe_per_response"] == pytest.approx(97 / 35)

@@ -19,15 +19,17 @@ NAN = float("nan")
 
 
 def textbook_jsd_bits(logits_p: torch.Tensor, logits_q: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
-    """½KL(p‖m) + ½KL(q‖m), m = ½(p + q), in bits, 0·log 0 = 0; the textbook formula in ``dtype``."""
-    p = torch.softmax(logits_p.to(dtype), dim=-1)
-    q = torch.softmax(logits_q.to(dtype), dim=-1)
-    m = 0.5 * (p + q)
+    """½KL(p‖m) + ½KL(q‖m), m = ½(p + q), in bits, 0·log 0 = 0; the textbook formula in ``dtype``, with
+    log m = logaddexp(log p, log q) − ln 2 (so that denormal probabilities cannot make m round to 0)."""
+    lp = torch.log_softmax(logits_p.to(dtype), dim=-1)
+    lq = torch.log_softmax(logits_q.to(dtype), dim=-1)
+    lm = torch.logaddexp(lp, lq) - math.log(2)
 
-    def kl(a, b):
-        return torch.where(a > 0, a * (a.log() - b.log()), torch.zeros_like(a)).sum(-1)
+    def kl(la, lb):
+        a = la.exp()
+        return torch.where(a > 0, a * (la - lb), torch.zeros_like(a)).sum(-1)
 
-    return (0.5 * kl(p, m) + 0.5 * kl(q, m)) / math.log(2)
+    return (0.5 * kl(lp, lm) + 0.5 * kl(lq, lm)) / math.log(2)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -237,3 +239,164 @@ def test_from_hidden_one_against_many_equals_pairwise():
     assert (many[:, ~mask] == 0).all()
     with pytest.raises(ValueError, match=r"hidden_q \[C, \.\.\., H\]"):
         js_distance_from_hidden(hp, hq[:, :5], w, b)
+
+
+# --------------------------------------------------------------------------------------------------
+# The fused kernel against the eager one
+# --------------------------------------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from mrtpo import fused  # noqa: E402
+from mrtpo.distance import KERNELS, resolve_kernel  # noqa: E402
+
+FUSED_OK, FUSED_WHY = fused.native_status()
+needs_fused = pytest.mark.skipif(not FUSED_OK, reason=f"fused kernel unavailable: {FUSED_WHY}")
+
+
+def _extreme_rows(seed: int, rows: int, vocab: int, scale: float, gap: float, minus_inf: float, kind: str):
+    """[rows, V] logit pairs: p random at ``scale``, q = p + gap * noise; a share ``minus_inf`` of entries
+    is -inf (in p, q or both); ``kind`` adds one-hot rows, identical rows or disjoint supports."""
+    g = torch.Generator().manual_seed(seed)
+    lp = torch.randn(rows, vocab, generator=g) * scale
+    lq = lp + gap * torch.randn(rows, vocab, generator=g)
+    for z in (lp, lq):
+        z[torch.rand(rows, vocab, generator=g) < minus_inf] = -INF
+    both = torch.rand(rows, vocab, generator=g) < minus_inf
+    lp[both] = lq[both] = -INF
+    if kind == "one-hot":
+        lp[0] = -INF
+        lp[0, seed % vocab] = 0.0
+    elif kind == "identical":
+        lq[0] = lp[0]
+    elif kind == "disjoint" and vocab > 1:
+        lp[0, : vocab // 2] = -INF
+        lq[0, vocab // 2 :] = -INF
+    for z in (lp, lq):  # keep one finite entry per row (an all -inf row has no distribution)
+        z[:, 0] = torch.where(torch.isinf(z[:, 0]), torch.zeros_like(z[:, 0]), z[:, 0])
+    return lp, lq
+
+
+@needs_fused
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    rows=st.integers(1, 5),
+    vocab=st.sampled_from([1, 2, 7, 1023, 1024, 1025, 2500]),  # around the kernel's 1024-value blocks
+    scale=st.sampled_from([1e-4, 1.0, 10.0, 300.0]),
+    gap=st.sampled_from([0.0, 1e-7, 1e-4, 1e-2, 1.0, 50.0]),  # p = q, p ≈ q, ..., unrelated
+    minus_inf=st.sampled_from([0.0, 0.3, 0.9]),
+    kind=st.sampled_from(["plain", "one-hot", "identical", "disjoint"]),
+)
+def test_fused_equals_eager_within_1e6(seed, rows, vocab, scale, gap, minus_inf, kind):
+    lp, lq = _extreme_rows(seed, rows, vocab, scale, gap, minus_inf, kind)
+    eager = js_distance(lp, lq, kernel="eager")
+    ours = js_distance(lp, lq, kernel="fused")
+    assert torch.isfinite(ours).all()
+    assert (ours - eager).abs().max().item() <= 1e-6
+    ref = textbook_jsd_bits(lp, lq).clamp(0, 1).sqrt()  # float64
+    assert (ours.double() - ref).abs().max().item() <= 1e-6
+    if kind == "identical":
+        assert ours[0] == 0  # log p = log q exactly: every term is 0
+
+
+@needs_fused
+def test_fused_hand_computed_nan_and_symmetry():
+    # the hand-computed pair of test_hand_computed_distance: d = 0.5579230
+    d = js_distance(torch.tensor([0.0, -INF]), torch.tensor([0.0, 0.0]), kernel="fused")
+    assert d.item() == pytest.approx(0.5579230, abs=1e-6)
+    # NaN or +inf in a row's logits gives NaN, as the eager kernel does; the other rows are unaffected
+    lp = torch.zeros(3, 1500)
+    lq = torch.randn(3, 1500, generator=torch.Generator().manual_seed(0))
+    lp[0, 1200], lp[1, 3] = NAN, INF
+    d, e = js_distance(lp, lq, kernel="fused"), js_distance(lp, lq, kernel="eager")
+    assert torch.isnan(d[:2]).all() and torch.isnan(e[:2]).all()
+    assert abs(d[2].item() - e[2].item()) <= 1e-6
+    # swapping p and q gives the same distances exactly (each entry is computed larger-log-prob first)
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(40, 300, generator=g) * 4, torch.randn(40, 300, generator=g) * 4
+    assert torch.equal(js_distance(a, b, kernel="fused"), js_distance(b, a, kernel="fused"))
+
+
+@needs_fused
+@pytest.mark.parametrize("projection", ["float32", "bfloat16"])
+@pytest.mark.parametrize("head", ["linear", "bias", "transform"])
+def test_fused_from_hidden_equals_eager(projection, head):
+    # the head as in mrtpo.head.LogitHead: logits = softcap(scale * (h @ W.T + b)); Gemma-like cap 30
+    g = torch.Generator().manual_seed(8)
+    v, h = 1500, 32
+    w = torch.randn(v, h, generator=g) / math.sqrt(h) * 4
+    b = torch.randn(v, generator=g) if head != "linear" else None
+    kw = dict(scale=0.7, softcap=30.0) if head == "transform" else {}
+    hp = torch.randn(70, h, generator=g)
+    hq = hp + torch.cat([torch.zeros(3, 5, h), 0.1 * torch.randn(3, 65, h, generator=g)], dim=1)  # [3, 70, H]
+    mask = torch.rand(70, generator=g) < 0.8
+    args = dict(chunk_size=16, projection=projection, **kw)
+    eager = js_distance_from_hidden(hp, hq, w, b, mask, kernel="eager", **args)
+    ours = js_distance_from_hidden(hp, hq, w, b, mask, kernel="fused", **args)
+    assert ours.shape == (3, 70) and (ours[:, ~mask] == 0).all()
+    assert (ours - eager).abs().max().item() <= 1e-6
+    assert (ours[:, :5][:, mask[:5]] == 0).all()  # identical hidden rows
+    # the reference: the eager kernel on the logits the head gives
+    z = lambda x: (x.bfloat16() @ w.bfloat16().T).float() if projection == "bfloat16" else x @ w.T  # noqa: E731
+    logits = [z(x) + (0 if b is None else b) for x in (hp, *hq)]
+    if head == "transform":
+        logits = [torch.tanh(0.7 * x / 30.0) * 30.0 for x in logits]
+    ref = torch.stack([js_distance(logits[0], q, mask) for q in logits[1:]])
+    assert (ours - ref).abs().max().item() <= 2e-6
+
+
+@needs_fused
+def test_fused_holds_two_chunk_buffers():
+    # the fused kernel's [chunk, V] float32 blocks: the full context's and one other context's logits,
+    # reused over the chunks; the eager kernel holds five (log p, p, log q / q, a, the terms)
+    from mrtpo.bench.memory import TrackedPeak
+
+    g = torch.Generator().manual_seed(9)
+    v, h, t, c = 4096, 16, 96, 32
+    w = torch.randn(v, h, generator=g)
+    hp, hq = torch.randn(t, h, generator=g), torch.randn(3, t, h, generator=g)
+    block = c * v * 4
+    peaks = {}
+    for kernel in ("fused", "eager"):
+        js_distance_from_hidden(hp, hq, w, chunk_size=c, kernel=kernel)  # warm (builds the kernel)
+        with TrackedPeak("cpu") as mem:
+            js_distance_from_hidden(hp, hq, w, chunk_size=c, kernel=kernel)
+        peaks[kernel] = mem.peak / block
+    assert 2.0 <= peaks["fused"] < 2.1  # + the [C, T] output and per-chunk [c] vectors
+    assert 5.0 <= peaks["eager"] < 5.1
+
+
+def test_kernel_names_and_resolution():
+    assert KERNELS == ("auto", "eager", "fused")
+    assert resolve_kernel("eager", "cpu") == "eager"
+    assert resolve_kernel("auto", "cpu", torch.float64) == "eager"  # float64 runs eager
+    assert resolve_kernel("auto", "cpu") == ("fused" if FUSED_OK else "eager")
+    with pytest.raises(ValueError, match="kernel='triton' must be one of auto, eager, fused"):
+        resolve_kernel("triton", "cpu")
+    with pytest.raises(ValueError, match="kernel='fused' is not available here: float64"):
+        js_distance(
+            torch.zeros(2, 3, dtype=torch.float64), torch.zeros(2, 3, dtype=torch.float64), kernel="fused"
+        )
+    with pytest.raises(ValueError, match="projection='fp8'"):
+        js_distance_from_hidden(torch.zeros(2, 4), torch.zeros(2, 4), torch.zeros(5, 4), projection="fp8")
+
+
+def test_torch_formulation_equals_eager():
+    # the function torch.compile turns into Triton kernels on CUDA, run eagerly here: same formula
+    lp, lq = _extreme_rows(3, 4, 1500, 10.0, 1.0, 0.3, "one-hot")
+    nats = fused.jsd_torch(lp, lq, fused.lse_torch(lp), fused.lse_torch(lq))
+    d = (nats.double() / math.log(2)).clamp(0, 1).sqrt()
+    assert (d - js_distance(lp, lq, kernel="eager").double()).abs().max().item() <= 1e-6
+    b = torch.randn(1500)
+    m, log_sum = fused.lse_torch(lp, b, 0.5, 20.0)  # [2, R]: maxima, log-sums
+    assert torch.allclose(m + log_sum, torch.logsumexp(torch.tanh((lp + b) * 0.5 / 20) * 20, -1))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled (Triton) kernel needs CUDA")
+def test_compiled_cuda_kernel_equals_eager():
+    lp, lq = _extreme_rows(4, 64, 5000, 10.0, 0.1, 0.1, "one-hot")
+    lp, lq = lp.cuda(), lq.cuda()
+    ours = js_distance(lp, lq, kernel="fused")
+    assert (ours - js_distance(lp, lq, kernel="eager")).abs().max().item() <= 1e-6

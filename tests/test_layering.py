@@ -9,6 +9,7 @@ CORE = [
     "mrtpo.head",
     "mrtpo.advantages",
     "mrtpo.distance",
+    "mrtpo.fused",
     "mrtpo.credit",
     "mrtpo.losses",
     "mrtpo.records",

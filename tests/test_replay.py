@@ -69,7 +69,9 @@ def test_distances_match_float64_reference(model, case):
     assert ref.min() > 1e-3  # the contexts really differ, so the comparison means something
     for sharing in (True, False):
         for chunk in (1, 4, 512):
-            d = R.distances(model, contexts, response, prefix_sharing=sharing, chunk_size=chunk)
+            d = R.distances(
+                model, contexts, response, prefix_sharing=sharing, chunk_size=chunk, prefix_min_saved=0
+            )
             assert d.shape == (2, 9) and d.dtype == torch.float32
             assert (d - ref).abs().max() < 1e-5, (sharing, chunk)
 
@@ -131,7 +133,7 @@ def test_sequence_alone_equals_inside_padded_batch(model):
 def test_prefix_sharing_runs_the_prefix_once(model, case):
     contexts, response = case
     req = R.ReplayRequest(response, contexts[0], contexts[1:], rollout_len=13)
-    on = R.replay(model, [req], prefix_sharing=True)
+    on = R.replay(model, [req], prefix_sharing=True, prefix_min_saved=0)
     off = R.replay(model, [req], prefix_sharing=False)
     assert (on.distances - off.distances).abs().max() < 1e-5
     # rows feed context + response[:-1] (8 tokens): 13+8, 12+8, 14+8 = 21 + 20 + 22 = 63 without sharing;
@@ -142,11 +144,21 @@ def test_prefix_sharing_runs_the_prefix_once(model, case):
     assert off.stats.cost_fpe == pytest.approx(63 / 22)
     assert on.stats.cost_fpe == pytest.approx(43 / 22)
     assert on.stats.k_eff == 2
+    # the forward-only limit counts the prefix once whether or not it ran once: 43 / 22 for both
+    assert on.stats.limit_fpe == pytest.approx(43 / 22) and off.stats.limit_fpe == pytest.approx(43 / 22)
+    # sharing saves (3 rows - 1) x 10 = 20 tokens: it runs at prefix_min_saved <= 20, not above (the
+    # default, 128: an extra call and a cache copy cost more than 20 tokens)
+    assert R.replay(model, [req], prefix_min_saved=20).stats.prefix_passes == 1
+    default = R.replay(model, [req])
+    assert default.stats.prefix_passes == 0 and default.stats.tokens == 63
+    assert (default.distances - on.distances).abs().max() < 1e-5
+    with pytest.raises(ValueError, match="prefix_min_saved=-1 must be an integer >= 0"):
+        R.replay(model, [req], prefix_min_saved=-1)
 
 
 def test_prefix_sharing_is_exact_across_responses_of_a_prompt(model):
     reqs = _requests(97, seed=5)
-    on = R.replay(model, reqs, prefix_sharing=True)
+    on = R.replay(model, reqs, prefix_sharing=True, prefix_min_saved=0)
     off = R.replay(model, reqs, prefix_sharing=False)
     assert (on.distances - off.distances).abs().max() < 1e-5
     assert on.stats.prefix_passes == 2  # one per prompt
@@ -491,3 +503,39 @@ def test_token_logprobs_follow_the_logit_transform():
     torch.testing.assert_close(
         out[0].double(), naive_token_logps(gemma, context, response, 0.8), atol=1e-5, rtol=0
     )
+
+
+def test_build_contexts_tokenizes_each_distinct_message_list_once(tiny_tokenizer):
+    # SEGMENTS[:3] has no privileged segment (rollout = full) and NAMES[:2] = two rewards: rollout, full,
+    # C_-format, C_-schema and the joint context are 5 variants, 4 of them distinct (rollout = full)
+    calls = []
+
+    class Counting:
+        def apply_chat_template(self, messages, **kw):
+            calls.append(repr(messages))
+            return tiny_tokenizer.apply_chat_template(messages, **kw)
+
+    ctx = R.build_contexts(Counting(), SEGMENTS[:3], NAMES[:2])
+    assert len(calls) == len(set(calls)) == 4
+    assert ctx == R.build_contexts(tiny_tokenizer, SEGMENTS[:3], NAMES[:2])
+
+
+def test_distances_take_one_call_per_micro_batch(model, monkeypatch):
+    # four responses of two prompts in two micro-batches: the distances of a micro-batch's responses are
+    # one js_distance_from_hidden call on their rows concatenated, and equal the per-response results
+    reqs = _requests(97, seed=3)
+    calls = []
+    real = R.credit.js_distance_from_hidden
+
+    def counting(h_p, h_q, *a, **kw):
+        calls.append((tuple(h_p.shape), tuple(h_q.shape)))
+        return real(h_p, h_q, *a, **kw)
+
+    monkeypatch.setattr(R.credit, "js_distance_from_hidden", counting)
+    batch = R.replay(model, reqs, prefix_sharing=True, token_budget=None)
+    # prompt 0: responses of 5 and 9 tokens; prompt 1: 6 and 10; K' = 2 other contexts each; H = 32
+    assert calls == [((14, 32), (2, 14, 32)), ((16, 32), (2, 16, 32))]
+    monkeypatch.setattr(R.credit, "js_distance_from_hidden", real)
+    for i, r in enumerate(reqs):
+        alone = R.replay(model, [r]).distances[0]
+        assert (batch.distances[i, :, : len(r.response)] - alone).abs().max() < 1e-5

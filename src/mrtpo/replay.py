@@ -15,8 +15,9 @@ How the cost is kept down (each point is tested in ``tests/test_replay.py``):
   (after the final norm) and the LM-head weight by :func:`mrtpo.credit.js_distance_from_hidden`, a
   chunk of response rows at a time: no ``[T, V]`` (let alone ``[K + 1, T, V]``) logits tensor exists;
 - the decoder body is called directly, so the model never computes logits over the context;
-- all contexts of a batch of responses go through the model together, right-padded, in micro-batches
-  bounded by a token budget (rows x padded length);
+- all contexts of a batch of responses go through the model together, right-padded (no attention mask:
+  in a causal model no real token attends to the padding after it), in micro-batches bounded by a token
+  budget (rows x padded length);
 - the full context is not run when the caller passes the hidden states it already has from the
   rollout pass (possible when ``C`` equals the rollout prompt, i.e. there are no privileged segments);
 - pairs the caller marks ``None`` (advantage ``A[j, k] = 0``) are not run, and a context identical to
@@ -57,11 +58,17 @@ from typing import Any, Literal
 
 import torch
 
-from mrtpo import credit
+from mrtpo import credit, distance
 from mrtpo.head import PROJECTIONS, LogitHead, autocast_dtype, head_of, row_chunks, zero3_param
 from mrtpo.prompt import Segment, assemble
 
 DEFAULT_TOKEN_BUDGET = 16384
+DEFAULT_PREFIX_MIN_SAVED = 128
+"""A micro-batch's common prefix runs once (a batch-1 call, its KV cache copied to every row) only when
+that saves at least this many tokens, ``(rows - 1) x prefix``: the extra body call and the cache copy
+cost about as much as 50-60 tokens of the micro-batch for ``mrtpo bench train``'s model on CPU (more on
+a GPU, where a call's kernel launches cost more beside cheap tokens), so sharing a chat template's first
+few tokens makes replay slower, not faster. 0 shares every common prefix."""
 DEFAULT_CHUNK_SIZE = credit.DEFAULT_CHUNK_SIZE  # response rows per JS chunk
 
 # --------------------------------------------------------------------------------------------------
@@ -148,8 +155,14 @@ def build_contexts(
                 f"segments[{i}] is tagged with unknown reward(s) {unknown}; known: {list(names)}"
             )
 
+    done: dict[str, tuple[int, ...]] = {}  # variants with the same messages are tokenized once
+
     def ids(**kw: Any) -> tuple[int, ...]:
-        return tuple(tokenize_messages(tokenizer, assemble(list(segments), sep=sep, **kw), **template_kwargs))
+        messages = assemble(list(segments), sep=sep, **kw)
+        key = repr(messages)
+        if key not in done:
+            done[key] = tuple(tokenize_messages(tokenizer, messages, **template_kwargs))
+        return done[key]
 
     full = ids(privileged=True)
     return Contexts(
@@ -209,6 +222,10 @@ class ReplayStats:
         padded_tokens: tokens fed including right padding (rows x padded length, summed over calls).
         cost_fpe: sum over responses of (tokens processed for the response) / (rollout_len + T); a
             shared prefix is split evenly between the rows that use it.
+        limit_fpe: the same sum at the forward-only limit: each row on its own tokens with the prefix
+            common to all rows of its prompt counted once (split evenly between them), whether or not the
+            prefix ran once (:data:`DEFAULT_PREFIX_MIN_SAVED`, a token budget that splits the prompt's
+            rows, a model without a prefix cache).
         seconds: wall time of the call.
     """
 
@@ -225,6 +242,7 @@ class ReplayStats:
     tokens: int = 0
     padded_tokens: int = 0
     cost_fpe: float = 0.0
+    limit_fpe: float = 0.0
     seconds: float = 0.0
 
     @property
@@ -233,13 +251,22 @@ class ReplayStats:
         return self.cost_fpe / self.responses if self.responses else 0.0
 
     @property
+    def limit_fpe_per_response(self) -> float:
+        """Mean cost of one response at the forward-only limit (``limit_fpe / responses``)."""
+        return self.limit_fpe / self.responses if self.responses else 0.0
+
+    @property
     def k_eff(self) -> float:
         """Contexts other than C actually run per response (target: cost <= k_eff + 0.25 FPE)."""
         return self.pairs_run / self.responses if self.responses else 0.0
 
     def as_dict(self) -> dict[str, float]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        out.update(fpe_per_response=self.fpe_per_response, k_eff=self.k_eff)
+        out.update(
+            fpe_per_response=self.fpe_per_response,
+            limit_fpe_per_response=self.limit_fpe_per_response,
+            k_eff=self.k_eff,
+        )
         return out
 
 
@@ -625,29 +652,60 @@ def _js_from_hidden(
     h_q: torch.Tensor,
     chunk_size: int,
     projection_dtype: str = "float32",
+    kernel: str = "auto",
 ) -> torch.Tensor:
-    """``h_p: [T, H]`` (full context), ``h_q: [K', T, H]`` -> distances ``[K', T] float32``.
+    """``h_p: [R, H]`` (full context), ``h_q: [K', R, H]`` -> distances ``[K', R] float32``.
 
     ``weight: [V, H]`` is the full head weight, already in float32 for the float32/TF32 projections
     (cast once per :func:`replay` call, not once per response, when the model is in half precision).
-
-    A linear head projected in float32/TF32 goes through :func:`mrtpo.credit.js_distance_from_hidden`
-    (chunked rows, exact over V). A head with a logit transform, or a bfloat16 projection, projects one
-    chunk of rows at a time here, applies the transform and calls :func:`mrtpo.credit.js_distance`, so
-    memory stays ``O(chunk_size * V)``.
+    :func:`mrtpo.credit.js_distance_from_hidden` with the head's logit transform (scale, softcap) and
+    ``projection_dtype``: chunked rows, exact over V, memory ``O(chunk_size * V)``; ``kernel`` is one of
+    :data:`mrtpo.distance.KERNELS`.
     """
-    kk, t, _ = h_q.shape
     with _matmul_precision(projection_dtype):
-        if head.linear and projection_dtype != "bfloat16":
-            # one projection + log-softmax of the full context per chunk, shared by the K' contexts
-            return credit.js_distance_from_hidden(h_p, h_q, weight, bias, chunk_size=chunk_size).float()
-        out = torch.empty(kk, t, dtype=torch.float32, device=h_q.device)
-        for rows in row_chunks(t, chunk_size):
-            lp = head.logits(h_p[rows], weight, bias, projection_dtype)  # [c, V]
-            for k in range(kk):
-                lq = head.logits(h_q[k, rows], weight, bias, projection_dtype)  # [c, V]
-                out[k, rows] = credit.js_distance(lp, lq, chunk_size=chunk_size).float()
-        return out
+        return credit.js_distance_from_hidden(
+            h_p, h_q, weight, bias, chunk_size=chunk_size, kernel=kernel, projection=projection_dtype,
+            scale=head.scale, softcap=head.softcap,
+        ).float()  # fmt: skip
+
+
+def _js_of_finished(
+    head: LogitHead,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    requests: Sequence[ReplayRequest],
+    run_slots: dict[int, list[int]],
+    finished: dict[int, dict[int, torch.Tensor]],
+    dist: torch.Tensor,
+    device: torch.device,
+    chunk_size: int,
+    projection_dtype: str,
+    kernel: str,
+) -> None:
+    """Distances of the requests whose contexts have all run (``finished[i]``: slot -> ``[T_i, H]``),
+    written into ``dist: [N, K, T]``. Requests with the same number K' of other contexts go through one
+    distance call, their rows concatenated (``[sum T_i, H]`` against ``[K', sum T_i, H]``): full chunks
+    and one call per micro-batch instead of one per response."""
+    groups: dict[int, list[int]] = {}
+    for i in finished:
+        if run_slots[i]:
+            groups.setdefault(len(run_slots[i]), []).append(i)
+    for kk, idx in groups.items():
+        hp: list[torch.Tensor] = []
+        hq: list[list[torch.Tensor]] = [[] for _ in range(kk)]
+        for i in idx:
+            got = finished[i]
+            hp.append(got[0] if 0 in got else requests[i].full_hidden.to(device))  # [T_i, H]
+            for c, k in enumerate(run_slots[i]):
+                hq[c].append(got[k + 1])  # [T_i, H]
+        h_p = hp[0] if len(hp) == 1 else torch.cat(hp)  # [R, H], R = sum T_i
+        h_q = torch.stack([x[0] if len(x) == 1 else torch.cat(x) for x in hq])  # [K', R, H]
+        d = _js_from_hidden(head, weight, bias, h_p, h_q, chunk_size, projection_dtype, kernel)  # [K', R]
+        off = 0
+        for i, h in zip(idx, hp):
+            t = h.shape[0]
+            dist[i, run_slots[i], :t] = d[:, off : off + t]
+            off += t
 
 
 def token_logprobs_from_hidden(
@@ -791,6 +849,8 @@ def replay(
     projection_dtype: str = "float32",
     measure: str = "js",
     temperature: float = 1.0,
+    distance_kernel: str = "auto",
+    prefix_min_saved: int = DEFAULT_PREFIX_MIN_SAVED,
 ) -> ReplayResult:
     """Teacher-forced no-grad replay of N responses; distances ``[N, K, T]`` between each request's full
     context and its K other contexts.
@@ -839,6 +899,8 @@ def replay(
         token_budget: bound on rows x padded length of one micro-batch; None: no bound.
         prefix_sharing: run the common prefix of a micro-batch once (KV cache); False runs each row
             in full.
+        prefix_min_saved: share a prefix only when that saves at least this many tokens
+            (:data:`DEFAULT_PREFIX_MIN_SAVED` = 128; 0: every common prefix).
         chunk_size: response rows projected onto the vocabulary at a time (memory O(chunk_size * V)).
         pad_id: token id used for right padding (never attended to by real tokens).
         progress: show a tqdm bar over micro-batches.
@@ -847,6 +909,8 @@ def replay(
             or "bfloat16" (:data:`PROJECTION_DTYPES`: error bound).
         measure: "js" or "logprob" (:data:`MEASURES`, above).
         temperature: sampling temperature tau > 0 of the "logprob" measure (ignored by "js").
+        distance_kernel: how the JS distances' vocabulary work runs (:data:`mrtpo.distance.KERNELS`):
+            "auto" (default: the fused two-pass kernel where available, else eager), "eager" or "fused".
 
     Returns:
         :class:`ReplayResult` with ``distances: [N, K, T] float32`` (0 at padding and skipped pairs).
@@ -856,7 +920,8 @@ def replay(
     return _replay(
         model, requests, token_budget=token_budget, prefix_sharing=prefix_sharing, chunk_size=chunk_size,
         pad_id=pad_id, progress=progress, sharding=sharding, projection_dtype=projection_dtype,
-        measure=measure, temperature=temperature,
+        measure=measure, temperature=temperature, distance_kernel=distance_kernel,
+        prefix_min_saved=prefix_min_saved,
     )  # fmt: skip
 
 
@@ -912,6 +977,8 @@ def _replay(
     projection_dtype: str,
     measure: str,
     temperature: float,
+    distance_kernel: str = "auto",
+    prefix_min_saved: int = DEFAULT_PREFIX_MIN_SAVED,
 ) -> ReplayResult:
     """:func:`replay`; ``measure="sampled"``: the log-probs under the full context ([N, 1, T]; no others)."""
     t0 = time.perf_counter()
@@ -931,6 +998,10 @@ def _replay(
         raise ValueError(
             f"projection_dtype={projection_dtype!r} must be one of {', '.join(PROJECTION_DTYPES)}"
         )
+    if isinstance(prefix_min_saved, bool) or not isinstance(prefix_min_saved, int) or prefix_min_saved < 0:
+        raise ValueError(f"prefix_min_saved={prefix_min_saved!r} must be an integer >= 0")
+    if distance_kernel not in distance.KERNELS:
+        raise ValueError(f"distance_kernel={distance_kernel!r} must be one of {', '.join(distance.KERNELS)}")
     n = len(requests)
     ks = {len(r.others) for r in requests}
     if len(ks) > 1:
@@ -966,6 +1037,7 @@ def _replay(
             token_budget=token_budget, prefix_sharing=prefix_sharing, chunk_size=chunk_size,
             pad_id=pad_id, progress=progress, lockstep=collective and sharding == "lockstep",
             projection_dtype=projection_dtype, measure=measure, temperature=float(temperature),
+            kernel=distance_kernel, min_saved=prefix_min_saved,
         )  # fmt: skip
 
 
@@ -977,6 +1049,7 @@ class _Plan:
     prefixes: list[int]
     jobs_of: dict[int, list[_Job]]
     run_slots: dict[int, list[int]]
+    limit_tokens: dict[int, float] = field(default_factory=dict)
 
     @property
     def forwards(self) -> int:
@@ -991,9 +1064,12 @@ def _plan(
     token_budget: int | None,
     share: bool,
     keep_full: bool = False,
+    min_saved: int = DEFAULT_PREFIX_MIN_SAVED,
 ) -> _Plan:
     """Which contexts of which responses run, packed into micro-batches (no model call); ``keep_full``:
-    the full context runs even without other contexts (its own log-probs are wanted)."""
+    the full context runs even without other contexts (its own log-probs are wanted); a micro-batch's
+    common prefix runs once when that saves at least ``min_saved`` tokens. ``limit_tokens[i]``: request
+    i's tokens at the forward-only limit (its prompt's common prefix counted once, split over its rows)."""
     jobs_of: dict[int, list[_Job]] = {}
     run_slots: dict[int, list[int]] = {}
     for i, r in enumerate(requests):
@@ -1049,8 +1125,20 @@ def _plan(
         if share and len(batch) > 1:
             # every gathered position (ctx_len - 1 onwards) must lie in the per-row part
             prefix = min(_common_prefix([j.seq for j in batch]), min(j.ctx_len for j in batch) - 1)
+            if (len(batch) - 1) * prefix < min_saved:
+                prefix = 0
         prefixes.append(max(prefix, 0))
-    return _Plan(batches, prefixes, jobs_of, run_slots)
+    limit_tokens: dict[int, float] = {}
+    rows_of: dict[int, list[_Job]] = {}
+    for i in order:
+        rows_of.setdefault(group_of[tuple(requests[i].full)], []).extend(jobs_of[i])
+    for rows in rows_of.values():
+        p = 0
+        if len(rows) > 1:
+            p = max(0, min(_common_prefix([j.seq for j in rows]), min(j.ctx_len for j in rows) - 1))
+        for j in rows:
+            limit_tokens[j.req] = limit_tokens.get(j.req, 0.0) + len(j.seq) - p + p / len(rows)
+    return _Plan(batches, prefixes, jobs_of, run_slots, limit_tokens)
 
 
 def _replay_local(
@@ -1073,6 +1161,8 @@ def _replay_local(
     projection_dtype: str,
     measure: str = "js",
     temperature: float = 1.0,
+    kernel: str = "auto",
+    min_saved: int = DEFAULT_PREFIX_MIN_SAVED,
 ) -> ReplayResult:
     """Plan, agree on the forward count (lockstep), execute, pad."""
     n = len(requests)
@@ -1081,7 +1171,16 @@ def _replay_local(
     dist = torch.zeros(n, k_ctx, t_max, dtype=torch.float32, device=device)
     vocab, hidden_size = w32.shape
     share = prefix_sharing and info.prefix_cache
-    plan = _plan(requests, vocab, hidden_size, stats, token_budget, share, keep_full=measure == "sampled")
+    plan = _plan(
+        requests,
+        vocab,
+        hidden_size,
+        stats,
+        token_budget,
+        share,
+        keep_full=measure == "sampled",
+        min_saved=min_saved,
+    )
     pad_forwards = 0
     if lockstep:
         total = torch.tensor([plan.forwards], dtype=torch.long, device=device)
@@ -1100,33 +1199,41 @@ def _replay_local(
         for b in it:
             batch = plan.batches[b]
             hs = _run_batch(info, batch, plan.prefixes[b], pad_id, device, stats, cost_tokens)
+            done: list[int] = []
             for job, h in zip(batch, hs):
                 pending.setdefault(job.req, {})[job.slot] = h
                 remaining[job.req] -= 1
                 if remaining[job.req] == 0:
-                    got = pending.pop(job.req)
-                    r = requests[job.req]
-                    h_p = got[0] if 0 in got else r.full_hidden.to(device)
-                    slots = plan.run_slots[job.req]
-                    if measure == "sampled":
-                        tokens = torch.as_tensor([int(x) for x in r.response], device=device)  # [T]
-                        lp = token_logprobs_from_hidden(
-                            info.head, h_p, tokens, weight=w32, bias=bias, temperature=temperature,
-                            chunk_size=chunk_size, projection_dtype=projection_dtype,
-                        )  # fmt: skip
-                        dist[job.req, 0, : lp.shape[0]] = lp
-                        continue
-                    h_q = torch.stack([got[k + 1] for k in slots])  # [K', T, H]
-                    if measure == "logprob":
-                        tokens = torch.as_tensor([int(x) for x in r.response], device=device)  # [T]
-                        d = _logprob_gap(
-                            info.head, w32, bias, h_p, h_q, tokens, chunk_size, projection_dtype, temperature
-                        )  # [K', T]
-                    else:
-                        d = _js_from_hidden(
-                            info.head, w32, bias, h_p, h_q, chunk_size, projection_dtype
-                        )  # [K', T]
-                    dist[job.req, slots, : d.shape[1]] = d
+                    done.append(job.req)
+            for i, got in pending.items():  # requests that continue in a later micro-batch
+                if i not in done:
+                    for slot, h in got.items():
+                        if h._base is not None:  # a view of this call's output: keep only its rows
+                            got[slot] = h.clone()
+            finished = {i: pending.pop(i) for i in done}
+            if measure == "js":
+                _js_of_finished(
+                    info.head, w32, bias, requests, plan.run_slots, finished, dist, device, chunk_size,
+                    projection_dtype, kernel,
+                )  # fmt: skip
+                continue
+            for i, got in finished.items():
+                r = requests[i]
+                h_p = got[0] if 0 in got else r.full_hidden.to(device)
+                tokens = torch.as_tensor([int(x) for x in r.response], device=device)  # [T]
+                if measure == "sampled":
+                    lp = token_logprobs_from_hidden(
+                        info.head, h_p, tokens, weight=w32, bias=bias, temperature=temperature,
+                        chunk_size=chunk_size, projection_dtype=projection_dtype,
+                    )  # fmt: skip
+                    dist[i, 0, : lp.shape[0]] = lp
+                    continue
+                slots = plan.run_slots[i]
+                h_q = torch.stack([got[k + 1] for k in slots])  # [K', T, H]
+                d = _logprob_gap(
+                    info.head, w32, bias, h_p, h_q, tokens, chunk_size, projection_dtype, temperature
+                )  # [K', T]
+                dist[i, slots, : d.shape[1]] = d
         dummy = torch.full((1, 1), pad_id, dtype=torch.long, device=device)  # [1, 1]
         for _ in range(pad_forwards):  # the same collectives as a real call, on one token
             info.body(input_ids=dummy, use_cache=False)
@@ -1134,6 +1241,7 @@ def _replay_local(
     for i, r in enumerate(requests):
         denom = (len(r.full) if r.rollout_len is None else r.rollout_len) + len(r.response)
         stats.cost_fpe += cost_tokens[i] / denom if denom else 0.0
+        stats.limit_fpe += plan.limit_tokens.get(i, 0.0) / denom if denom else 0.0
     stats.seconds = time.perf_counter() - t0
     return ReplayResult(dist, lengths, stats)
 
@@ -1149,7 +1257,7 @@ def _run_batch(
 ) -> list[torch.Tensor]:
     """One micro-batch through the decoder body (a prefix call first when ``prefix > 0``); returns each
     job's ``[T, H]`` hidden states at the positions predicting the response tokens
-    (``ctx_len - 1 .. ctx_len + T - 2``)."""
+    (``ctx_len - 1 .. ctx_len + T - 2``), as views of the call's ``[B, S, H]`` output."""
     body = info.body
     seqs = [j.seq for j in batch]
     b = len(seqs)
@@ -1165,17 +1273,13 @@ def _run_batch(
         stats.padded_tokens += prefix
     rest = [s[prefix:] for s in seqs]
     s_max = max(len(s) for s in rest)
-    ids = torch.full((b, s_max), pad_id, dtype=torch.long, device=device)  # [B, S]
-    mask = torch.zeros(b, prefix + s_max, dtype=torch.long, device=device)  # [B, P + S]
-    mask[:, :prefix] = 1
-    for row, s in enumerate(rest):
-        ids[row, : len(s)] = torch.tensor(s, dtype=torch.long, device=device)
-        mask[row, prefix : prefix + len(s)] = 1
+    # right padding needs no attention mask: in a causal model no real token attends to a later position,
+    # and the cached prefix is real for every row (without a mask the attention takes its causal path)
+    ids = torch.tensor(
+        [s + [pad_id] * (s_max - len(s)) for s in rest], dtype=torch.long, device=device
+    )  # [B, S]
     positions = (torch.arange(s_max, device=device) + prefix).unsqueeze(0).expand(b, s_max)  # [B, S]
-    padded = any(len(s) != s_max for s in rest)
     kwargs: dict[str, Any] = {"input_ids": ids, "position_ids": positions}
-    if padded or cache is not None:
-        kwargs["attention_mask"] = mask
     if cache is not None:
         kwargs.update(past_key_values=cache, use_cache=True)
     else:
@@ -1190,7 +1294,7 @@ def _run_batch(
         cost_tokens[job.req] += len(rest[row]) + prefix / b
         t = len(job.seq) - job.ctx_len + 1
         start = job.ctx_len - 1 - prefix
-        out.append(hidden[row, start : start + t].clone())  # [T, H]
+        out.append(hidden[row, start : start + t])  # [T, H], a view of this call's output
     return out
 
 

@@ -4,8 +4,9 @@
 
 ``OUT_DIR/status.tsv`` has one line per step: ``name<TAB>exit code<TAB>seconds<TAB>log file``; the steps'
 results are ``replay.json`` (``mrtpo bench replay --json``), ``train.json`` (``mrtpo bench train
---output``) and ``sharded.json`` (``python -m mrtpo.bench.sharded --json``). A failed or missing step is
-a row that says so and names its log.
+--output``), ``sharded.json`` (``python -m mrtpo.bench.sharded --json``) and ``kernels.json``
+(``python -m mrtpo.bench.kernels --json``). A failed or missing step is a row that says so and names its
+log.
 """
 
 from __future__ import annotations
@@ -20,6 +21,24 @@ def _load(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def _kernel_rows(out: Path, failed) -> list[tuple[str, str, str]]:
+    """Rows of the distance-kernels step (``kernels.json``): time and peak per projection and kernel."""
+    k = _load(out / "kernels.json")
+    if failed("distance kernels") or not k:
+        return []
+    rows = []
+    for r in k["rows"]:
+        name = f"JS {r['kernel']} ({r['projection']} proj.)"
+        if "error" in r:
+            rows.append((name, "n/a", r["error"]))
+            continue
+        note = f"V={k['vocab']} H={k['hidden']}, {k['t']} x {k['k']} rows, peak {r['peak_bytes'] / 2**20:.0f} MiB"
+        if "max_diff_eager_fused" in r:
+            note += f", max |d_e - d_f| {r['max_diff_eager_fused']:.1e}"
+        rows.append((name, f"{r['seconds'] * 1e3:.1f} ms", note))
+    return rows
 
 
 def table(out: Path) -> str:
@@ -82,6 +101,18 @@ def table(out: Path) -> str:
                 f"predicted {t['predicted_replay_seconds'] * 1e3:.1f} ms ({t['replay_fpe_per_response']:.2f} FPE)",
             )
         )
+    if t and status.get("bench train", (1,))[0] == 0:
+        mr = t["runs"]["mrtpo"]
+        share = t["replay_seconds"] / max(mr["step_seconds"], 1e-12)
+        rows.append(
+            (
+                "train: replay share of a step",
+                f"{share:.1%}",
+                f"replay {t['replay_seconds'] * 1e3:.1f} ms of the MRTPO step {mr['step_seconds'] * 1e3:.1f} ms "
+                f"({t.get('config') or 'custom'} shapes)",
+            )
+        )
+    rows += _kernel_rows(out, failed)
     s = _load(out / "sharded.json")
     if not failed("sharded replay") and s:
         for mode in ("gather", "lockstep"):

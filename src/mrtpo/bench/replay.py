@@ -66,6 +66,10 @@ class BenchConfig:
         default=0, metadata={"help": "(response, reward) pairs skipped as if their advantage were 0"}
     )
     prefix_sharing: bool = field(default=True, metadata={"help": "mrtpo: run the common prompt prefix once"})
+    prefix_min_saved: int = field(
+        default=128,
+        metadata={"help": "mrtpo: share a prefix only when it saves this many tokens (mrtpo.replay default)"},
+    )
     reuse: bool = field(
         default=True, metadata={"help": "mrtpo: take C's hidden states from the rollout pass"}
     )
@@ -88,9 +92,20 @@ class BenchConfig:
         default=("float32", "tf32", "bfloat16"),
         metadata={"help": "mrtpo projection dtypes measured (the first one is timed with memory)"},
     )
+    kernels: tuple[str, ...] = field(
+        default=("fused", "eager"),
+        metadata={
+            "help": "mrtpo distance kernels measured (mrtpo.distance.KERNELS less auto); the first is the "
+            "mrtpo column (projections, vocabulary work and limit measured with it)"
+        },
+    )
 
     def __post_init__(self) -> None:
         self.projections = tuple(self.projections)
+        self.kernels = tuple(self.kernels)
+        bad_k = [k for k in self.kernels if k not in ("fused", "eager")]
+        if bad_k or not self.kernels or len(set(self.kernels)) != len(self.kernels):
+            raise ValueError(f"kernels={list(self.kernels)} must be distinct names among fused, eager")
         if self.config is not None:
             from mrtpo.models.bundled import bundled_config
 
@@ -107,6 +122,8 @@ class BenchConfig:
             raise ValueError(
                 f"projections={list(self.projections)} must start with 'float32' and use float32, tf32, bfloat16"
             )
+        if self.prefix_min_saved < 0:
+            raise ValueError(f"prefix_min_saved={self.prefix_min_saved} must be >= 0")
         for name in ("k", "responses", "vocab", "hidden", "layers", "info_tokens", "chunk_size", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
@@ -324,11 +341,180 @@ class PeakMemory:
             self.peak = max(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - self.base) * 1024
 
 
+def _run_rows(cfg: BenchConfig, full: list[int], loo: list[list[int]], responses: list[list[int]]):
+    """The rows mrtpo's replay runs (``context + y[:-1]`` for ``C`` unless reused and every ``C_-k`` not
+    skipped) and the prefix they all share: ``(rows, prefix)``."""
+    from mrtpo.replay import _common_prefix
+
+    skipped = cfg.skipped()
+    rows, ctx_lens = [], []
+    for j, r in enumerate(responses):
+        ctxs = ([] if cfg.reuse else [full]) + [c for k, c in enumerate(loo) if (j, k) not in skipped]
+        for c in ctxs:
+            rows.append(c + r[:-1])
+            ctx_lens.append(len(c))
+    prefix = 0
+    if len(rows) > 1:
+        prefix = max(0, min(_common_prefix(rows), min(ctx_lens) - 1))
+    return rows, prefix
+
+
+def forward_limit(cfg: BenchConfig, full: list[int], loo: list[list[int]], responses: list[list[int]]):
+    """The forward-only limit of the replay: ``(tokens, FPE per response)`` of one backbone pass over each
+    context that runs (``C`` unless reused, every ``C_-k`` not skipped) on its own tokens plus the
+    response, the prefix shared by all those rows counted once (no vocabulary work, no overhead)."""
+    rows, prefix = _run_rows(cfg, full, loo, responses)
+    if not rows:
+        return 0, 0.0
+    tokens = prefix + sum(len(x) - prefix for x in rows)
+    return tokens, tokens / (len(full) + cfg.t) / len(responses)
+
+
+def design_memory(cfg: BenchConfig, full, loo, responses, kernel: str) -> dict[str, int]:
+    """What the replay's design holds at its peak, in bytes: the last hidden states of the largest
+    micro-batch (``rows x padded length x H`` in the model dtype, at most ``token_budget`` tokens), the
+    rows gathered for the distances (``(1 + K) N T x H`` float32), and the kernel's chunk buffers (fused 2,
+    eager 5 ``[chunk, V]`` float32 blocks, as :func:`vocab_work` measures them)."""
+    rows, prefix = _run_rows(cfg, full, loo, responses)
+    if not cfg.prefix_sharing or (len(rows) - 1) * prefix < cfg.prefix_min_saved:
+        prefix = 0  # the rows run in full
+    body_tokens = len(rows) * max((len(x) - prefix for x in rows), default=0)
+    if cfg.token_budget is not None:
+        body_tokens = min(body_tokens, cfg.token_budget)
+    elem = 2 if cfg.dtype == "bfloat16" else 4
+    hidden = body_tokens * cfg.hidden * elem + (1 + cfg.k) * cfg.responses * cfg.t * cfg.hidden * 4
+    chunk_rows = min(cfg.chunk_size, cfg.responses * cfg.t)  # one distance call covers the batch's rows
+    chunks = (2 if kernel == "fused" else 5) * chunk_rows * cfg.vocab * 4
+    return {"hidden_bytes": int(hidden), "chunk_bytes": int(chunks), "bytes": int(hidden + chunks)}
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def fpe_seconds(model, full: list[int], response: list[int], device: str, repeats: int = 3) -> float:
+    """Wall time of 1 FPE: one no-grad forward of the decoder body over ``full + response`` (median)."""
+    import torch
+
+    from mrtpo.replay import _decoder
+
+    body = _decoder(model)
+    ids = torch.tensor([full + response], device=device)  # [1, L + T]
+    times = []
+    with torch.no_grad():
+        body(input_ids=ids, use_cache=False)
+        for _ in range(repeats):
+            _sync(device)
+            t0 = time.perf_counter()
+            body(input_ids=ids, use_cache=False)
+            _sync(device)
+            times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def vocab_work(cfg: BenchConfig, model, full, loo, responses, hidden_full) -> dict[str, Any]:
+    """The vocabulary work of the replay alone, per kernel, on the first response's pairs (its full
+    context against each ``C_-k`` not skipped) from the replay's own hidden states (not timed):
+
+    - ``passes``: the ``[chunk, V]`` passes only (log-sum-exps or log-softmaxes and the terms), on the
+      same logit blocks for both kernels (each block projected once, untimed), the kernels interleaved
+      block by block so that a change of the machine's load affects both alike;
+    - ``projection``: the matmuls ``hidden @ W.T`` of those blocks (the same for both kernels);
+    - ``seconds``: :func:`mrtpo.distance.js_distance_from_hidden` end to end (projection included),
+      median of 2 interleaved rounds;
+    - ``buffers``: the tracked peak of that call in ``[chunk, V]`` float32 blocks.
+    """
+    import torch
+
+    from mrtpo import distance, fused
+    from mrtpo import replay as R
+    from mrtpo.bench.memory import TrackedPeak
+    from mrtpo.head import head_of, row_chunks
+
+    head = head_of(model)
+    w = head.weight.detach().float()
+    ks = [k for k in range(len(loo)) if (0, k) not in cfg.skipped()]
+    out: dict[str, Any] = {}
+    kernels = []
+    for kernel in cfg.kernels:
+        try:
+            distance.resolve_kernel(kernel, cfg.device)
+            kernels.append(kernel)
+        except ValueError as e:
+            out[kernel] = {"error": str(e)}
+    if not ks or not kernels:
+        return out
+    hp = hidden_full[0].float()  # [T, H]
+    hq = torch.stack(
+        [R.response_hidden_states(model, loo[k], responses[0]).float() for k in ks]
+    )  # [K', T, H]
+
+    def passes(kernel: str, zp: torch.Tensor, zqs: list[torch.Tensor]) -> None:
+        if kernel == "fused":
+            lse_p = fused.lse(zp, None, 1.0, None)
+            for zq in zqs:
+                fused.jsd(zp, zq, lse_p, fused.lse(zq, None, 1.0, None), None, 1.0, None)
+        else:  # what the eager kernel runs per chunk: log p and p once, then each q
+            logp = torch.log_softmax(zp, dim=-1)
+            p = logp.exp()
+            for zq in zqs:
+                distance._jsd_nats_from_logprobs(logp, p, torch.log_softmax(zq, dim=-1))
+
+    spent = dict.fromkeys(kernels, 0.0)
+    projection = 0.0
+    with torch.no_grad():
+        for b, rows in enumerate(row_chunks(hp.shape[0], cfg.chunk_size)):
+            _sync(cfg.device)
+            t0 = time.perf_counter()
+            zp = hp[rows] @ w.T  # [c, V]
+            zqs = [hq[i, rows] @ w.T for i in range(len(ks))]  # K' x [c, V]
+            _sync(cfg.device)
+            projection += time.perf_counter() - t0
+            order = kernels if b % 2 == 0 else kernels[::-1]
+            for kernel in order:
+                _sync(cfg.device)
+                t0 = time.perf_counter()
+                passes(kernel, zp, zqs)
+                _sync(cfg.device)
+                spent[kernel] += time.perf_counter() - t0
+            del zp, zqs
+    ends: dict[str, list[float]] = {k: [] for k in kernels}
+    for r in range(2):
+        for kernel in kernels if r == 0 else kernels[::-1]:
+            _sync(cfg.device)
+            t0 = time.perf_counter()
+            distance.js_distance_from_hidden(hp, hq, w, chunk_size=cfg.chunk_size, kernel=kernel)
+            _sync(cfg.device)
+            ends[kernel].append(time.perf_counter() - t0)
+    buffer = min(cfg.chunk_size, cfg.t) * cfg.vocab * 4
+    for kernel in kernels:
+        with TrackedPeak(cfg.device) as mem:
+            distance.js_distance_from_hidden(hp, hq, w, chunk_size=cfg.chunk_size, kernel=kernel)
+        out[kernel] = {
+            "passes_seconds": spent[kernel],
+            "projection_seconds": projection,
+            "seconds": sum(ends[kernel]) / len(ends[kernel]),
+            "peak_bytes": mem.peak,
+            "buffers": mem.peak / buffer,
+        }
+    out["pairs"] = len(ks)
+    return out
+
+
 def run_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]:
-    """Run one variant in this process; saves its ``[N, K, T]`` distances to ``out_path``."""
+    """Run one variant in this process; saves its ``[N, K, T]`` distances to ``out_path``.
+
+    ``variant``: "naive"; "mrtpo" (kernel ``cfg.kernels[0]``, with the projections, the vocabulary work
+    and the forward-only limit); "mrtpo:<kernel>" (one more kernel: time and memory only). Each timed
+    run's peak memory is measured twice: RSS growth (CUDA: allocator peak) around the timed run, and the
+    tracked peak of live tensors (:class:`mrtpo.bench.memory.TrackedPeak`) in a second, untimed run."""
     import torch
 
     from mrtpo import replay as R
+    from mrtpo.bench.memory import TrackedPeak
 
     torch.set_num_threads(cfg.threads)
     model = build_bench_model(cfg)
@@ -337,70 +523,101 @@ def run_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]
         model(input_ids=torch.arange(16, device=cfg.device).unsqueeze(0) % cfg.vocab)
     rollout = len(full) + cfg.t  # tokens of one rollout sequence (1 FPE)
     extra: dict[str, Any] = {}
+    result: dict[str, Any] = {"variant": variant}
     if variant == "naive":
         with PeakMemory(cfg.device) as mem:
             t0 = time.perf_counter()
             dist, tokens, forwards = naive_replay(model, full, loo, responses)
-            if cfg.device == "cuda":
-                torch.cuda.synchronize()
+            _sync(cfg.device)
             seconds = time.perf_counter() - t0
+        if cfg.device == "cuda":
+            tracked = mem
+        else:
+            with TrackedPeak(cfg.device) as tracked:
+                naive_replay(model, full, loo, responses)
         stats = {
             "forward_passes": forwards,
             "tokens": tokens,
             "fpe_per_response": tokens / rollout / cfg.responses,
         }
         extra["reference"] = reference_replay(model, full, loo, responses)  # not timed
-    elif variant == "mrtpo":
+    elif variant == "mrtpo" or variant.startswith("mrtpo:"):
+        kernel = cfg.kernels[0] if variant == "mrtpo" else variant.split(":", 1)[1]
+        result["kernel"] = kernel
         skipped = cfg.skipped()
         hidden = [
             R.response_hidden_states(model, full, r) if cfg.reuse else None for r in responses
         ]  # rollout pass
-        R.distances(model, [full[:4], full[:3]], responses[0][:2])  # one-off model check, outside the measure
+        options = dict(
+            token_budget=cfg.token_budget,
+            prefix_sharing=cfg.prefix_sharing,
+            prefix_min_saved=cfg.prefix_min_saved,
+            chunk_size=cfg.chunk_size,
+            distance_kernel=kernel,
+        )
+        # one-off model check and kernel build, outside the measure
+        R.distances(model, [full[:4], full[:3]], responses[0][:2], **options)
         requests = [
             R.ReplayRequest(
                 r, full, [None if (j, k) in skipped else c for k, c in enumerate(loo)], len(full), hidden[j]
             )
             for j, r in enumerate(responses)
         ]
-        options = dict(
-            token_budget=cfg.token_budget, prefix_sharing=cfg.prefix_sharing, chunk_size=cfg.chunk_size
-        )
         with PeakMemory(cfg.device) as mem:
             t0 = time.perf_counter()
             res = R.replay(model, requests, projection_dtype=cfg.projections[0], **options)
-            if cfg.device == "cuda":
-                torch.cuda.synchronize()
+            _sync(cfg.device)
             seconds = time.perf_counter() - t0
+        if cfg.device == "cuda":
+            tracked = mem
+        else:
+            with TrackedPeak(cfg.device) as tracked:
+                R.replay(model, requests, projection_dtype=cfg.projections[0], **options)
         dist = res.distances.cpu()
         stats = res.stats.as_dict()
-        sample = hidden[0] if hidden[0] is not None else R.response_hidden_states(model, full, responses[0])
-        projections = {}
-        for proj in cfg.projections:
-            if proj == cfg.projections[0]:
-                d, secs = dist, seconds
-            else:
-                t0 = time.perf_counter()
-                d = R.replay(model, requests, projection_dtype=proj, **options).distances.cpu()
-                if cfg.device == "cuda":
-                    torch.cuda.synchronize()
-                secs = time.perf_counter() - t0
-            z_err = logit_error(model, sample, proj)
-            projections[proj] = {
-                "seconds": secs,
-                "max_change": float((d - dist).abs().max()) if d.numel() else 0.0,
-                "max_logit_error": z_err,
-                "bound": 2.0 * z_err / math.sqrt(math.log(2.0)),
+        stats["design_memory"] = design_memory(cfg, full, loo, responses, kernel)
+        if variant == "mrtpo":
+            sample = (
+                hidden[0] if hidden[0] is not None else R.response_hidden_states(model, full, responses[0])
+            )
+            projections = {}
+            for proj in cfg.projections:
+                if proj == cfg.projections[0]:
+                    d, secs = dist, seconds
+                else:
+                    t0 = time.perf_counter()
+                    d = R.replay(model, requests, projection_dtype=proj, **options).distances.cpu()
+                    _sync(cfg.device)
+                    secs = time.perf_counter() - t0
+                z_err = logit_error(model, sample, proj)
+                projections[proj] = {
+                    "seconds": secs,
+                    "max_change": float((d - dist).abs().max()) if d.numel() else 0.0,
+                    "max_logit_error": z_err,
+                    "bound": 2.0 * z_err / math.sqrt(math.log(2.0)),
+                }
+                extra[f"projection/{proj}"] = d
+            stats["projections"] = projections
+            limit_tokens, limit_fpe = forward_limit(cfg, full, loo, responses)
+            fpe = fpe_seconds(model, full, responses[0], cfg.device)
+            stats["limit"] = {
+                "tokens": limit_tokens,
+                "fpe_per_response": limit_fpe,
+                "fpe_seconds": fpe,
+                "seconds": limit_fpe * cfg.responses * fpe,
             }
-            extra[f"projection/{proj}"] = d
-        stats["projections"] = projections
+            full_h = hidden if cfg.reuse else [R.response_hidden_states(model, full, r) for r in responses]
+            stats["vocab"] = vocab_work(cfg, model, full, loo, responses, full_h)
     else:
-        raise ValueError(f"variant must be 'naive' or 'mrtpo', got {variant!r}")
+        raise ValueError(f"variant must be 'naive', 'mrtpo' or 'mrtpo:<kernel>', got {variant!r}")
     torch.save({"distances": dist, **extra}, out_path)
     return {
-        "variant": variant,
+        **result,
         "seconds": seconds,
-        "peak_bytes": mem.peak,
-        "memory_method": mem.method,
+        "peak_bytes": tracked.peak,
+        "memory_method": tracked.method,
+        "rss_peak_bytes": mem.peak,
+        "rss_method": mem.method,
         **stats,
     }
 
@@ -417,6 +634,9 @@ class BenchResult:
     mrtpo: dict[str, Any]
     max_abs_diff: float  # mrtpo (float32 projection) vs the float64 reference, over the pairs run
     naive_abs_diff: float = 0.0  # naive (float32) vs the float64 reference
+    others: dict[str, dict[str, Any]] = field(default_factory=dict)  # kernel -> the other mrtpo variants
+    kernel_diff: dict[str, float] = field(default_factory=dict)  # kernel -> max |d - d_mrtpo| over pairs run
+    notes: list[str] = field(default_factory=list)
 
     @property
     def k_eff(self) -> float:
@@ -424,15 +644,20 @@ class BenchResult:
 
     def checks(self) -> dict[str, tuple[float, str, bool | None]]:
         """Target name -> (value, target text, met); met is None where the run is not at the target's
-        setting (time: K = 3; memory: T = 1024)."""
+        setting (time: K = 3; memory: T = 1024; vocabulary work: V = 32,768 on CPU with both kernels)."""
+        c = self.config
         time_ratio = self.naive["seconds"] / max(self.mrtpo["seconds"], 1e-12)
         mem_ratio = self.naive["peak_bytes"] / max(self.mrtpo["peak_bytes"], 1)
         cost = self.mrtpo["fpe_per_response"]
-        k3, t1024 = self.config.k == 3, self.config.t == 1024
-        fp32 = self.config.dtype == "float32"
-        return {
+        k3, t1024 = c.k == 3, c.t == 1024
+        fp32 = c.dtype == "float32"
+        out = {
             "time": (time_ratio, ">= 1.3x (set at K = 3)", time_ratio >= 1.3 if k3 else None),
-            "memory": (mem_ratio, ">= 4x (set at T = 1024)", mem_ratio >= 4.0 if t1024 else None),
+            "memory": (
+                mem_ratio,
+                ">= 6x (tracked peaks; set at T = 1024)",
+                mem_ratio >= 6.0 if t1024 else None,
+            ),
             "cost": (cost, f"<= K_eff + 0.25 = {self.k_eff + 0.25:.2f}", cost <= self.k_eff + 0.25),
             "difference": (
                 self.max_abs_diff,
@@ -440,6 +665,22 @@ class BenchResult:
                 self.max_abs_diff <= 1e-4 if fp32 else None,
             ),
         }
+        vocab = self.mrtpo.get("vocab", {})
+        if "seconds" in vocab.get("fused", {}) and "seconds" in vocab.get("eager", {}):
+            r = vocab["fused"]["passes_seconds"] / max(vocab["eager"]["passes_seconds"], 1e-12)
+            at = c.vocab == 32768 and c.device == "cpu"
+            out["vocab"] = (
+                r,
+                "fused <= 0.6x eager on the [chunk, V] passes (set at V = 32768, CPU)",
+                r <= 0.6 if at else None,
+            )
+        for kernel, diff in self.kernel_diff.items():
+            out[f"kernel {kernel}"] = (
+                diff,
+                f"max |d_{kernel} - d_{self.mrtpo.get('kernel', '?')}| <= 1e-6",
+                diff <= 1e-6 if fp32 else None,
+            )
+        return out
 
     def table(self) -> str:
         c, n, m = self.config, self.naive, self.mrtpo
@@ -449,6 +690,17 @@ class BenchResult:
         def ok(name: str) -> str:
             met = chk[name][2]
             return "n/a" if met is None else "ok" if met else "MISSED"
+
+        cols = [("naive", n), (f"mrtpo {m.get('kernel', '')}".strip(), m)]
+        cols += [(f"mrtpo {k}", v) for k, v in self.others.items()]
+        w = 14
+
+        def row(label: str, values: list[str], tail: str = "") -> str:
+            return f"{label:26}" + "".join(f"{v:>{w}}" for v in values) + tail
+
+        def design(v: dict[str, Any]) -> str:
+            d = v.get("design_memory")
+            return "-" if d is None else f"{d['bytes'] / mib:.1f}"
 
         lines = [
             f"mrtpo bench replay: random {c.config or 'tiny Qwen2'}, V={c.vocab}, H={c.hidden}, {c.layers} layers, "
@@ -463,22 +715,93 @@ class BenchResult:
                 else "full context run again"
             )
             + f", chunk {c.chunk_size} rows, budget {c.token_budget or 'none'}, {c.skip} pairs skipped "
-            f"(K_eff = {self.k_eff:.2f})",
+            f"(K_eff = {self.k_eff:.2f}); distance kernels: {', '.join(k for k in c.kernels)}",
             "naive: K+1 forwards per response, full logits [L+T, V], float32 log_softmax + kl_div; "
             "reference: float64 projection of the same passes' hidden states, float64 JSD (not timed)",
-            f"peak memory: {m['memory_method']}, each variant in a fresh subprocess",
+            f"peak memory: {m['memory_method']} in an untimed second run; beside it {m['rss_method']} of the "
+            "timed run; each variant in a fresh subprocess",
+            *self.notes,
             "",
-            f"{'':24}{'naive':>12}{'mrtpo':>12}{'naive/mrtpo':>13}   target",
-            f"{'wall time (s)':24}{n['seconds']:>12.2f}{m['seconds']:>12.2f}{chk['time'][0]:>12.2f}x   "
-            f"{chk['time'][1]} {ok('time')}",
-            f"{'peak memory (MiB)':24}{n['peak_bytes'] / mib:>12.1f}{m['peak_bytes'] / mib:>12.1f}"
-            f"{chk['memory'][0]:>12.2f}x   {chk['memory'][1]} {ok('memory')}",
-            f"{'cost (FPE / response)':24}{n['fpe_per_response']:>12.3f}{m['fpe_per_response']:>12.3f}{'':13}   "
-            f"{chk['cost'][1]} {ok('cost')}",
-            f"{'forward passes':24}{n['forward_passes']:>12d}{m['forward_passes']:>12d}",
-            f"{'tokens processed':24}{n['tokens']:>12d}{m['tokens']:>12d}",
-            f"{'max |d - d_ref|':24}{self.naive_abs_diff:>12.2e}{self.max_abs_diff:>12.2e}{'':13}   "
-            f"{chk['difference'][1]} {ok('difference')}",
+            row("", [name for name, _ in cols] + ["naive/mrtpo"], "   target"),
+            row(
+                "wall time (s)",
+                [f"{v['seconds']:.2f}" for _, v in cols] + [f"{chk['time'][0]:.2f}x"],
+                f"   {chk['time'][1]} {ok('time')}",
+            ),
+            row(
+                "peak memory (MiB)",
+                [f"{v['peak_bytes'] / mib:.1f}" for _, v in cols] + [f"{chk['memory'][0]:.2f}x"],
+                f"   {chk['memory'][1]} {ok('memory')}",
+            ),
+            row(
+                "  RSS growth (MiB)",
+                [f"{v['rss_peak_bytes'] / mib:.1f}" for _, v in cols]
+                + [f"{n['rss_peak_bytes'] / max(m['rss_peak_bytes'], 1):.2f}x"],
+            ),
+            row(
+                "  design: hidden+chunks",
+                [design(v) for _, v in cols],
+                "   (MiB; hidden states + chunk buffers)",
+            ),
+            row(
+                "cost (FPE / response)",
+                [f"{v['fpe_per_response']:.3f}" for _, v in cols] + [""],
+                f"   {chk['cost'][1]} {ok('cost')}",
+            ),
+            row("forward passes", [f"{v['forward_passes']:d}" for _, v in cols]),
+            row("tokens processed", [f"{v['tokens']:d}" for _, v in cols]),
+            row(
+                "max |d - d_ref|",
+                [f"{self.naive_abs_diff:.2e}", f"{self.max_abs_diff:.2e}"]
+                + [f"{v.get('max_abs_diff', float('nan')):.2e}" for v in self.others.values()]
+                + [""],
+                f"   {chk['difference'][1]} {ok('difference')}",
+            ),
+        ]
+        for kernel, diff in self.kernel_diff.items():
+            lines.append(
+                f"max |d_{kernel} - d_{m.get('kernel', '?')}| = {diff:.2e}   "
+                f"{chk[f'kernel {kernel}'][1]} {ok(f'kernel {kernel}')}"
+            )
+        lim = m.get("limit")
+        if lim:
+            lines += [
+                "",
+                f"forward-only limit: {lim['fpe_per_response']:.3f} FPE/response ({lim['tokens']} tokens: one backbone "
+                "pass over each context run, on its own tokens + the response, the shared prefix once) = "
+                f"{lim['seconds']:.3f} s at 1 FPE = {lim['fpe_seconds'] * 1e3:.1f} ms;",
+                "  "
+                + ", ".join(
+                    f"{name} {v['seconds']:.3f} s = {v['seconds'] / max(lim['seconds'], 1e-12):.2f}x the limit"
+                    for name, v in cols
+                ),
+            ]
+        vocab = m.get("vocab")
+        if vocab:
+            lines += [
+                "",
+                f"vocabulary work of response 0 ({vocab.get('pairs', 0)} pairs: its C against each C_-k) from the "
+                "replay's hidden states, no forwards:",
+                f"  {'kernel':8}{'[chunk,V] passes':>18}{'projection':>12}{'from hidden':>13}{'peak [chunk,V] blocks':>23}",
+            ]
+            for kernel in c.kernels:
+                v = vocab.get(kernel, {})
+                if "error" in v:
+                    lines.append(f"  {kernel:8}{v['error']}")
+                elif v:
+                    lines.append(
+                        f"  {kernel:8}{v['passes_seconds']:>16.3f} s{v['projection_seconds']:>10.3f} s"
+                        f"{v['seconds']:>11.3f} s{v['buffers']:>23.2f}"
+                    )
+            if "vocab" in chk:
+                f, e = vocab["fused"], vocab["eager"]
+                lines.append(
+                    f"  fused / eager: passes {chk['vocab'][0]:.2f}x   {chk['vocab'][1]} {ok('vocab')}; from hidden "
+                    f"{f['seconds'] / max(e['seconds'], 1e-12):.2f}x (the projection, the same for both, is "
+                    f"{f['projection_seconds'] / max(f['projection_seconds'] + f['passes_seconds'], 1e-12):.0%} of "
+                    "the fused work)"
+                )
+        lines += [
             "",
             f"{'mrtpo projection':24}{'time (s)':>12}{'vs float32':>12}{'max |d - d_fp32|':>18}"
             f"{'bound':>11}{'max |dz|':>11}",
@@ -500,8 +823,11 @@ class BenchResult:
             "config": asdict(self.config),
             "naive": self.naive,
             "mrtpo": self.mrtpo,
+            "others": self.others,
             "max_abs_diff": self.max_abs_diff,
             "naive_abs_diff": self.naive_abs_diff,
+            "kernel_diff": self.kernel_diff,
+            "notes": self.notes,
             "checks": {k: {"value": v, "target": t, "met": ok} for k, (v, t, ok) in self.checks().items()},
         }
 
@@ -529,10 +855,26 @@ def _run_worker(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]
 
 
 def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
-    """Run both variants, each in a fresh subprocess, and compare their distances."""
+    """Run the variants (naive, then mrtpo with each kernel), each in a fresh subprocess, and compare
+    their distances. A kernel that cannot run here (``kernel='fused'`` without a C compiler, say) is
+    left out with a note that gives the reason."""
     import torch
 
-    variants = ["naive", "mrtpo"]
+    from mrtpo import distance
+
+    notes: list[str] = []
+    kernels = []
+    for k in cfg.kernels:
+        try:
+            distance.resolve_kernel(k, cfg.device)
+            kernels.append(k)
+        except ValueError as e:
+            notes.append(f"kernel {k} left out: {e}")
+    if not kernels:
+        raise ValueError(f"none of the kernels {list(cfg.kernels)} can run here: {'; '.join(notes)}")
+    if tuple(kernels) != cfg.kernels:
+        cfg = BenchConfig(**{**asdict(cfg), "kernels": tuple(kernels)})
+    variants = ["naive", "mrtpo"] + [f"mrtpo:{k}" for k in kernels[1:]]
     results: dict[str, dict[str, Any]] = {}
     dists: dict[str, torch.Tensor] = {}
     it: Any = variants
@@ -544,7 +886,7 @@ def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
         for v in it:
             if progress:
                 it.set_postfix_str(v)
-            path = str(Path(tmp) / f"{v}.pt")
+            path = str(Path(tmp) / f"{v.replace(':', '-')}.pt")
             results[v] = _run_worker(cfg, v, path)
             dists[v] = torch.load(path)
     run = torch.ones(cfg.responses, cfg.k, dtype=torch.bool)
@@ -552,16 +894,22 @@ def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
         run[j, k] = False
     ref = dists["naive"]["reference"]  # [N, K, T] float64
 
-    def worst(d: torch.Tensor) -> float:
-        diff = (ref - d.double()).abs()[run]  # [pairs run, T]
+    def worst(d: torch.Tensor, against: torch.Tensor = ref) -> float:
+        diff = (against.double() - d.double()).abs()[run]  # [pairs run, T]
         return float(diff.max()) if diff.numel() else 0.0
 
+    main = dists["mrtpo"]["distances"]
+    for v in variants[2:]:
+        results[v]["max_abs_diff"] = worst(dists[v]["distances"])
     return BenchResult(
         cfg,
         results["naive"],
         results["mrtpo"],
-        worst(dists["mrtpo"]["distances"]),
+        worst(main),
         worst(dists["naive"]["distances"]),
+        others={v.split(":", 1)[1]: results[v] for v in variants[2:]},
+        kernel_diff={v.split(":", 1)[1]: worst(dists[v]["distances"], main) for v in variants[2:]},
+        notes=notes,
     )
 
 
@@ -571,7 +919,7 @@ def _worker_main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m mrtpo.bench.replay", description="one variant of the replay bench"
     )
-    p.add_argument("--worker", required=True, choices=["naive", "mrtpo"])
+    p.add_argument("--worker", required=True, help="naive, mrtpo or mrtpo:<kernel>")
     p.add_argument("--config", required=True, help="BenchConfig as JSON")
     p.add_argument("--out", required=True, help="where to save the distances (torch.save)")
     a = p.parse_args(argv)

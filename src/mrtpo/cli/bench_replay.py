@@ -5,6 +5,10 @@ Example (the default run, about a minute on 2 CPU cores; the second needs a CUDA
     mrtpo bench replay
     mrtpo bench replay --k 2 --t 512 --responses 4 --no-prefix-sharing --json bench.json
     mrtpo bench replay --device cuda --config qwen2.5-7b
+    mrtpo bench replay --kernels eager            # the eager distance kernel only
+
+The table has one column per variant: naive, mrtpo with the fused distance kernel, mrtpo with the
+eager one; below it the forward-only limit of the replay and the vocabulary work of each kernel alone.
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="mrtpo: run the common prompt prefix once through the KV cache (default on)",
     )
     parser.add_argument(
+        "--prefix-min-saved",
+        type=int,
+        default=128,
+        help="mrtpo: share a prefix only when that saves at least this many tokens (default 128)",
+    )
+    parser.add_argument(
         "--reuse",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -66,6 +76,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="float32,tf32,bfloat16",
         help="mrtpo projection dtypes to measure, comma-separated, float32 first (default float32,tf32,bfloat16)",
     )
+    parser.add_argument(
+        "--kernels",
+        default="fused,eager",
+        help="mrtpo distance kernels to measure, comma-separated; the first is the mrtpo column (projections, "
+        "vocabulary work, limit) (default fused,eager)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="also write the measurements to this JSON file")
 
@@ -86,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         info_tokens=args.info_tokens,
         skip=args.skip,
         prefix_sharing=args.prefix_sharing,
+        prefix_min_saved=args.prefix_min_saved,
         reuse=args.reuse,
         chunk_size=args.chunk_size,
         token_budget=args.token_budget,
@@ -95,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         config=args.config,
         dtype=args.dtype,
         projections=tuple(x.strip() for x in args.projections.split(",") if x.strip()),
+        kernels=tuple(x.strip() for x in args.kernels.split(",") if x.strip()),
     )
     if cfg.device == "cuda":
         import torch

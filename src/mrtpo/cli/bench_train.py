@@ -19,10 +19,18 @@ with the small model while every forward projects onto the full vocabulary.
 Output: the table only (progress goes to stderr; TRL's per-step log dictionaries are not printed).
 
 The MRTPO run logs no localization ratios (analysis, not the method's cost); both mrtpo runs write no
-run files. Targets (issue 3): GDPO through mrtpo <= 1.05x TRL's GDPO; MRTPO's extra time is its replay, which
-the replay cost model predicts as ``FPE per response x (one no-grad forward over the batch's rollout
-sequences)``; the command measures that forward and prints the prediction beside the measured replay
-time and the measured MRTPO - GDPO difference.
+run files. Targets: GDPO through mrtpo <= 1.05x TRL's GDPO; MRTPO / GDPO <= 1.21x; the replay measured
+<= 1.10x its prediction. MRTPO's extra time is its replay, which the replay cost model predicts as
+``FPE per response x (one no-grad forward over the batch's rollout sequences)``. That forward is
+measured at every MRTPO step, right after the replay and on the same batch (B rows of the batch's mean
+rollout length, its own prompt and completion tokens; left out of the step's time), so prediction and
+measurement share the moment and the machine's state; the prediction per step is the replay's own FPE
+per response (each context run on its own tokens plus the response, the prompt prefix once per
+micro-batch when it ran once) times that forward. The command prints the median prediction beside the
+measured replay time and the measured MRTPO - GDPO difference; then the forward-only limit of the
+replay (each context on its own tokens plus the response, its prompt's common prefix once, whether or not
+it ran once: ``ReplayStats.limit_fpe``) times the same forward, and the step-ratio limit that follows,
+``(GDPO step + limit) / GDPO step``.
 """
 
 from __future__ import annotations
@@ -77,28 +85,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default=None, help="JSON file for the numbers")
 
 
-def _fpe_seconds(trainer, examples, args, clock) -> float:
-    """One FPE for the whole batch: a no-grad forward of the decoder over ``batch`` rollout sequences
-    (the prompt of the first example + ``max_completion_length`` tokens); median of 5."""
+def batch_fpe_seconds(model, out, clock) -> float:
+    """One FPE of a batch: a no-grad forward of the decoder body over B rollout sequences of the batch's
+    mean rollout length (each row its own prompt and completion tokens, the rows' last tokens), as TRL
+    runs it (``use_cache`` default)."""
     import torch
 
-    m = trainer.accelerator.unwrap_model(trainer.model)
-    prompt = trainer.processing_class.apply_chat_template(
-        examples[0].messages(), add_generation_prompt=True, tokenize=True, return_dict=False
-    )
-    prompt = list(map(int, prompt[0] if prompt and isinstance(prompt[0], list) else prompt))
-    seq = torch.tensor(
-        [prompt + [5] * args.max_completion_length] * args.batch, device=m.device
-    )  # [B, L + T]
-    body = m.get_decoder()
-    reps = []
+    prompt_len = out["prompt_mask"].sum(1).float().mean().item()
+    length = round(prompt_len + out["completion_ids"].shape[1])
+    seq = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)[:, -length:]  # [B, L + T]
     with torch.no_grad():
-        body(input_ids=seq)  # warm
-        for _ in range(5):
-            t0 = clock()
-            body(input_ids=seq)
-            reps.append(clock() - t0)
-    return _median(reps)
+        t0 = clock()
+        model.get_decoder()(input_ids=seq)
+        return clock() - t0
 
 
 def _median(xs: list[float]) -> float:
@@ -184,27 +183,42 @@ def run(args: argparse.Namespace) -> int:
         return time.perf_counter()
 
     class StepTimer(TrainerCallback):
-        def __init__(self):
+        """Step times, less the time the trainer spent on measurements inside the step (``excluded``)."""
+
+        def __init__(self, trainer):
             self.times: list[float] = []
             self.t0 = 0.0
+            self.trainer = trainer
+            self.excluded0 = 0.0
 
         def on_step_begin(self, a, state, control, **kw):
+            self.excluded0 = getattr(self.trainer, "excluded", 0.0)
             self.t0 = clock()
 
         def on_step_end(self, a, state, control, **kw):
-            self.times.append(clock() - self.t0)
+            spent = getattr(self.trainer, "excluded", 0.0) - self.excluded0
+            self.times.append(clock() - self.t0 - spent)
 
     class TimedMRTPO(MRTPOTrainer):
-        """Times the replay (``_replay`` / ``_cort``) with the bench clock."""
+        """Times the replay (``_replay`` / ``_cort``) with the bench clock; after each ``_replay`` it times
+        one FPE of the batch (:func:`batch_fpe_seconds`), left out of the step time."""
 
         replay_times: list[float]
+        fpe_times: list[float]
+        limit_fpe: list[float]
+        excluded: float = 0.0
 
-        def _replay(self, *a, **kw):
+        def _replay(self, out, *a, **kw):
             t0 = clock()
             try:
-                return super()._replay(*a, **kw)
+                res = super()._replay(out, *a, **kw)
+                self.limit_fpe.append(res[1]["limit_fpe"])
+                return res
             finally:
                 self.replay_times.append(clock() - t0)
+                t1 = clock()
+                self.fpe_times.append(batch_fpe_seconds(self._unwrapped(), out, clock))
+                self.excluded += clock() - t1
 
         def _cort(self, *a, **kw):
             t0 = clock()
@@ -298,13 +312,13 @@ def run(args: argparse.Namespace) -> int:
         del warm
         gc.collect()
         pooled: dict[str, dict[str, list[float]]] = {
-            n: {"steps": [], "replay": [], "fpe": []} for n, _ in runs
+            n: {"steps": [], "replay": [], "fpe": [], "fpe_batch": [], "limit_fpe": []} for n, _ in runs
         }
         for rep in range(args.repeats):
             for name, make in runs:
                 trainer = quiet(make())
-                trainer.replay_times = []
-                timer = StepTimer()
+                trainer.replay_times, trainer.fpe_times, trainer.limit_fpe = [], [], []
+                timer = StepTimer(trainer)
                 trainer.add_callback(timer)
                 say(f"bench train: {name} ({args.steps} steps, run {rep + 1}/{args.repeats}) ...")
                 trainer.train()
@@ -312,8 +326,8 @@ def run(args: argparse.Namespace) -> int:
                 pooled[name]["steps"] += timer.times[args.warmup :]
                 pooled[name]["replay"] += trainer.replay_times[args.warmup :]
                 pooled[name]["fpe"] += [h["replay/fpe"] for h in hist]
-                if name == "mrtpo" and rep == 0:
-                    fpe_batch = _fpe_seconds(trainer, examples, args, clock)
+                pooled[name]["fpe_batch"] += trainer.fpe_times[args.warmup :]
+                pooled[name]["limit_fpe"] += trainer.limit_fpe[args.warmup :]
                 del trainer
                 gc.collect()
                 if not use_cpu:
@@ -325,10 +339,20 @@ def run(args: argparse.Namespace) -> int:
                 "replay_seconds": _median(p["replay"]) if p["replay"] else 0.0,
                 "replay_fpe": _median(p["fpe"]) if p["fpe"] else 0.0,
             }
-        results["mrtpo"]["fpe_batch_seconds"] = fpe_batch
+        p = pooled["mrtpo"]
+        steps_both = list(zip(p["replay"], p["fpe"], p["fpe_batch"]))
+        results["mrtpo"]["fpe_batch_seconds"] = _median(p["fpe_batch"]) if p["fpe_batch"] else 0.0
+        results["mrtpo"]["predicted_per_step"] = [f * b for _, f, b in steps_both]
+        results["mrtpo"]["limit_per_step"] = [f * b for f, b in zip(p["limit_fpe"], p["fpe_batch"])]
+        results["mrtpo"]["limit_fpe"] = _median(p["limit_fpe"]) if p["limit_fpe"] else 0.0
+        results["mrtpo"]["replay_over_predicted"] = (
+            _median([r / max(f * b, 1e-12) for r, f, b in steps_both]) if steps_both else 0.0
+        )
 
     trl_t, gdpo_t, mr = results["trl_gdpo"]["step_seconds"], results["gdpo"]["step_seconds"], results["mrtpo"]
-    predicted = mr["replay_fpe"] * mr["fpe_batch_seconds"]
+    predicted = _median(mr["predicted_per_step"]) if mr["predicted_per_step"] else 0.0
+    limit = _median(mr["limit_per_step"]) if mr["limit_per_step"] else 0.0
+    step_limit = (gdpo_t + limit) / gdpo_t
     summary = {
         "device": args.device,
         "clock": "process_time" if cpu_clock else "wall",
@@ -348,23 +372,38 @@ def run(args: argparse.Namespace) -> int:
         "replay_seconds": mr["replay_seconds"],
         "replay_fpe_per_response": mr["replay_fpe"],
         "predicted_replay_seconds": predicted,
+        "replay_over_predicted": mr["replay_over_predicted"],
+        "limit_replay_seconds": limit,
+        "limit_fpe_per_response": mr["limit_fpe"],
+        "step_ratio_limit": step_limit,
     }
     kind = "CPU time" if cpu_clock else "wall time"
+    threads = f", {torch.get_num_threads()} thread(s)" if use_cpu else ""
     print(
         f"per-step {kind} (median of steps {args.warmup + 1}..{args.steps} of {args.repeats} run(s) per method, "
-        f"{args.device}, {(args.config + ' ') if args.config else ''}{args.hidden_size}-d x {args.layers} layers, "
-        f"{args.batch} responses x {args.max_completion_length} tokens):"
+        f"{args.device}{threads}, {(args.config + ' ') if args.config else ''}{args.hidden_size}-d x {args.layers} "
+        f"layers, {args.batch} responses x {args.max_completion_length} tokens):"
     )
+    ratio = mr["step_seconds"] / gdpo_t
     print(f"  TRL GRPOTrainer (GDPO mode)  {trl_t * 1e3:9.1f} ms   1.000x")
     print(f"  mrtpo GDPO (credit none)     {gdpo_t * 1e3:9.1f} ms   {gdpo_t / trl_t:.3f}x  (target <= 1.05x)")
     print(
         f"  mrtpo MRTPO (credit {args.credit:<7}) {mr['step_seconds'] * 1e3:9.1f} ms   "
-        f"{mr['step_seconds'] / trl_t:.3f}x"
+        f"{mr['step_seconds'] / trl_t:.3f}x  = {ratio:.3f}x GDPO (target <= 1.21x)"
     )
     print(
         f"  MRTPO - GDPO: {summary['mrtpo_extra_seconds'] * 1e3:.1f} ms; measured replay "
         f"{mr['replay_seconds'] * 1e3:.1f} ms; predicted replay {predicted * 1e3:.1f} ms "
-        f"({mr['replay_fpe']:.2f} FPE/response x {mr['fpe_batch_seconds'] * 1e3:.1f} ms per batch FPE)"
+        f"({mr['replay_fpe']:.2f} FPE/response x {mr['fpe_batch_seconds'] * 1e3:.1f} ms per batch FPE, both "
+        "medians; the FPE measured at each step on its batch)"
+    )
+    print(
+        f"  replay measured / predicted: {mr['replay_over_predicted']:.3f}x (median over steps; target <= 1.10x)"
+    )
+    print(
+        f"  forward-only limit of the replay: {mr['limit_fpe']:.2f} FPE/response (each context run once on its own "
+        f"tokens + the response, its prompt's common prefix once) = {limit * 1e3:.1f} ms; step-ratio limit "
+        f"(GDPO + limit) / GDPO = {step_limit:.3f}x"
     )
     if args.output:
         with open(args.output, "w") as f:

@@ -186,6 +186,14 @@ class MRTPOConfig(GRPOConfig):
             "GPUs; distance error <= 2 max|logit error| / sqrt(ln 2), see mrtpo.replay.PROJECTION_DTYPES)."
         },
     )
+    replay_distance_kernel: Literal["auto", "eager", "fused"] = field(
+        default="auto",
+        metadata={
+            "help": "Kernel of replay's JS distances (mrtpo.distance.KERNELS): 'fused' (two passes over each "
+            "[chunk, V] logits block: native on CPU, Triton via torch.compile on CUDA), 'eager' (torch ops), "
+            "'auto' (fused where available, else eager). Same distances to ~1e-7."
+        },
+    )
     replay_sharding: Literal["auto", "gather", "lockstep", "none"] = field(
         default="auto",
         metadata={
@@ -259,6 +267,10 @@ class MRTPOConfig(GRPOConfig):
             raise ValueError(
                 f"replay_projection_dtype={self.replay_projection_dtype!r} must be one of "
                 f"{', '.join(replay_mod.PROJECTION_DTYPES)}"
+            )
+        if self.replay_distance_kernel not in ("auto", "eager", "fused"):
+            raise ValueError(
+                f"replay_distance_kernel={self.replay_distance_kernel!r} must be one of auto, eager, fused"
             )
         if self.replay_sharding not in sharding_mod.SETTINGS:
             raise ValueError(
@@ -654,14 +666,21 @@ class MRTPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ replay
 
     def _contexts(self, examples: list[Example]) -> list[replay_mod.Contexts]:
-        cache: dict[str, replay_mod.Contexts] = {}
+        """Replay contexts per example, tokenized once per distinct prompt for the run (the cache is keyed
+        by the prompt's segments, so a repeated prompt, a later epoch or the G responses of one prompt
+        reuse them; it is cleared when it reaches 4096 prompts)."""
+        cache: dict[tuple, replay_mod.Contexts] = self.__dict__.setdefault("_context_cache", {})
         out = []
         for ex in examples:
-            if ex.id not in cache:
-                cache[ex.id] = replay_mod.build_contexts(
+            key = tuple(ex.segments)
+            ctx = cache.get(key)
+            if ctx is None:
+                if len(cache) >= 4096:
+                    cache.clear()
+                ctx = cache[key] = replay_mod.build_contexts(
                     self.processing_class, ex.segments, self.reward_names, **(self.chat_template_kwargs or {})
                 )
-            out.append(cache[ex.id])
+            out.append(ctx)
         return out
 
     def _full_ids(self, ex: Example) -> list[int]:
@@ -736,12 +755,14 @@ class MRTPOTrainer(GRPOTrainer):
                 projection_dtype=self.args.replay_projection_dtype,
                 measure=measure,
                 temperature=self.temperature,
+                distance_kernel=self.args.replay_distance_kernel,
             )
         t = out["completion_ids"].shape[1]
         d = torch.zeros(len(reqs), res.distances.shape[1], t, device=self.accelerator.device)  # [B, K', T]
         d[:, :, : res.distances.shape[2]] = res.distances.to(d.device)
         stats = {
             "fpe": res.stats.fpe_per_response,
+            "limit_fpe": res.stats.limit_fpe_per_response,
             "seconds": res.stats.seconds,
             "skipped": res.stats.pairs_skipped,
             "pairs": len(reqs) * res.distances.shape[1],
