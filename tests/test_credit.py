@@ -52,7 +52,7 @@ def random_batch(seed, n=6, k=3, t=9, joint=False):
 
 
 def test_modes_registry():
-    assert CREDIT_MODES.names() == ["cort", "joint", "none", "reward", "shuffled", "uniform"]
+    assert CREDIT_MODES.names() == ["cort", "joint", "none", "reward", "rlsd", "shuffled", "uniform"]
     from mrtpo.credit import scheme
 
     replays = {name: scheme(name).replay for name in CREDIT_MODES.names()}
@@ -61,6 +61,7 @@ def test_modes_registry():
         "joint": "joint",
         "none": "none",
         "reward": "reward",
+        "rlsd": "teacher_gap",
         "shuffled": "reward",
         "uniform": "none",
     }
@@ -219,7 +220,7 @@ def test_allocation_errors():
         allocate(adv, torch.zeros(4, 3, 7), mask, beta=-0.1)
     with pytest.raises(
         ValueError,
-        match=r"unknown credit mode 'rewards'; known: cort, joint, none, reward, shuffled, uniform",
+        match=r"unknown credit mode 'rewards'; known: cort, joint, none, reward, rlsd, shuffled, uniform",
     ):
         allocate(adv, torch.zeros(4, 3, 7), mask, mode="rewards")
     with pytest.raises(ValueError, match=r"mode 'joint' takes one shared distance row"):
