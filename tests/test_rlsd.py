@@ -241,6 +241,21 @@ def test_rlsd_on_verl_workers_through_the_hook(verl_case, monkeypatch):
     # λ at step 2 of a decay over 4 steps: 0.5 * (1 - 2 / 4) = 0.25
     expect = credit.rlsd_token_advantages(a, got, data.batch["response_mask"], lam=0.25, eps=0.25)
     torch.testing.assert_close(data.batch["advantages"], expect, atol=1e-6, rtol=1e-6)
+    # the trainer's step (verl_main's step_fn) wins over meta_info; without either a schedule is refused
+    data.batch.pop(va.DISTANCES_KEY)
+    va.compute_advantage(
+        data, "mrtpo_gdpo", config=cfg, distance_fn=vw.make_worker_distance_fn(wg), step_fn=lambda: 1
+    )
+    at1 = credit.rlsd_token_advantages(
+        a, got, data.batch["response_mask"], lam=0.375, eps=0.25
+    )  # 0.5 (1 - 1/4)
+    torch.testing.assert_close(data.batch["advantages"], at1, atol=1e-6, rtol=1e-6)
+    data.meta_info.pop("global_steps")
+    data.batch.pop(va.DISTANCES_KEY)
+    with pytest.raises(
+        ValueError, match="warmup_steps/decay_steps schedule credit='rlsd' by the optimizer step"
+    ):
+        va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distance_fn=vw.make_worker_distance_fn(wg))
     # the in-process distance_fn computes the same gap
     d_local = va.make_distance_fn(model, tok)(data, a, "teacher_gap")
     torch.testing.assert_close(d_local, gap, atol=1e-5, rtol=0)

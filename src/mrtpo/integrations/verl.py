@@ -680,6 +680,7 @@ def compute_advantage(
     *,
     original: Callable[..., Any] | None = None,
     distance_fn: DistanceFn | None = None,
+    step_fn: Callable[[], int] | None = None,
 ) -> Any:
     """verl's ``ray_trainer.compute_advantage`` with the DataProto passed on to ``mrtpo_*`` estimators.
 
@@ -696,6 +697,10 @@ def compute_advantage(
         gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config: as verl's function.
         original: verl's ``compute_advantage`` (required for non-mrtpo names).
         distance_fn: see :data:`DistanceFn`.
+        step_fn: the trainer's optimizer step, 0-based (a scheduled credit scheme: RLSD's λ).
+            :class:`mrtpo.integrations.verl_main.MRTPORayPPOTrainer` gives ``global_steps - 1``; without
+            it ``data.meta_info["global_steps"] - 1`` when present. A scheduled scheme with neither
+            is refused (verl's trainer does not pass its step to ``compute_advantage``).
 
     Returns:
         ``data`` with ``advantages`` and ``returns``.
@@ -733,8 +738,7 @@ def compute_advantage(
             return batch[DISTANCES_KEY]
 
     fn = make_estimator(method)
-    meta = getattr(data, "meta_info", None)
-    global_steps = meta.get("global_steps") if isinstance(meta, dict) else None  # verl counts from 1
+    step = _optimizer_step(data, config, step_fn)
     advantages, returns = fn(
         token_level_rewards=batch["token_level_rewards"],
         response_mask=batch["response_mask"],
@@ -744,11 +748,31 @@ def compute_advantage(
         batch=batch,
         norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
         distance_fn=fetch,
-        mrtpo_step=0 if global_steps is None else max(0, int(global_steps) - 1),
+        mrtpo_step=step,
     )
     batch["advantages"] = advantages
     batch["returns"] = returns
     return data
+
+
+def _optimizer_step(data: Any, config: Any, step_fn: Callable[[], int] | None) -> int:
+    """The 0-based optimizer step of this batch: ``step_fn()``, else verl's ``meta_info["global_steps"]
+    - 1``, else 0; a credit scheme whose options schedule its strength needs one of the first two."""
+    if step_fn is not None:
+        return max(0, int(step_fn()))
+    meta = getattr(data, "meta_info", None)
+    global_steps = meta.get("global_steps") if isinstance(meta, dict) else None  # verl counts from 1
+    if global_steps is not None:
+        return max(0, int(global_steps) - 1)
+    cfg = VerlMRTPOConfig.from_algorithm(config) if not isinstance(config, VerlMRTPOConfig) else config
+    opts = credit_mod.scheme(cfg.credit).resolve_options(cfg.credit_options)
+    if opts.get("warmup_steps") or opts.get("decay_steps"):
+        raise ValueError(
+            f"algorithm.mrtpo.credit_options warmup_steps/decay_steps schedule credit={cfg.credit!r} by the "
+            "optimizer step, which verl's compute_advantage does not receive: run python -m "
+            "mrtpo.integrations.verl_main (its trainer passes the step), or install(step_fn=...)"
+        )
+    return 0
 
 
 HOOKED_MODULES = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils")
@@ -756,12 +780,12 @@ HOOKED_MODULES = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils")
 the v1 trainer reaches it through the second, but does not put reward_extra_info into the batch)."""
 
 
-def _hook(module: Any, distance_fn: DistanceFn | None) -> None:
+def _hook(module: Any, distance_fn: DistanceFn | None, step_fn: Callable[[], int] | None = None) -> None:
     current = getattr(module, "compute_advantage", None)
     if current is None:
         return
     orig = getattr(current, "__mrtpo_original__", current)
-    hooked = functools.partial(compute_advantage, original=orig, distance_fn=distance_fn)
+    hooked = functools.partial(compute_advantage, original=orig, distance_fn=distance_fn, step_fn=step_fn)
     hooked.__mrtpo_original__ = orig  # type: ignore[attr-defined]
     module.compute_advantage = hooked
 
@@ -812,12 +836,17 @@ def after_import(name: str, callback: Callable[[Any], None]) -> None:
     sys.meta_path.insert(0, _AfterImport(name, callback))
 
 
-def install(distance_fn: DistanceFn | None = None, modules: Sequence[str] = HOOKED_MODULES) -> list[str]:
+def install(
+    distance_fn: DistanceFn | None = None,
+    modules: Sequence[str] = HOOKED_MODULES,
+    step_fn: Callable[[], int] | None = None,
+) -> list[str]:
     """Register the ``mrtpo_*`` estimators and hook :func:`compute_advantage` into verl.
 
     Replaces the module-level ``compute_advantage`` of each of ``modules`` (now if imported, otherwise
     right after its import) by :func:`compute_advantage` bound to verl's original and ``distance_fn``.
-    Calling it again rebinds ``distance_fn`` (the original is kept). Must run in the process that
+    Calling it again rebinds ``distance_fn`` and ``step_fn`` (the trainer's 0-based optimizer step, for
+    scheduled credit schemes; see :func:`compute_advantage`) (the original is kept). Must run in the process that
     computes advantages (verl's TaskRunner); ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl_plugin``
     arranges that for every verl process.
 
@@ -826,7 +855,7 @@ def install(distance_fn: DistanceFn | None = None, modules: Sequence[str] = HOOK
     """
     names = register_estimators()
     for mod in modules:
-        after_import(mod, functools.partial(_hook, distance_fn=distance_fn))
+        after_import(mod, functools.partial(_hook, distance_fn=distance_fn, step_fn=step_fn))
     return names
 
 

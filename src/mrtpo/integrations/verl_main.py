@@ -48,7 +48,8 @@ class MRTPORayPPOTrainer(RayPPOTrainer):
         super().init_workers()
         options = ReplayOptions.from_config(self.config)
         self.mrtpo_distance_fn = make_worker_distance_fn(self.actor_rollout_wg, options)
-        va.install(distance_fn=self.mrtpo_distance_fn)
+        # the step of RLSD's λ schedule: verl's global_steps counts from 1 and is current during the step
+        va.install(distance_fn=self.mrtpo_distance_fn, step_fn=lambda: self.global_steps - 1)
         logger.info("mrtpo: compute_advantage replays on the actor workers (%s)", options)
 
 
