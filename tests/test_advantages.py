@@ -11,7 +11,7 @@ import torch
 from mrtpo import advantages as adv
 
 EPS = 1e-6
-METHODS = ["corr_grpo", "dara", "dvao", "gd2po", "gdpo", "grpo", "sa_mrpo", "saw"]
+METHODS = ["corr_grpo", "dara", "dvao", "gd2po", "gdpo", "grpo", "rdpo", "sa_mrpo", "saw"]
 # every (method, options) combination the registry offers, for the sweeps below
 VARIANTS = [
     ("grpo", {}),
@@ -25,8 +25,11 @@ VARIANTS = [
     ("gd2po", {"variant": "hard"}),
     ("gd2po", {"variant": "snr"}),
     ("corr_grpo", {}),
+    ("rdpo", {}),
+    ("rdpo", {"decorrelate": "group"}),
+    ("rdpo", {"decorrelate": "none"}),
 ]
-WHITENING = {"gdpo", "saw", "dara", "sa_mrpo", "gd2po"}
+WHITENING = {"gdpo", "saw", "dara", "sa_mrpo", "gd2po", "rdpo"}
 
 
 def t(rows) -> torch.Tensor:
@@ -45,7 +48,7 @@ def call(method, r, g, bounds=None, **kw):
 # ------------------------------------------------------------------ registry
 
 
-def test_available_lists_all_eight_methods():
+def test_available_lists_every_method():
     assert adv.available() == METHODS
 
 
@@ -701,7 +704,49 @@ def ref_corr_grpo(r, gids, w, eps, **_):
     return out
 
 
+def ref_rdpo(r, gids, w, eps, units, lo, hi, decorrelate="subspace", **_):
+    """Loops: mid-rank quantiles, magnitudes, numpy's eigh for the whitening of each pooled subspace."""
+    import numpy as np
+
+    n, k = len(r), len(r[0])
+    groups = _groups(gids)
+    q = [[0.0] * k for _ in range(n)]
+    mag, active = {}, {}
+    spans = [hi[c] - lo[c] for c in range(k)]
+    for g, rows in groups.items():
+        for c in range(k):
+            vals = [r[j][c] for j in rows]
+            for j in rows:
+                less = sum(1 for v in vals if v < r[j][c])
+                ties = sum(1 for v in vals if v == r[j][c])
+                q[j][c] = (less + (ties + 1) / 2 - (len(rows) + 1) / 2) / len(rows)
+        mag[g] = [(max(r[j][c] for j in rows) - min(r[j][c] for j in rows)) / spans[c] for c in range(k)]
+        active[g] = tuple(max(r[j][c] for j in rows) != min(r[j][c] for j in rows) for c in range(k))
+    qw = [row[:] for row in q]
+    if decorrelate != "none":
+        pools: dict = {}
+        for g in groups:
+            pools.setdefault(g if decorrelate == "group" else active[g], []).append(g)
+        for members in pools.values():
+            rows = [j for g in members for j in groups[g]]
+            cols = [c for c in range(k) if active[members[0]][c]]
+            if not cols:
+                continue
+            x = np.array([[q[j][c] for c in cols] for j in rows])
+            cov = x.T @ x / len(rows)
+            d = np.sqrt(np.diag(cov))
+            lam, vec = np.linalg.eigh(cov / np.outer(d, d))
+            inv = np.array([v**-0.5 if v > 1e-6 * lam.max() else 0.0 for v in lam])
+            y = x @ (np.diag(d) @ (vec * inv) @ vec.T @ np.diag(1 / d)).T
+            for i, j in enumerate(rows):
+                for ci, c in enumerate(cols):
+                    qw[j][c] = float(y[i, ci])
+    terms = [[w[c] * mag[gids[j]][c] * qw[j][c] for c in range(k)] for j in range(n)]
+    return ref_whiten(terms, eps, units, [1.0] * n)
+
+
 REFERENCES = {
+    "rdpo": ref_rdpo,
     "grpo": ref_grpo,
     "gdpo": ref_gdpo,
     "saw": ref_saw,

@@ -55,7 +55,7 @@ def random_batch(seed, n=6, k=3, t=9, joint=False):
 
 
 def test_modes_registry():
-    assert CREDIT_MODES.names() == ["cort", "joint", "none", "reward", "shuffled", "uniform"]
+    assert CREDIT_MODES.names() == ["cort", "joint", "none", "reward", "rlsd", "shuffled", "uniform"]
     from mrtpo.credit import scheme
 
     replays = {name: scheme(name).replay for name in CREDIT_MODES.names()}
@@ -64,6 +64,7 @@ def test_modes_registry():
         "joint": "joint",
         "none": "none",
         "reward": "reward",
+        "rlsd": "teacher_gap",
         "shuffled": "reward",
         "uniform": "none",
     }
@@ -222,7 +223,7 @@ def test_allocation_errors():
         allocate(adv, torch.zeros(4, 3, 7), mask, beta=-0.1)
     with pytest.raises(
         ValueError,
-        match=r"unknown credit mode 'rewards'; known: cort, joint, none, reward, shuffled, uniform",
+        match=r"unknown credit mode 'rewards'; known: cort, joint, none, reward, rlsd, shuffled, uniform",
     ):
         allocate(adv, torch.zeros(4, 3, 7), mask, mode="rewards")
     with pytest.raises(ValueError, match=r"mode 'joint' takes one shared distance row"):
@@ -311,7 +312,7 @@ def _grid(data, values, *shape: int) -> torch.Tensor:
 @settings(max_examples=30, deadline=None, derandomize=True, database=None)
 @given(data=st.data())
 def test_conservation_at_float32_extremes_every_scheme(data):
-    """mean_{valid t} S[j, t] = Σ_k Â[j, k] for every registered scheme, float32 distances anywhere in
+    """mean_{valid t} S[j, t] = Σ_k Â[j, k] for every registered redistribution scheme, float32 distances anywhere in
     [0, 3.4e38] (zeros, subnormals, the largest values) and advantages from subnormal to 1e30."""
     n, k, t = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)), data.draw(st.integers(1, 12))
     mask = _grid(data, st.booleans(), n, t)
@@ -320,6 +321,8 @@ def test_conservation_at_float32_extremes_every_scheme(data):
     count = mask.sum(1).double()  # [N]
     has = count > 0
     for name in CREDIT_MODES.names():
+        if CREDIT_MODES.get(name).token_advantages is not None:
+            continue  # RLSD: its own token advantages, not a redistribution (tests/test_rlsd.py)
         d = _grid(data, DIST_VALUES, n, _scheme_rows(name, k), t)
         assert d.dtype == torch.float32 and adv.dtype == torch.float32
         s = allocate(adv, d, mask, beta=beta, mode=name, generator=torch.Generator().manual_seed(0))

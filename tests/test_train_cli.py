@@ -46,7 +46,7 @@ def test_parse_overrides_and_resume_flag():
 def test_recipes_validate(recipe):
     cfg = load_config(recipe, [("trl.bf16", False), ("trl.use_cpu", True)])  # GPU recipes, checked on a CPU
     args = cfg.trainer_config()
-    assert args.advantage_method in ("gdpo", "grpo")
+    assert args.advantage_method in ("gdpo", "grpo", "rdpo")
     first = recipe.read_text().splitlines()[0]
     assert first.startswith(f"# mrtpo train recipes/{recipe.name}")  # a recipe opens with its command
 

@@ -202,7 +202,7 @@ def test_user_errors_name_the_field():
         va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credit_beta": 1.5}})
     assert va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credit_beta": 0.3}}).credit_beta == 0.3
     with pytest.raises(
-        ValueError, match="credit='tokens' must be one of cort, joint, none, reward, shuffled, uniform"
+        ValueError, match="credit='tokens' must be one of cort, joint, none, reward, rlsd, shuffled, uniform"
     ):
         va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credit": "tokens"}})
     with pytest.raises(ValueError, match=r"needs batch\['mrtpo_distances'\]"):
@@ -526,7 +526,11 @@ def test_install_hooks_a_module_imported_later(core_algos, tmp_path, monkeypatch
         # a second install rebinds distance_fn and keeps verl's original
         fn = object()
         va.install(distance_fn=fn, modules=[name])
-        assert rt.compute_advantage.keywords == {"original": hooked.keywords["original"], "distance_fn": fn}
+        assert rt.compute_advantage.keywords == {
+            "original": hooked.keywords["original"],
+            "distance_fn": fn,
+            "step_fn": None,
+        }
         assert rt.compute_advantage.keywords["original"].__module__ == name
     finally:
         sys.modules.pop(name, None)

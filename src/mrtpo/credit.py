@@ -10,17 +10,25 @@ advantage ``Â[j, k]`` over the tokens::
 
 Credit schemes (:class:`CreditScheme`: a name, the replay it needs and a weights function) live in
 :data:`CREDIT_SCHEMES`: ``reward`` (MRTPO), ``joint``, ``shuffled``, ``uniform``, ``none`` (response
-level) and ``cort``; :func:`register_scheme` adds one. :func:`mrtpo.step.credit_step` runs a scheme on a
-batch for every engine.
+level), ``cort`` and ``rlsd``; :func:`register_scheme` adds one. :func:`mrtpo.step.credit_step` runs a
+scheme on a batch for every engine.
+
+RLSD (:func:`rlsd_token_advantages`) is a scheme of another shape: its token weight is a clipped
+teacher/student probability ratio whose direction follows the sign of the response advantage, so it
+is not a mean-1 weight of :func:`allocate` and the scheme computes its token advantages itself
+(``CreditScheme.token_advantages``), with options (``CreditScheme.options``) and a λ schedule
+(``CreditScheme.strength``).
 
 This module is part of the core: it imports torch and the standard library only.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -38,6 +46,9 @@ __all__ = [
     "js_distance",
     "js_distance_from_hidden",
     "register_scheme",
+    "rlsd_lambda",
+    "rlsd_token_advantages",
+    "rlsd_weights",
     "scheme",
     "token_weights",
 ]
@@ -57,10 +68,19 @@ WeightsFn = Callable[[Tensor | None, Tensor, torch.Generator | None], Tensor]
 
 CreditMode = WeightsFn  # the former name of the weights signature
 
-REPLAYS = ("none", "reward", "joint", "logprob")
+REPLAYS = ("none", "reward", "joint", "logprob", "teacher_gap")
 """What a credit scheme needs from replay: nothing; one JS distance row per reward (C vs C_-k,
-[N, K, T]); one shared row (C vs C_-all, [N, 1, T]); or the sampled-token log-probability relevance
-|log pi(y_t | C) - log pi(y_t | C_-all)| ([N, 1, T], CoRT)."""
+[N, K, T]); one shared row (C vs C_-all, [N, 1, T]); the sampled-token log-probability relevance
+|log pi(y_t | C) - log pi(y_t | C_-all)| ([N, 1, T], CoRT); or the signed sampled-token gap between
+teacher and student, log pi(y_t | C) - log pi(y_t | rollout prompt) ([N, 1, T], RLSD: 0 where C is the
+rollout prompt)."""
+
+TokenAdvantagesFn = Callable[[Tensor, "Tensor | None", Tensor, float, Mapping[str, Any]], Tensor]
+"""A scheme's own token advantages: ``(advantages [N, K], distances [N, K', T] | None, mask [N, T],
+strength, options) -> [N, T]`` (0 on padding)."""
+
+StrengthFn = Callable[[int, float, Mapping[str, Any]], float]
+"""A scheme's strength schedule: ``(optimizer step, final strength, options) -> strength``."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +95,13 @@ class CreditScheme:
             advantage per response instead of [N, T]).
         ramped: the allocation strength ramps linearly from 0 to β over the first ``ramp_steps``
             optimizer steps (CoRT).
+        token_advantages: a :data:`TokenAdvantagesFn` for a scheme that does not mix mean-1 weights
+            into the advantages (RLSD); None: :func:`allocate`.
+        strength: a :data:`StrengthFn` schedule of the strength (RLSD's λ warm-up/decay); None: β
+            (ramped when ``ramped``).
+        options: the scheme's options and their defaults (``{"eps": 0.2, ...}``); a value must have
+            the default's type (int for an int, a number for a float, bool for a bool) and numbers
+            must be >= 0.
     """
 
     name: str
@@ -82,6 +109,39 @@ class CreditScheme:
     weights: WeightsFn
     token_level: bool = True
     ramped: bool = False
+    token_advantages: TokenAdvantagesFn | None = None
+    strength: StrengthFn | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def resolve_options(self, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The defaults updated with ``given``; ValueError naming an unknown or ill-typed option."""
+        given = dict(given or {})
+        unknown = sorted(set(given) - set(self.options))
+        if unknown:
+            known = ", ".join(sorted(self.options)) or "(none)"
+            raise ValueError(
+                f"unknown option {', '.join(map(repr, unknown))} for credit scheme {self.name!r}; its options: {known}"
+            )
+        out = dict(self.options)
+        for key, value in given.items():
+            default = self.options[key]
+            if isinstance(default, bool):
+                ok, what = isinstance(value, bool), "true or false"
+            elif isinstance(default, int):
+                ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+                what = "an integer >= 0"
+            else:
+                ok = (
+                    isinstance(value, numbers.Real)
+                    and not isinstance(value, bool)
+                    and math.isfinite(value)
+                    and value >= 0
+                )
+                what = "a finite number >= 0"
+            if not ok:
+                raise ValueError(f"credit scheme {self.name!r}: option {key}={value!r} must be {what}")
+            out[key] = float(value) if isinstance(default, float) else value
+        return out
 
 
 CREDIT_SCHEMES: Registry[CreditScheme] = Registry("credit mode")
@@ -89,7 +149,14 @@ CREDIT_MODES = CREDIT_SCHEMES  # the former name of the registry
 
 
 def register_scheme(
-    name: str, *, replay: str, token_level: bool = True, ramped: bool = False
+    name: str,
+    *,
+    replay: str,
+    token_level: bool = True,
+    ramped: bool = False,
+    token_advantages: TokenAdvantagesFn | None = None,
+    strength: StrengthFn | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> Callable[[WeightsFn], WeightsFn]:
     """Decorator: register ``fn`` as the weights function of a new :class:`CreditScheme` ``name``.
 
@@ -103,7 +170,11 @@ def register_scheme(
         raise ValueError(f"replay={replay!r} must be one of {', '.join(REPLAYS)}")
 
     def deco(fn: WeightsFn) -> WeightsFn:
-        CREDIT_SCHEMES.register(name)(CreditScheme(name, replay, fn, token_level, ramped))
+        CREDIT_SCHEMES.register(name)(
+            CreditScheme(
+                name, replay, fn, token_level, ramped, token_advantages, strength, dict(options or {})
+            )
+        )
         return fn
 
     return deco
@@ -202,7 +273,13 @@ def scheme(name: str) -> CreditScheme:
 
 
 def _get_mode(mode: str) -> WeightsFn:
-    return scheme(mode).weights
+    s = scheme(mode)
+    if s.token_advantages is not None:
+        raise ValueError(
+            f"credit scheme {mode!r} computes its own token advantages (no mean-1 weights to allocate): call "
+            f"mrtpo.step.credit_step(credit_mode={mode!r}, ...) or CREDIT_SCHEMES.get({mode!r}).token_advantages"
+        )
+    return s.weights
 
 
 def _bool_mask(mask: Tensor) -> Tensor:
@@ -436,3 +513,161 @@ def allocate(
     else:
         weighted = torch.einsum("nk,nkt->nt", adv, w)  # [N, T]  Σ_k Â[j, k] w[j, k, t]
     return (1.0 - beta) * base + beta * weighted  # [N, T]; w and m are 0 on padding
+
+
+# --------------------------------------------------------------------------------------------------
+# RLSD: the teacher/student ratio on the response advantage (Yang et al. 2026, arXiv 2604.03128)
+# --------------------------------------------------------------------------------------------------
+
+RLSD_EPS = 0.2
+"""RLSD's clip range ε of the token weight (ms-swift's ``rlsd_reweight_clip_range`` default)."""
+
+
+def rlsd_weights(gap: Tensor, sign: Tensor, mask: Tensor, eps: float = RLSD_EPS) -> Tensor:
+    """RLSD's token weight: the teacher/student probability ratio, oriented by the advantage's sign, clipped.
+
+    w[j, t] = clip(exp(sign_j · gap[j, t]), 1 − ε, 1 + ε) on valid tokens, 0 on padding,
+    gap[j, t] = log π_T(y_t) − log π_S(y_t)
+
+    (RLSD, arXiv 2604.03128; ms-swift PR #9758). Teacher T: the policy under the full context C
+    (privileged information included); student S: the policy as it sampled (the rollout prompt). For a
+    positive advantage the tokens the teacher finds likelier get more credit, for a negative one the
+    tokens it finds less likely get more blame. w > 0 always, so no token's advantage changes sign.
+
+    Args:
+        gap: [N, T] or [N, 1, T] float (finite on valid tokens).
+        sign: [N] the sign of each response's advantage (-1, 0, 1; 0 gives w = 1).
+        mask: [N, T] bool or 0/1.
+        eps: ε >= 0.
+
+    Returns:
+        [N, T] float32 at least.
+    """
+    g = gap[:, 0, :] if gap.dim() == 3 else gap  # [N, T]
+    m = _bool_mask(mask).to(g.device)
+    dtype = torch.promote_types(g.dtype if g.is_floating_point() else torch.float32, torch.float32)
+    g = torch.where(m, g.to(dtype), torch.zeros((), dtype=dtype, device=g.device))
+    w = torch.exp(sign.to(device=g.device, dtype=dtype)[:, None] * g).clamp(1.0 - eps, 1.0 + eps)  # [N, T]
+    return w * m.to(dtype)
+
+
+def rlsd_lambda(step: int, lam: float, warmup_steps: int = 0, decay_steps: int = 0) -> float:
+    """RLSD's λ at optimizer step ``step`` (ms-swift's schedule).
+
+    λ_s = λ · s / warmup_steps                                  for s < warmup_steps;
+    λ_s = λ · max(0, 1 − (s − warmup_steps) / decay_steps)      for s >= warmup_steps when decay_steps > 0;
+    λ_s = λ                                                     otherwise.
+
+    With the decay, RLSD becomes its base method (λ = 0) after ``warmup_steps + decay_steps`` steps.
+    """
+    step = max(0, int(step))
+    if warmup_steps > 0 and step < warmup_steps:
+        return float(lam) * step / warmup_steps
+    if decay_steps > 0:
+        return float(lam) * max(0.0, 1.0 - (step - warmup_steps) / decay_steps)
+    return float(lam)
+
+
+@torch.no_grad()
+def rlsd_token_advantages(
+    advantages: Tensor,
+    gap: Tensor | None,
+    mask: Tensor,
+    *,
+    lam: float,
+    eps: float = RLSD_EPS,
+    negative_only: bool = False,
+) -> Tensor:
+    """RLSD's token advantages on the response advantage A_j = Σ_k Â[j, k].
+
+    S[j, t] = A_j · ((1 − λ) + λ · w[j, t]),   w = :func:`rlsd_weights` (gap, sign(A_j), mask, ε)
+
+    on valid tokens, 0 on padding; with ``negative_only`` only responses with A_j < 0 are reweighted
+    (S = A_j elsewhere). λ = 0 (or a gap of 0: teacher = student) is exactly the response-level method.
+    Unlike the mean-1 schemes of :func:`allocate`, the weights are clipped ratios: credit is moved
+    within a response and may also grow or shrink, mean_t S[j, t] ∈ A_j · [1 − λε, 1 + λε].
+
+    Args:
+        advantages: [N, K] float, response-level per-reward advantages (any method).
+        gap: [N, 1, T] or [N, T] float, ``log π(y_t | C) − log π(y_t | rollout prompt)`` (replay
+            ``teacher_gap``); rows of responses with A_j = 0 are ignored (may be 0 or NaN). None:
+            every gap is 0.
+        mask: [N, T] bool or 0/1.
+        lam: λ in [0, 1].
+        eps: ε >= 0, the clip range of w.
+        negative_only: reweight only responses with a negative advantage.
+
+    Returns:
+        [N, T] float, in the dtype of ``advantages`` (float32 at least).
+
+    Raises:
+        ValueError: λ outside [0, 1], a negative ε, shapes that disagree, non-finite advantages or a
+            non-finite gap on a valid token of a response with A_j ≠ 0.
+    """
+    if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0.0 <= float(lam) <= 1.0:
+        raise ValueError(f"lam={lam!r} (RLSD's λ, credit_beta) must be a number in [0, 1]")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not (math.isfinite(eps) and eps >= 0):
+        raise ValueError(f"eps={eps!r} (RLSD's clip range) must be a finite number >= 0")
+    adv = torch.as_tensor(advantages)
+    if adv.dim() != 2:
+        raise ValueError(f"advantages has shape {tuple(adv.shape)}; expected (N, K)")
+    m = _bool_mask(mask)
+    n, t = m.shape
+    if adv.shape[0] != n:
+        raise ValueError(f"mask has shape {tuple(m.shape)}; expected (N, T) with N = {n} (from advantages)")
+    dtype = torch.promote_types(adv.dtype if adv.is_floating_point() else torch.float32, torch.float32)
+    resp = adv.to(dtype).sum(1)  # [N]
+    if not torch.isfinite(resp).all():
+        j = int((~torch.isfinite(resp)).nonzero()[0, 0])
+        raise ValueError(f"advantages of response {j} are not finite (row sum {resp[j].item()})")
+    m = m.to(resp.device)
+    if gap is None:
+        g = torch.zeros(n, t, dtype=dtype, device=resp.device)
+    else:
+        g = torch.as_tensor(gap).to(resp.device)
+        g = g[:, 0, :] if g.dim() == 3 and g.shape[1] == 1 else g
+        if tuple(g.shape) != (n, t):
+            raise ValueError(
+                f"gap has shape {tuple(torch.as_tensor(gap).shape)}; expected (N, 1, T) = ({n}, 1, {t})"
+            )
+        live = (resp != 0)[:, None] & m  # [N, T]
+        bad = live & ~torch.isfinite(g)
+        if bad.any():
+            j, tt = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"gap[{j}, {tt}] = {g[j, tt].item()} on a valid token of a response with A != 0")
+        g = torch.where(live, g.to(dtype), torch.zeros((), dtype=dtype, device=g.device))
+    w = rlsd_weights(g, torch.sign(resp), m, float(eps)).to(dtype)  # [N, T]
+    factor = (1.0 - float(lam)) + float(lam) * w  # [N, T]
+    if negative_only:
+        factor = torch.where((resp < 0)[:, None], factor, torch.ones_like(factor))
+    return resp[:, None] * factor * m.to(dtype)  # [N, T]
+
+
+def _rlsd_scheme_advantages(
+    advantages: Tensor, distances: Tensor | None, mask: Tensor, strength: float, options: Mapping[str, Any]
+) -> Tensor:
+    return rlsd_token_advantages(
+        advantages,
+        distances,
+        mask,
+        lam=strength,
+        eps=options["eps"],
+        negative_only=options["negative_only"],
+    )
+
+
+def _rlsd_strength(step: int, beta: float, options: Mapping[str, Any]) -> float:
+    return rlsd_lambda(step, beta, options["warmup_steps"], options["decay_steps"])
+
+
+def _no_weights(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
+    raise ValueError("credit scheme 'rlsd' has no mean-1 weights: use mrtpo.credit.rlsd_token_advantages")
+
+
+register_scheme(
+    "rlsd",
+    replay="teacher_gap",
+    token_advantages=_rlsd_scheme_advantages,
+    strength=_rlsd_strength,
+    options={"eps": RLSD_EPS, "negative_only": False, "warmup_steps": 0, "decay_steps": 0},
+)(_no_weights)

@@ -290,24 +290,25 @@ def make_requests(
     contexts: Sequence[Contexts],
     responses: Sequence[Sequence[int]],
     *,
-    mode: Literal["reward", "joint"] = "reward",
+    mode: Literal["reward", "joint", "rollout"] = "reward",
     advantages: torch.Tensor | None = None,
     full_hidden: Sequence[torch.Tensor | None] | None = None,
 ) -> list[ReplayRequest]:
-    """Requests for N responses (DESIGN section 5 variants ``reward`` and ``joint``).
+    """Requests for N responses (DESIGN section 5 variants ``reward`` and ``joint``; ``rollout`` for RLSD).
 
     Args:
         contexts: ``[N]`` the contexts of each response's prompt (repeat one object for a group).
         responses: ``[N]`` response token ids.
         mode: "reward": K leave-one-out contexts per response (distances ``[N, K, T]``); "joint": one
-            context without every reward's segments (``[N, 1, T]``).
+            context without every reward's segments (``[N, 1, T]``); "rollout": the rollout prompt
+            (``[N, 1, T]``; identical to C, so not run, when the prompt has no privileged segment).
         advantages: ``[N, K] float`` response-level advantages; a pair whose advantage is exactly 0 is
-            skipped (joint: a response whose advantages are all 0).
+            skipped (joint, rollout: a response whose advantages are all 0).
         full_hidden: ``[N]`` optional ``[T_j, H]`` hidden states from the rollout pass (see
             :class:`ReplayRequest`); only for responses whose full context is the rollout prompt.
     """
-    if mode not in ("reward", "joint"):
-        raise ValueError(f"mode must be 'reward' or 'joint', got {mode!r}")
+    if mode not in ("reward", "joint", "rollout"):
+        raise ValueError(f"mode must be 'reward', 'joint' or 'rollout', got {mode!r}")
     n = len(responses)
     if len(contexts) != n:
         raise ValueError(f"contexts has {len(contexts)} entries; expected one per response (N={n})")
@@ -333,7 +334,7 @@ def make_requests(
                 others = [c if run[j][k] else None for k, c in enumerate(others)]
         else:
             keep = advantages is None or any(run[j])
-            others = [ctx.joint if keep else None]
+            others = [(ctx.joint if mode == "joint" else ctx.rollout) if keep else None]
         out.append(ReplayRequest(list(responses[j]), ctx.full, others, len(ctx.rollout), hidden))
     return out
 
@@ -459,14 +460,17 @@ def _model_info(model: Any) -> _ModelInfo:
 
 SHARDING = ("none", "gather", "lockstep")
 
-REPLAY_MODES = ("reward", "joint", "logprob")
+REPLAY_MODES = ("reward", "joint", "logprob", "teacher_gap")
 """The replays an engine runs for a credit scheme (:data:`mrtpo.credit.REPLAYS` less "none"): JS distances
-per reward (``make_requests(mode="reward")``), JS distances to the joint context (``mode="joint"``), and
-CoRT's log-probability gap to the joint context (``mode="joint"`` requests, ``measure="logprob"``)."""
+per reward (``make_requests(mode="reward")``), JS distances to the joint context (``mode="joint"``),
+CoRT's log-probability gap to the joint context (``mode="joint"`` requests, ``measure="logprob"``), and
+RLSD's signed gap to the rollout prompt (``mode="rollout"`` requests, ``measure="signed_logprob"``)."""
 
-MEASURES = ("js", "logprob")
+MEASURES = ("js", "logprob", "signed_logprob")
 """What :func:`replay` compares per response token: the Jensen–Shannon distance of the next-token
-distributions ("js", MRTPO) or the sampled token's log-probability gap ("logprob", CoRT's relevance)."""
+distributions ("js", MRTPO), the sampled token's log-probability gap ("logprob", CoRT's relevance,
+absolute) or the same gap with its sign ("signed_logprob": log pi(y_t | C) - log pi(y_t | C_k); RLSD's
+teacher minus student when C_k is the rollout prompt)."""
 
 
 def _distributed() -> bool:
@@ -768,14 +772,16 @@ def _logprob_gap(
     chunk_size: int,
     projection_dtype: str,
     temperature: float,
+    signed: bool = False,
 ) -> torch.Tensor:
-    """``h_p: [T, H]``, ``h_q: [K', T, H]`` -> ``[K', T]`` float32 ``|log pi(y_t | C) - log pi(y_t | C_k)|``."""
+    """``h_p: [T, H]``, ``h_q: [K', T, H]`` -> ``[K', T]`` float32 ``|log pi(y_t | C) - log pi(y_t | C_k)|``
+    (without the absolute value when ``signed``)."""
     kw = dict(weight=weight, bias=bias, temperature=temperature, chunk_size=chunk_size)
     lp = token_logprobs_from_hidden(head, h_p, tokens, projection_dtype=projection_dtype, **kw)  # [T]
     lq = torch.stack(
         [token_logprobs_from_hidden(head, h, tokens, projection_dtype=projection_dtype, **kw) for h in h_q]
     )  # [K', T]
-    return (lp[None] - lq).abs()
+    return lp[None] - lq if signed else (lp[None] - lq).abs()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -858,7 +864,8 @@ def replay(
     ``measure`` says what is compared at each response token: ``"js"`` (default) the Jensen–Shannon
     distance of the two next-token distributions (MRTPO); ``"logprob"`` the gap of the sampled token's
     log-probability at ``temperature``, ``|log pi_tau(y_t | C, y_<t) - log pi_tau(y_t | C_k, y_<t)|``
-    (CoRT's relevance, with ``C_k`` the joint leave-out context). Everything else (skipping, reuse of
+    (CoRT's relevance, with ``C_k`` the joint leave-out context); ``"signed_logprob"`` the same without
+    the absolute value (RLSD's teacher/student gap, with ``C_k`` the rollout prompt). Everything else (skipping, reuse of
     the rollout pass, micro-batches, prefix sharing, sharding) is the same for both.
 
     Contexts are scheduled request by request (requests with the same full context, i.e. the
@@ -907,8 +914,8 @@ def replay(
         sharding: "none", "gather" or "lockstep" (above).
         projection_dtype: precision of the vocabulary projection: "float32" (default, exact), "tf32"
             or "bfloat16" (:data:`PROJECTION_DTYPES`: error bound).
-        measure: "js" or "logprob" (:data:`MEASURES`, above).
-        temperature: sampling temperature tau > 0 of the "logprob" measure (ignored by "js").
+        measure: "js", "logprob" or "signed_logprob" (:data:`MEASURES`, above).
+        temperature: sampling temperature tau > 0 of the log-probability measures (ignored by "js").
         distance_kernel: how the JS distances' vocabulary work runs (:data:`mrtpo.distance.KERNELS`):
             "auto" (default: the fused two-pass kernel where available, else eager), "eager" or "fused".
 
@@ -1231,8 +1238,9 @@ def _replay_local(
                 slots = plan.run_slots[i]
                 h_q = torch.stack([got[k + 1] for k in slots])  # [K', T, H]
                 d = _logprob_gap(
-                    info.head, w32, bias, h_p, h_q, tokens, chunk_size, projection_dtype, temperature
-                )  # [K', T]
+                    info.head, w32, bias, h_p, h_q, tokens, chunk_size, projection_dtype, temperature,
+                    signed=measure == "signed_logprob",
+                )  # [K', T]  # fmt: skip
                 dist[i, slots, : d.shape[1]] = d
         dummy = torch.full((1, 1), pad_id, dtype=torch.long, device=device)  # [1, 1]
         for _ in range(pad_forwards):  # the same collectives as a real call, on one token

@@ -16,7 +16,7 @@ K' distance rows per response (K, or 1 for a shared row), T response tokens.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -31,7 +31,9 @@ DistanceFn = Callable[[str, Tensor, Tensor], Tensor]
 
 ``replay`` is the scheme's :attr:`~mrtpo.credit.CreditScheme.replay` ("reward": ``[B, K, T]`` JS
 distances of C vs C_-k; "joint": ``[B, 1, T]`` of C vs C_-all; "logprob": ``[B, 1, T]`` CoRT
-relevance). Pairs (rows for a shared row) that are not ``active`` may be skipped (left 0)."""
+relevance; "teacher_gap": ``[B, 1, T]`` RLSD's signed gap log pi(y_t | C) - log pi(y_t | rollout)).
+Pairs (rows for a shared row) that are not ``active`` may be skipped (left 0); the shared-row replays
+("joint", "logprob", "teacher_gap") need only the rows whose response advantage Σ_k Â[j, k] is not 0."""
 
 
 @dataclass
@@ -44,8 +46,10 @@ class CreditResult:
         active: [B, K] bool, ``|local| > ACTIVE_TOL`` (pairs worth replaying).
         distances: [B, K', T] from the scheme's replay, or None (no replay).
         token_advantages: [B, T] token advantages S (0 on padding).
-        credit_beta: the allocation strength β used (ramped for a ramped scheme).
+        credit_beta: the strength used: β, ramped for a ramped scheme, scheduled for a scheme with
+            a strength schedule (RLSD's λ).
         scheme: the credit scheme.
+        credit_options: the scheme's options (defaults filled in).
     """
 
     advantages: Tensor
@@ -55,6 +59,7 @@ class CreditResult:
     token_advantages: Tensor
     credit_beta: float
     scheme: credit.CreditScheme
+    credit_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def response_advantages(self) -> Tensor:
@@ -75,6 +80,7 @@ def credit_step(
     lengths: Tensor | Sequence[float] | None = None,
     credit_mode: str = "reward",
     credit_beta: float = 0.5,
+    credit_options: Mapping[str, Any] | None = None,
     distances: Tensor | DistanceFn | None = None,
     rows: slice | None = None,
     generator: torch.Generator | None = None,
@@ -92,11 +98,14 @@ def credit_step(
         weights, reward_min, reward_max: [K] as :func:`mrtpo.advantages.compute`.
         lengths: [N] token counts (used by ``whiten="token"``).
         credit_mode: a registered credit scheme (:data:`mrtpo.credit.CREDIT_SCHEMES`).
-        credit_beta: allocation strength β in [0, 1] (the final value for a ramped scheme).
+        credit_beta: allocation strength β in [0, 1] (the final value for a ramped scheme; RLSD's λ).
+        credit_options: the scheme's options (:attr:`mrtpo.credit.CreditScheme.options`, e.g. RLSD's
+            ``eps``, ``negative_only``, ``warmup_steps``, ``decay_steps``).
         distances: [B, K', T] precomputed, or a :data:`DistanceFn` called when the scheme needs replay.
         rows: the rows of the batch handled here (one process's share); None: all N.
         generator: random numbers of schemes that draw them (``shuffled``).
-        step, ramp_steps: optimizer step and ramp length of a ramped scheme (CoRT).
+        step, ramp_steps: optimizer step (of a ramped or scheduled scheme) and ramp length of a ramped
+            scheme (CoRT).
 
     Returns:
         :class:`CreditResult`.
@@ -106,6 +115,7 @@ def credit_step(
             scheme that needs replay without ``distances``.
     """
     scheme = credit.scheme(credit_mode)
+    opts = scheme.resolve_options(credit_options)
     adv_all = adv_mod.compute(
         method,
         rewards,
@@ -125,9 +135,14 @@ def credit_step(
                 f"credit mode {scheme.name!r} needs {scheme.replay!r} replay distances [B, K', T]; none were given"
             )
         d = distances(scheme.replay, local, active) if callable(distances) else distances
-    strength = linear_ramp(step, credit_beta, ramp_steps) if scheme.ramped else float(credit_beta)
-    if scheme.token_level:
+    if scheme.strength is not None:
+        strength = scheme.strength(step, float(credit_beta), opts)
+    else:
+        strength = linear_ramp(step, credit_beta, ramp_steps) if scheme.ramped else float(credit_beta)
+    if scheme.token_advantages is not None:
+        token_adv = scheme.token_advantages(local, d, mask, strength, opts)
+    elif scheme.token_level:
         token_adv = credit.allocate(local, d, mask, beta=strength, mode=scheme.name, generator=generator)
     else:  # the response level: Σ_k Â[j, k] on every valid token
         token_adv = local.sum(1, keepdim=True) * (torch.as_tensor(mask).to(local.device) != 0).to(local.dtype)
-    return CreditResult(adv_all, local, active, d, token_adv, strength, scheme)
+    return CreditResult(adv_all, local, active, d, token_adv, strength, scheme, opts)

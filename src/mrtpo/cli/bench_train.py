@@ -67,6 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="reward",
         help="token credit of the MRTPO run: a token-level scheme of mrtpo.credit.CREDIT_SCHEMES (default reward)",
     )
+    parser.add_argument(
+        "--method",
+        default="gdpo",
+        help="advantage method of the MRTPO run (mrtpo.advantages.available(): gdpo, rdpo, ...; default gdpo); "
+        "the middle row stays GDPO with credit none, TRL's comparison",
+    )
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="default cpu")
     parser.add_argument(
         "--config",
@@ -124,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
     from mrtpo.tasks.toy import build_toy_tokenizer
 
     check_credit(args.credit)
+    from mrtpo import advantages as adv_mod
+
+    if args.method not in adv_mod.available():
+        raise ValueError(f"--method={args.method!r} must be one of {', '.join(adv_mod.available())}")
     if args.repeats < 1:
         raise ValueError(f"--repeats={args.repeats} must be >= 1")
     if args.steps <= args.warmup:
@@ -227,6 +237,13 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 self.replay_times.append(clock() - t0)
 
+        def _teacher_gap(self, *a, **kw):
+            t0 = clock()
+            try:
+                return super()._teacher_gap(*a, **kw)
+            finally:
+                self.replay_times.append(clock() - t0)
+
     common = dict(
         per_device_train_batch_size=args.batch,
         num_generations=args.generations,
@@ -292,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
                     model(),
                     args=MRTPOConfig(
                         output_dir=f"{tmp}/mrtpo",
-                        advantage_method="gdpo",
+                        advantage_method=args.method,
                         credit=args.credit,
                         run_files=False,
                         log_localization=False,  # analysis logging, not part of the method's cost
@@ -364,6 +381,7 @@ def run(args: argparse.Namespace) -> int:
         "hidden_size": args.hidden_size,
         "layers": args.layers,
         "credit": args.credit,
+        "method": args.method,
         "runs": results,
         "gdpo_over_trl": gdpo_t / trl_t,
         "mrtpo_over_trl": mr["step_seconds"] / trl_t,
@@ -387,8 +405,10 @@ def run(args: argparse.Namespace) -> int:
     ratio = mr["step_seconds"] / gdpo_t
     print(f"  TRL GRPOTrainer (GDPO mode)  {trl_t * 1e3:9.1f} ms   1.000x")
     print(f"  mrtpo GDPO (credit none)     {gdpo_t * 1e3:9.1f} ms   {gdpo_t / trl_t:.3f}x  (target <= 1.05x)")
+    name = "MRTPO" if args.method == "gdpo" else f"{args.method.upper()}"
+    label = f"mrtpo {name} (credit {args.credit})"
     print(
-        f"  mrtpo MRTPO (credit {args.credit:<7}) {mr['step_seconds'] * 1e3:9.1f} ms   "
+        f"  {label:<28} {mr['step_seconds'] * 1e3:9.1f} ms   "
         f"{mr['step_seconds'] / trl_t:.3f}x  = {ratio:.3f}x GDPO (target <= 1.21x)"
     )
     print(

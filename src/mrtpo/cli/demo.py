@@ -23,7 +23,8 @@ def add_arguments(parser) -> None:
         "--methods",
         nargs="+",
         default=None,
-        help="methods (default: grpo gdpo mrtpo shuffled joint; also mrtpo-beta0 mrtpo-beta0.25 mrtpo-beta1)",
+        help="methods (default: grpo gdpo mrtpo shuffled joint; also mrtpo-beta0 mrtpo-beta0.25 mrtpo-beta1 "
+        "rdpo rdpo-mrtpo rlsd)",
     )
     parser.add_argument(
         "--beta-sweep",

@@ -23,13 +23,19 @@ METHODS: dict[str, dict[str, Any]] = {
     "mrtpo-beta0": {"advantage_method": "gdpo", "credit": "reward", "credit_beta": 0.0},
     "mrtpo-beta0.25": {"advantage_method": "gdpo", "credit": "reward", "credit_beta": 0.25},
     "mrtpo-beta1": {"advantage_method": "gdpo", "credit": "reward", "credit_beta": 1.0},
+    "rdpo": {"advantage_method": "rdpo", "credit": "none"},
+    "rdpo-mrtpo": {"advantage_method": "rdpo", "credit": "reward"},
+    "rlsd": {"advantage_method": "gdpo", "credit": "rlsd"},
 }
 """Method sections of the demo's runs. GRPO and GDPO give every token the response advantage
 (``credit="none"``); MRTPO is GDPO's per-reward advantages spread by per-reward replay distances
 (β = :attr:`RLConfig.credit_beta`, 0.5). Controls (the paper's Tables 5–7): ``shuffled`` permutes
 MRTPO's token weights within each response (same credit, wrong tokens), ``joint`` uses one replay
 distance without every reward's information for all rewards, and ``mrtpo-beta*`` set the allocation
-strength β (β = 0 gives every token GDPO's response advantage, with replay still run)."""
+strength β (β = 0 gives every token GDPO's response advantage, with replay still run). Other methods:
+``rdpo`` (RDPO's advantages, response level), ``rdpo-mrtpo`` (RDPO's per-reward advantages with MRTPO's
+credit) and ``rlsd`` (RLSD on GDPO's response advantage, λ = β; on the toy task, whose prompts have no
+privileged segment, its teacher is the student, so it gives GDPO's advantages)."""
 
 DEFAULT_METHODS: tuple[str, ...] = ("grpo", "gdpo", "mrtpo", "shuffled", "joint")
 """What ``mrtpo demo`` trains by default."""

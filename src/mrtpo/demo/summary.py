@@ -43,6 +43,9 @@ LABELS: dict[str, str] = {
     "mrtpo-beta0": "MRTPO β=0",
     "mrtpo-beta0.25": "MRTPO β=0.25",
     "mrtpo-beta1": "MRTPO β=1",
+    "rdpo": "RDPO",
+    "rdpo-mrtpo": "RDPO + MRTPO",
+    "rlsd": "RLSD",
 }
 """Display names of the demo's methods."""
 

@@ -3,7 +3,8 @@
 A config has five sections (see ``recipes/*.yaml``)::
 
     model:  {path: <local folder or hub id>, dtype: auto}     or  {tiny: {hidden_size: 64, ...}}
-    task:   {name: sql, options: {...}}          # a built-in task, or module:Class of your own
+    task:   {name: sql, options: {...}}          # a built-in task, or module:Class of your own;
+                                                 # options.conditions: GDPO's conditioned reward
     data:   {source: <path or null>, split: train, limit: null, eval_split: null, eval_limit: null}
     method: {advantage_method: gdpo, advantage_options: {...}, credit: reward, credit_beta: 0.5, ...,
              opsd: {divergence: jsd, beta: 0.5}, cort: {ramp_steps: 50}}
@@ -630,8 +631,19 @@ def load_task_spec(name: str, options: dict[str, Any] | None = None):
     """Build the task named by ``task.name``: a built-in name (``toy``) or ``module:Class``, an importable
     :class:`~mrtpo.tasks.base.Task` subclass of your own (``mypkg.tasks:MyTask``), with ``options``."""
     from mrtpo.tasks import TASKS, Task, load_task
+    from mrtpo.tasks.conditions import with_conditions
 
     options = dict(options or {})
+    conditions = options.pop("conditions", None)
+    if conditions:  # GDPO's conditioned reward: the task option of every task (mrtpo.tasks.conditions)
+        task = load_task_spec(name, options)
+        try:
+            return with_conditions(task, conditions)
+        except ValueError as e:  # "task.options.conditions.<reward>: why" -> "field '...': why"
+            where, _, why = str(e).partition(": ")
+            raise ValueError(
+                f"invalid config: field '{where}': {why}" if why else f"invalid config: {e}"
+            ) from None
     if ":" in name:
         module_name, _, class_name = name.partition(":")
         try:

@@ -30,6 +30,17 @@ Baselines (DESIGN section 6; the papers' code is not public, these are this proj
   the single shared distance row of ``mrtpo.credit.allocate`` on the response advantage of
   ``advantage_method`` (use ``grpo`` for the paper's setting): ``S = A ((1 - b_s) + b_s rel / mean rel)``
   with ``b_s = credit_beta * min(1, step / cort_ramp_steps)`` (linear ramp from 0).
+- **RLSD** (``credit="rlsd"``, :func:`mrtpo.credit.rlsd_token_advantages`): teacher = the policy on
+  ``C``, student = the policy as it sampled (TRL's old log-probabilities when TRL computed them and its
+  prompt is the rollout prompt, else a pass on the rollout prompt); gap ``log pi(y_t | C) - log pi(y_t |
+  rollout)`` of the sampled tokens at the sampling temperature, only for responses whose response
+  advantage is not 0 and whose C has privileged segments (elsewhere teacher = student: weight 1);
+  ``S = A ((1 - l) + l clip(exp(sign(A) gap), 1 - rlsd_eps, 1 + rlsd_eps))`` with ``l`` the
+  ``credit_beta`` scheduled by ``rlsd_warmup_steps`` / ``rlsd_decay_steps`` (:func:`mrtpo.credit.rlsd_lambda`).
+
+Conditioned rewards (GDPO Eq. 8): a task wrapped by :class:`mrtpo.tasks.conditions.ConditionedTask`
+(the task option ``conditions``) has its reward matrix conditioned right after scoring, before any
+advantage; ``conditions/<reward>/{raw, conditioned, met}`` are logged beside TRL's ``rewards/*``.
 
 Reuse of the rollout pass: when TRL runs its old-log-probability pass (``gradient_accumulation_steps``
 not a multiple of ``steps_per_generation * num_iterations``, or vLLM importance sampling) a forward
@@ -93,6 +104,7 @@ from mrtpo.prompt import has_privileged
 from mrtpo.records import SampleRecord
 from mrtpo.step import credit_step
 from mrtpo.tasks.base import Example, Task
+from mrtpo.tasks.conditions import condition_metrics, task_conditions
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +121,7 @@ class MRTPOConfig(GRPOConfig):
     """
 
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "advantage_options"]
-    METHOD_SUBSECTIONS: ClassVar[tuple[str, ...]] = ("opsd", "cort")
+    METHOD_SUBSECTIONS: ClassVar[tuple[str, ...]] = ("opsd", "cort", "rlsd")
     """Baselines whose options (fields ``<name>_*``) form a subsection of a config's ``method``
     section: ``opsd_beta`` is ``method.opsd.beta`` (:mod:`mrtpo.integrations.config`)."""
 
@@ -117,7 +129,7 @@ class MRTPOConfig(GRPOConfig):
         default="gdpo",
         metadata={
             "help": "Response-level method of mrtpo.advantages: grpo, gdpo, saw, dara, dvao, sa_mrpo, "
-            "gd2po, corr_grpo (DESIGN section 3)."
+            "gd2po, corr_grpo, rdpo."
         },
     )
     advantage_options: dict | str | None = field(
@@ -134,7 +146,8 @@ class MRTPOConfig(GRPOConfig):
             "distance per reward), 'joint' (one distance without every reward's information), 'shuffled' "
             "(MRTPO weights permuted: the control), 'uniform' (w = 1, [B, T] advantages equal to the "
             "response level), 'none' (TRL gets [B] row sums), 'cort' (CoRT baseline: sampled-token log-prob "
-            "difference), or one registered with mrtpo.credit.register_scheme."
+            "difference), 'rlsd' (RLSD: teacher/student ratio on the response advantage), or one registered "
+            "with mrtpo.credit.register_scheme."
         },
     )
     credit_beta: float = field(
@@ -149,6 +162,26 @@ class MRTPOConfig(GRPOConfig):
         metadata={
             "help": "CoRT: optimizer steps over which the strength ramps linearly from 0 to credit_beta "
             "(0: no ramp)."
+        },
+    )
+    rlsd_eps: float = field(
+        default=0.2,
+        metadata={
+            "help": "RLSD: clip range eps of the token weight clip(exp(sign(A) gap), 1 - eps, 1 + eps)."
+        },
+    )
+    rlsd_negative_only: bool = field(
+        default=False,
+        metadata={"help": "RLSD: reweight only responses with a negative advantage (the others keep A)."},
+    )
+    rlsd_warmup_steps: int = field(
+        default=0,
+        metadata={"help": "RLSD: optimizer steps over which lambda (credit_beta) rises linearly from 0."},
+    )
+    rlsd_decay_steps: int = field(
+        default=0,
+        metadata={
+            "help": "RLSD: optimizer steps after the warm-up over which lambda decays linearly to 0 (0: no decay)."
         },
     )
     loss: Literal["policy", "opsd"] = field(
@@ -256,6 +289,7 @@ class MRTPOConfig(GRPOConfig):
             raise ValueError(f"opsd_beta={self.opsd_beta!r} must be in (0, 1)")
         if self.cort_ramp_steps < 0:
             raise ValueError(f"cort_ramp_steps={self.cort_ramp_steps} must be >= 0")
+        _rlsd_check(self)
         if self.replay_token_budget < 1 or self.replay_chunk_size < 1:
             raise ValueError(
                 f"replay_token_budget={self.replay_token_budget} and replay_chunk_size={self.replay_chunk_size} "
@@ -276,6 +310,35 @@ class MRTPOConfig(GRPOConfig):
             raise ValueError(
                 f"replay_sharding={self.replay_sharding!r} must be one of {', '.join(sharding_mod.SETTINGS)}"
             )
+
+
+def _rlsd_check(cfg: MRTPOConfig) -> None:
+    """RLSD's options: eps >= 0, steps >= 0; set only with credit='rlsd' (one clear line otherwise)."""
+    eps = cfg.rlsd_eps
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (eps >= 0 and eps < float("inf")):
+        raise ValueError(f"rlsd_eps={eps!r} must be a finite number >= 0")
+    for name in ("rlsd_warmup_steps", "rlsd_decay_steps"):
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{name}={v!r} must be an integer >= 0")
+    if not isinstance(cfg.rlsd_negative_only, bool):
+        raise ValueError(f"rlsd_negative_only={cfg.rlsd_negative_only!r} must be true or false")
+    changed = [
+        n
+        for n, default in RLSD_DEFAULTS.items()
+        if getattr(cfg, n) != default and not (n == "rlsd_eps" and float(getattr(cfg, n)) == default)
+    ]
+    if changed and cfg.credit != "rlsd":
+        raise ValueError(
+            f"{changed[0]}={getattr(cfg, changed[0])!r} is an option of credit='rlsd' but credit={cfg.credit!r}: "
+            "RLSD is a token-credit scheme of its own and does not combine with another (its weight is one "
+            "teacher/student ratio on the response advantage, not a per-reward credit); set credit='rlsd' or "
+            "drop the rlsd options"
+        )
+
+
+RLSD_DEFAULTS = {"rlsd_eps": 0.2, "rlsd_negative_only": False, "rlsd_warmup_steps": 0, "rlsd_decay_steps": 0}
+"""MRTPOConfig's RLSD fields and their defaults (ms-swift's: clip range 0.2, no schedule)."""
 
 
 def _has_dropout(model) -> bool:
@@ -337,8 +400,9 @@ class _Scored:
     examples: list[Example]
     texts: list[str]
     completion_ids: list[list[int]]
-    rewards: torch.Tensor  # [N, K] gathered over processes
+    rewards: torch.Tensor  # [N, K] gathered over processes (conditioned when the task has conditions)
     verifiers: list[list[Any]]  # [B][K]
+    raw: torch.Tensor | None = None  # [N, K] the rewards before conditioning (None: no conditions)
 
 
 TRL_SEAMS = (
@@ -409,7 +473,16 @@ class MRTPOTrainer(GRPOTrainer):
                 f"{self.reward_names}"
             )
         self.reward_bounds = [tuple(float(b) for b in v.bounds) for v in vs]
+        self.conditions = task_conditions(task)  # GDPO's conditioned rewards (mrtpo.tasks.conditions)
+        if self.conditions:
+            self.reward_bounds = task.bounds(self.reward_bounds)
         self._check_advantage_options(args)
+        if args.credit == "rlsd" and not has_privileged(first.segments):
+            logger.warning(
+                "RLSD: example %r has no privileged segment, so the teacher context equals the rollout prompt "
+                "and RLSD gives it the response-level advantage",
+                first.id,
+            )
         if args.loss == "opsd" and not has_privileged(first.segments):
             logger.warning(
                 "OPSD: example %r has no privileged segment, so the teacher context equals the rollout prompt "
@@ -483,6 +556,8 @@ class MRTPOTrainer(GRPOTrainer):
             "reward_bounds": [list(b) for b in self.reward_bounds],
             "whiten": (a.advantage_options or {}).get("whiten", "response"),
         }
+        if self.conditions:
+            info["conditions"] = {c.reward: [c.primary, c.threshold] for c in self.conditions}
         info.update(self.run_info)
         info["trl"] = {k: v for k, v in a.to_dict().items() if not k.startswith("_")}
         return info
@@ -541,9 +616,13 @@ class MRTPOTrainer(GRPOTrainer):
             raise ValueError(
                 f"verifier {self.reward_names[c]!r} returned {local[j, c].item()} for example {examples[j].id!r}"
             )
+        raw = None
+        if self.conditions:  # GDPO Eq. 8, before any advantage; the raw values stay for logging
+            raw = gather(local.to(device))  # [N, K]
+            local = self.task.condition(local)
         rewards = gather(local.to(device))  # [N, K]
         self._scored = _Scored(
-            examples, texts, [list(map(int, c)) for c in completion_ids_list], rewards, verifiers
+            examples, texts, [list(map(int, c)) for c in completion_ids_list], rewards, verifiers, raw
         )
         return rewards
 
@@ -598,7 +677,9 @@ class MRTPOTrainer(GRPOTrainer):
         stats: list[dict[str, Any]] = []
 
         def distances(replay: str, adv_local: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-            if replay == "logprob":
+            if replay == "teacher_gap":
+                d, st = self._teacher_gap(out, scored, adv_local, mask, captured)
+            elif replay == "logprob":
                 d, st = self._cort(out, scored, adv_local, active, mask, captured)
             else:
                 d, st = self._replay(out, scored, adv_local * active, captured, replay)
@@ -618,6 +699,7 @@ class MRTPOTrainer(GRPOTrainer):
             lengths=gather(lengths_local).cpu(),
             credit_mode="none" if a.loss == "opsd" else a.credit,
             credit_beta=a.credit_beta,
+            credit_options={k: getattr(a, f"{scheme.name}_{k}") for k in scheme.options},
             distances=distances,
             rows=rows,
             generator=torch.Generator(device=device).manual_seed(
@@ -642,7 +724,9 @@ class MRTPOTrainer(GRPOTrainer):
             out["advantages"] = res.token_advantages if scheme.token_level else res.response_advantages
         if scheme.ramped:
             self._metrics[mode]["cort/credit_beta"].append(res.credit_beta)
-        if stats:
+        if stats and scheme.replay == "teacher_gap":
+            self._log_rlsd_metrics(mode, res, stats[0], mask)
+        elif stats:
             self._log_replay_metrics(mode, scored, distances, stats[0], mask)
 
         self.last_batch = {
@@ -782,6 +866,48 @@ class MRTPOTrainer(GRPOTrainer):
         run = resp_adv.abs() > adv_registry.ACTIVE_TOL  # [B, 1]
         return self._replay(out, scored, adv_local * run, captured, "joint", measure="logprob")
 
+    def _teacher_gap(self, out, scored, adv_local, mask, captured):
+        """RLSD's gap ``log pi(y_t | C) - log pi(y_t | rollout prompt)`` [B, 1, T] and stats: the replay
+        engine's signed sampled-token log-probability gap (``mode="rollout"``, ``measure="signed_logprob"``)
+        at the sampling temperature, for the responses whose response advantage is not 0. A response whose
+        full context is its rollout prompt has no privileged information (teacher = student): gap 0, not
+        run. verl's workers compute the same."""
+        resp_adv = adv_local.sum(1, keepdim=True)  # [B, 1]
+        run = resp_adv.abs() > adv_registry.ACTIVE_TOL  # [B, 1]
+        gap, stats = self._replay(out, scored, adv_local * run, captured, "rollout", measure="signed_logprob")
+        return gap * mask[:, None, :].to(gap.dtype), stats
+
+    def _log_rlsd_metrics(self, mode, res, stats, mask):
+        """replay/{fpe, seconds, skipped}; rlsd/lambda, rlsd/gap_mean, rlsd/weight_mean over the replayed
+        responses' valid tokens (reduced over processes)."""
+        dev = self.accelerator.device
+        m = self._metrics[mode]
+        gap = res.distances[:, 0, :].float()  # [B, T]
+        valid = mask.float() * stats["replayed"].float()  # [B, T]
+        sign = torch.sign(res.local.sum(1))  # [B]
+        w = credit_mod.rlsd_weights(gap, sign, mask, res.credit_options["eps"])  # [B, T]
+        b = gap.shape[0]
+        flat = torch.stack(
+            [
+                torch.tensor(stats["fpe"] * b, device=dev),
+                torch.tensor(stats["seconds"], device=dev),
+                torch.tensor(float(stats["skipped"]), device=dev),
+                torch.tensor(float(stats["pairs"]), device=dev),
+                torch.tensor(float(b), device=dev),
+                (gap * valid).sum().to(dev),
+                (w * valid).sum().to(dev),
+                valid.sum().to(dev),
+            ]
+        )
+        tot = self.accelerator.reduce(flat, "sum")
+        m["replay/fpe"].append((tot[0] / tot[4].clamp(min=1)).item())
+        m["replay/seconds"].append((tot[1] / self.accelerator.num_processes).item())
+        m["replay/skipped"].append((tot[2] / tot[3].clamp(min=1)).item())
+        m["rlsd/lambda"].append(res.credit_beta)
+        if tot[7] > 0:
+            m["rlsd/gap_mean"].append((tot[5] / tot[7]).item())
+            m["rlsd/weight_mean"].append((tot[6] / tot[7]).item())
+
     # ------------------------------------------------------------------ seam 3: OPSD loss
 
     def _compute_loss(self, model, inputs):
@@ -860,7 +986,11 @@ class MRTPOTrainer(GRPOTrainer):
             m[f"advantage/{name}/std"].append(adv_all[:, k].std().item() if adv_all.shape[0] > 1 else 0.0)
         b = len(scored.examples)
         pi = self.accelerator.process_index
-        local_rewards = scored.rewards[pi * b : (pi + 1) * b].cpu()
+        raw = scored.raw if scored.raw is not None else scored.rewards  # task metrics: the raw rewards
+        local_rewards = raw[pi * b : (pi + 1) * b].cpu()
+        if self.conditions:  # gathered [N, K]: the same on every process
+            for key, value in condition_metrics(raw.cpu(), scored.rewards.cpu(), self.conditions).items():
+                m[key].append(value)
         task_metrics = self.task.metrics(scored.examples, scored.texts, local_rewards) or {}
         # the keys depend on each process's examples (e.g. the constraint types its prompts list): one
         # object gather, on every process at every step, then each key's mean over the processes that
@@ -948,7 +1078,8 @@ class MRTPOTrainer(GRPOTrainer):
             ids = scored.completion_ids[j]
             t = int(mask[j].sum().item()) if token_adv is not None else len(ids)
             rows = None
-            if distances is not None:
+            if distances is not None and credit_mod.scheme(a.credit).replay != "teacher_gap":
+                # (RLSD's signed gaps are not distances: samples.jsonl keeps its token advantages only)
                 if distances.shape[1] == len(self.reward_names):
                     rows = [
                         distances[j, k, :t].tolist() if active[j, k] else None

@@ -32,7 +32,8 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
 5. **Replay** (:func:`replay_distances`): distances ``[N, K, T]`` of a DataProto's responses with a
    Hugging Face causal LM (:func:`mrtpo.replay.replay`), contexts built from the examples in
    ``extra_info``; for ``credit=cort`` CoRT's relevance ``[N, 1, T]`` (``mode="logprob"``: the sampled
-   tokens' log-probability gap between C and C_-all at the sampling temperature). In verl's loop it runs after the old log-probs (the policy that sampled) and before
+   tokens' log-probability gap between C and C_-all at the sampling temperature); for ``credit=rlsd`` RLSD's
+   signed gap ``log pi(y_t | C) - log pi(y_t | rollout prompt)`` (``mode="teacher_gap"``). In verl's loop it runs after the old log-probs (the policy that sampled) and before
    ``compute_advantage``; the hook calls a ``distance_fn`` given to :func:`install` and stores the
    result as ``batch["mrtpo_distances"]``. :func:`make_distance_fn` builds one for a model held by the
    calling process; :mod:`mrtpo.integrations.verl_worker` one that replays on verl's actor workers
@@ -84,6 +85,7 @@ from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
 from mrtpo import step as step_mod
 from mrtpo.tasks.base import Example, Task
+from mrtpo.tasks.conditions import apply_conditions, task_conditions
 
 logger = logging.getLogger(__name__)
 
@@ -136,8 +138,9 @@ class VerlMRTPOConfig:
         default="none",
         metadata={
             "help": "Token credit. 'none': every valid token gets the row sum Σ_k Â[j, k] (the response-level "
-            "method). 'reward' (MRTPO), 'joint', 'shuffled' and 'cort' (CoRT: the relevance "
-            "|log π(y_t|C) - log π(y_t|C_-all)| at the sampling temperature) need batch['mrtpo_distances'] (replay, see "
+            "method). 'reward' (MRTPO), 'joint', 'shuffled', 'cort' (CoRT: the relevance "
+            "|log π(y_t|C) - log π(y_t|C_-all)| at the sampling temperature) and 'rlsd' (RLSD: the gap "
+            "log π(y_t|C) - log π(y_t|rollout prompt)) need batch['mrtpo_distances'] (replay, see "
             "install(distance_fn=...); python -m mrtpo.integrations.verl_main installs it); 'uniform' is w = 1 "
             "(equals 'none' up to rounding). The default is 'none' here because verl's own entry point "
             "(verl.trainer.main_ppo) computes no distances."
@@ -153,7 +156,14 @@ class VerlMRTPOConfig:
         default_factory=dict,
         metadata={
             "help": "Options of the advantage method, e.g. {eps: 1e-4}, {whiten: token} (token counts come "
-            "from response_mask), {gamma: 0.5} for sa_mrpo, {variant: sym} for dara."
+            "from response_mask), {gamma: 0.5} for sa_mrpo, {variant: sym} for dara, {decorrelate: group} for rdpo."
+        },
+    )
+    credit_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Options of the credit scheme: for rlsd {eps: 0.2, negative_only: false, warmup_steps: 0, "
+            "decay_steps: 0} (λ is credit_beta; its schedule counts verl's meta_info['global_steps'] from 1)."
         },
     )
     weights: list[float] | None = field(
@@ -200,6 +210,14 @@ class VerlMRTPOConfig:
             raise ValueError(
                 f"algorithm.mrtpo.options must be a mapping of option names; got {self.options!r}"
             )
+        if not isinstance(self.credit_options, dict):
+            raise ValueError(
+                f"algorithm.mrtpo.credit_options must be a mapping of option names; got {self.credit_options!r}"
+            )
+        try:
+            credit_mod.scheme(self.credit).resolve_options(self.credit_options)
+        except ValueError as e:
+            raise ValueError(f"algorithm.mrtpo.credit_options: {e}") from None
         if "lengths" in self.options:
             raise ValueError(
                 "algorithm.mrtpo.options.lengths is set by the adapter (token counts of response_mask); remove it"
@@ -355,6 +373,13 @@ def compute_score(
         if not math.isfinite(value):
             raise ValueError(f"verifier {v.name!r} returned {value} for example {ex.id!r}")
         out[v.name] = value
+    conditions = task_conditions(task)
+    if conditions:  # GDPO Eq. 8 before the advantages; the raw values stay as "<name>_raw"
+        raw = torch.tensor([[out[n] for n in names]], dtype=torch.float64)
+        cond = apply_conditions(raw, conditions)[0].tolist()
+        raws = {f"{c.reward}_raw": out[c.reward] for c in conditions}
+        out = {**dict(zip(names, cond)), **raws}
+        return {"score": float(sum(out[n] for n in names)), **out}
     return {"score": float(sum(out.values())), **out}
 
 
@@ -418,6 +443,8 @@ def _columns(cfg: VerlMRTPOConfig, non_tensor_batch: Mapping[str, Any]) -> _Colu
                 keys = list(task.reward_names)
             if [v.name for v in verifiers] == list(keys):
                 bounds = [tuple(float(b) for b in v.bounds) for v in verifiers]
+                if task_conditions(task):  # a conditioned reward also takes the value 0
+                    bounds = task.bounds(bounds)
                 lo = [b[0] for b in bounds] if lo is None else lo
                 hi = [b[1] for b in bounds] if hi is None else hi
         elif keys is None:
@@ -441,6 +468,7 @@ def credit_step(
     non_tensor_batch: Mapping[str, Any] | None,
     config: Any = None,
     distances: Tensor | step_mod.DistanceFn | None = None,
+    step: int = 0,
 ) -> step_mod.CreditResult:
     """:func:`mrtpo.step.credit_step` on verl's batch: rewards from ``non_tensor_batch``, groups ``index``.
 
@@ -452,6 +480,7 @@ def credit_step(
         config: verl's algorithm config (its ``mrtpo`` node, :class:`VerlMRTPOConfig`), or a
             :class:`VerlMRTPOConfig`.
         distances: [N, K', T] replay distances, or a :data:`mrtpo.step.DistanceFn` (schemes that replay).
+        step: the optimizer step (0-based) of a scheduled scheme (RLSD's λ).
 
     Returns:
         :class:`mrtpo.step.CreditResult` on the CPU: ``advantages`` [N, K] (columns in reward-key
@@ -492,8 +521,10 @@ def credit_step(
         lengths=mask.sum(1).double(),  # [N]
         credit_mode=cfg.credit,
         credit_beta=cfg.credit_beta,
+        credit_options=cfg.credit_options,
         distances=distances,
         generator=_shuffle_generator(cfg, index),
+        step=step,
     )
 
 
@@ -577,7 +608,8 @@ def make_estimator(method: str) -> EstimatorFn:
         distances = kwargs.get("distance_fn")  # from compute_advantage: replays when the scheme asks
         if batch is not None and DISTANCES_KEY in batch:
             distances = batch[DISTANCES_KEY]
-        res = credit_step(method, response_mask, index, non_tensor_batch, config, distances)
+        step = int(kwargs.get("mrtpo_step") or 0)  # from compute_advantage: verl's global step - 1
+        res = credit_step(method, response_mask, index, non_tensor_batch, config, distances, step)
         tok = res.token_advantages.to(device=token_level_rewards.device, dtype=token_level_rewards.dtype)
         return tok, tok
 
@@ -633,7 +665,8 @@ def _check_version() -> None:
 
 DistanceFn = Callable[[Any, Tensor, str], Tensor]
 """``distance_fn(data, advantages [N, K], mode) -> distances [N, K', T]``; mode is the credit scheme's
-replay (:data:`mrtpo.credit.REPLAYS`: "reward", "joint", or "logprob" for CoRT's relevance)."""
+replay (:data:`mrtpo.credit.REPLAYS`: "reward", "joint", "logprob" for CoRT's relevance, "teacher_gap" for
+RLSD's gap)."""
 
 
 def compute_advantage(
@@ -647,6 +680,7 @@ def compute_advantage(
     *,
     original: Callable[..., Any] | None = None,
     distance_fn: DistanceFn | None = None,
+    step_fn: Callable[[], int] | None = None,
 ) -> Any:
     """verl's ``ray_trainer.compute_advantage`` with the DataProto passed on to ``mrtpo_*`` estimators.
 
@@ -663,6 +697,10 @@ def compute_advantage(
         gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config: as verl's function.
         original: verl's ``compute_advantage`` (required for non-mrtpo names).
         distance_fn: see :data:`DistanceFn`.
+        step_fn: the trainer's optimizer step, 0-based (a scheduled credit scheme: RLSD's λ).
+            :class:`mrtpo.integrations.verl_main.MRTPORayPPOTrainer` gives ``global_steps - 1``; without
+            it ``data.meta_info["global_steps"] - 1`` when present. A scheduled scheme with neither
+            is refused (verl's trainer does not pass its step to ``compute_advantage``).
 
     Returns:
         ``data`` with ``advantages`` and ``returns``.
@@ -700,6 +738,7 @@ def compute_advantage(
             return batch[DISTANCES_KEY]
 
     fn = make_estimator(method)
+    step = _optimizer_step(data, config, step_fn)
     advantages, returns = fn(
         token_level_rewards=batch["token_level_rewards"],
         response_mask=batch["response_mask"],
@@ -709,10 +748,33 @@ def compute_advantage(
         batch=batch,
         norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
         distance_fn=fetch,
+        mrtpo_step=step,
     )
     batch["advantages"] = advantages
     batch["returns"] = returns
     return data
+
+
+def _optimizer_step(data: Any, config: Any, step_fn: Callable[[], int | None] | None) -> int:
+    """The 0-based optimizer step of this batch: ``step_fn()`` (unless it returns None: no step known yet),
+    else verl's ``meta_info["global_steps"] - 1``, else 0; a credit scheme whose options schedule its
+    strength needs one of the first two."""
+    known = step_fn() if step_fn is not None else None
+    if known is not None:
+        return max(0, int(known))
+    meta = getattr(data, "meta_info", None)
+    global_steps = meta.get("global_steps") if isinstance(meta, dict) else None  # verl counts from 1
+    if global_steps is not None:
+        return max(0, int(global_steps) - 1)
+    cfg = VerlMRTPOConfig.from_algorithm(config) if not isinstance(config, VerlMRTPOConfig) else config
+    opts = credit_mod.scheme(cfg.credit).resolve_options(cfg.credit_options)
+    if opts.get("warmup_steps") or opts.get("decay_steps"):
+        raise ValueError(
+            f"algorithm.mrtpo.credit_options warmup_steps/decay_steps schedule credit={cfg.credit!r} by the "
+            "optimizer step, which verl's compute_advantage does not receive: run python -m "
+            "mrtpo.integrations.verl_main (its trainer passes the step), or install(step_fn=...)"
+        )
+    return 0
 
 
 HOOKED_MODULES = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils")
@@ -720,12 +782,12 @@ HOOKED_MODULES = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils")
 the v1 trainer reaches it through the second, but does not put reward_extra_info into the batch)."""
 
 
-def _hook(module: Any, distance_fn: DistanceFn | None) -> None:
+def _hook(module: Any, distance_fn: DistanceFn | None, step_fn: Callable[[], int] | None = None) -> None:
     current = getattr(module, "compute_advantage", None)
     if current is None:
         return
     orig = getattr(current, "__mrtpo_original__", current)
-    hooked = functools.partial(compute_advantage, original=orig, distance_fn=distance_fn)
+    hooked = functools.partial(compute_advantage, original=orig, distance_fn=distance_fn, step_fn=step_fn)
     hooked.__mrtpo_original__ = orig  # type: ignore[attr-defined]
     module.compute_advantage = hooked
 
@@ -776,12 +838,17 @@ def after_import(name: str, callback: Callable[[Any], None]) -> None:
     sys.meta_path.insert(0, _AfterImport(name, callback))
 
 
-def install(distance_fn: DistanceFn | None = None, modules: Sequence[str] = HOOKED_MODULES) -> list[str]:
+def install(
+    distance_fn: DistanceFn | None = None,
+    modules: Sequence[str] = HOOKED_MODULES,
+    step_fn: Callable[[], int] | None = None,
+) -> list[str]:
     """Register the ``mrtpo_*`` estimators and hook :func:`compute_advantage` into verl.
 
     Replaces the module-level ``compute_advantage`` of each of ``modules`` (now if imported, otherwise
     right after its import) by :func:`compute_advantage` bound to verl's original and ``distance_fn``.
-    Calling it again rebinds ``distance_fn`` (the original is kept). Must run in the process that
+    Calling it again rebinds ``distance_fn`` and ``step_fn`` (the trainer's 0-based optimizer step, for
+    scheduled credit schemes; see :func:`compute_advantage`) (the original is kept). Must run in the process that
     computes advantages (verl's TaskRunner); ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl_plugin``
     arranges that for every verl process.
 
@@ -790,7 +857,7 @@ def install(distance_fn: DistanceFn | None = None, modules: Sequence[str] = HOOK
     """
     names = register_estimators()
     for mod in modules:
-        after_import(mod, functools.partial(_hook, distance_fn=distance_fn))
+        after_import(mod, functools.partial(_hook, distance_fn=distance_fn, step_fn=step_fn))
     return names
 
 
@@ -823,7 +890,7 @@ def replay_distances(
     *,
     reward_names: Sequence[str] | None = None,
     advantages: Tensor | None = None,
-    mode: Literal["reward", "joint", "logprob"] = "reward",
+    mode: Literal["reward", "joint", "logprob", "teacher_gap"] = "reward",
     token_budget: int | None = replay_mod.DEFAULT_TOKEN_BUDGET,
     chunk_size: int = replay_mod.DEFAULT_CHUNK_SIZE,
     prefix_sharing: bool = True,
@@ -839,6 +906,9 @@ def replay_distances(
     sampled tokens at the sampling temperature ``temperature`` (:func:`mrtpo.replay.replay` with
     ``measure="logprob"``), computed only for the responses whose response advantage
     ``Σ_k Â[j, k]`` is not 0 (``|.| > 1e-8``; the rows of the others are 0), as the TRL trainer does.
+    ``mode="teacher_gap"`` is RLSD's signed gap ``log pi_tau(y_t | C) - log pi_tau(y_t | rollout prompt)``
+    (``measure="signed_logprob"``) for the same rows; a prompt without privileged segments gives 0
+    without a pass. Both passes run here (verl's ``old_log_probs`` are not read).
 
     Contexts come from the examples in ``non_tensor_batch["extra_info"]`` (tokenized with ``tokenizer``'s
     chat template and ``template_kwargs``, which must match verl's ``data.apply_chat_template_kwargs``);
@@ -904,15 +974,15 @@ def replay_distances(
                 f"advantages has shape {tuple(adv.shape)}; expected [N, K] = [{n}, {len(names)}]"
             )
         active = adv * (adv.abs() > adv_registry.ACTIVE_TOL)  # [N, K], 0 where the pair is skipped
-        if mode == "logprob":  # CoRT: a response runs when its response advantage Σ_k Â[j, k] is not 0
+        if mode in ("logprob", "teacher_gap"):  # a response runs when Σ_k Â[j, k] is not 0
             active = adv * (adv.sum(1, keepdim=True).abs() > adv_registry.ACTIVE_TOL)  # [N, K]
-    reqs = replay_mod.make_requests(
-        contexts, responses, mode="joint" if mode == "logprob" else mode, advantages=active
-    )
+    request_mode = {"logprob": "joint", "teacher_gap": "rollout"}.get(mode, mode)
+    reqs = replay_mod.make_requests(contexts, responses, mode=request_mode, advantages=active)
     pad = getattr(tokenizer, "pad_token_id", None)
     shard_kw: dict[str, Any] = {} if sharding == "none" else {"sharding": sharding}
-    if mode == "logprob":
-        shard_kw.update(measure="logprob", temperature=temperature)
+    if mode in ("logprob", "teacher_gap"):
+        measure = "logprob" if mode == "logprob" else "signed_logprob"
+        shard_kw.update(measure=measure, temperature=temperature)
     res = replay_mod.replay(
         model,
         reqs,

@@ -50,8 +50,14 @@ class MRTPORayPPOTrainer(RayPPOTrainer):
         super().init_workers()
         options = ReplayOptions.from_config(self.config)
         self.mrtpo_distance_fn = make_worker_distance_fn(self.actor_rollout_wg, options)
-        va.install(distance_fn=self.mrtpo_distance_fn)
+        # the step of RLSD's λ schedule: verl's global_steps counts from 1 and is current during the step
+        # (fit() sets it; before that, None: the batch's meta_info or a refusal decides)
+        va.install(distance_fn=self.mrtpo_distance_fn, step_fn=self._mrtpo_step)
         logger.info("mrtpo: compute_advantage replays on the actor workers (%s)", options)
+
+    def _mrtpo_step(self) -> int | None:
+        steps = getattr(self, "global_steps", None)
+        return None if steps is None else int(steps) - 1
 
 
 @contextlib.contextmanager

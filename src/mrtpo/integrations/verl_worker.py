@@ -65,7 +65,7 @@ ADVANTAGES_KEY = "mrtpo_advantages"
 """``batch[ADVANTAGES_KEY]``: [N, K] response-level advantages sent to the workers (pairs with Â = 0 skip)."""
 
 MODE_KEY = "mrtpo_mode"
-"""``meta_info[MODE_KEY]``: "reward", "joint" or "logprob" (:data:`mrtpo.replay.REPLAY_MODES`)."""
+"""``meta_info[MODE_KEY]``: "reward", "joint", "logprob" or "teacher_gap" (:data:`mrtpo.replay.REPLAY_MODES`)."""
 
 TEMPERATURE_KEY = "mrtpo_temperature"
 """``meta_info[TEMPERATURE_KEY]``: the sampling temperature of the ``logprob`` replay."""
@@ -272,7 +272,7 @@ def replay_shard(
     data: DataProto,
     *,
     advantages: Tensor | None = None,
-    mode: Literal["reward", "joint", "logprob"] = "reward",
+    mode: Literal["reward", "joint", "logprob", "teacher_gap"] = "reward",
     reward_names: list[str] | None = None,
     sharding: str = "none",
     split_over_sp: bool = True,
@@ -302,7 +302,8 @@ def replay_shard(
             ``batch["mrtpo_advantages"]`` if present, else every pair runs.
         mode: "reward" (K leave-one-out contexts), "joint" (one context without every reward's segments)
             or "logprob" (CoRT's relevance ``|log pi(y_t | C) - log pi(y_t | C_-all)|`` at ``temperature``,
-            only for rows whose response advantage ``Σ_k Â[j, k]`` is not 0).
+            only for rows whose response advantage ``Σ_k Â[j, k]`` is not 0) or "teacher_gap" (RLSD's
+            ``log pi(y_t | C) - log pi(y_t | rollout prompt)``, the same rows).
         reward_names: the K reward names in column order (None: ``meta_info["mrtpo_reward_names"]``,
             else the task of the first row).
         sharding: passed to :func:`mrtpo.replay.replay` when not "none".
