@@ -52,6 +52,8 @@ METHOD_COLORS: dict[str, str] = {
     "MRTPO β=0": "#17becf",  # cyan
     "MRTPO β=0.25": "#ff7f0e",  # orange
     "MRTPO β=1": "#e377c2",  # pink
+    "MRTPO (scaled)": "#e6550d",  # dark orange
+    "MRTPO (scaled, shuffled)": "#c5b0d5",  # light purple
     "CoRT": "#bcbd22",  # olive
     "OPSD": "#7f7f7f",  # gray
 }
@@ -91,7 +93,15 @@ def method_styles(labels: Sequence[str]) -> dict[str, Any]:
     for the response-level methods and MRTPO, dashes for the other variants."""
     import zlib
 
-    fixed = {"GRPO": "-", "GDPO": "-", "MRTPO": "-", "MRTPO (shuffled)": "--", "MRTPO (joint)": "-."}
+    fixed = {
+        "GRPO": "-",
+        "GDPO": "-",
+        "MRTPO": "-",
+        "MRTPO (shuffled)": "--",
+        "MRTPO (joint)": "-.",
+        "MRTPO (scaled)": "-",
+        "MRTPO (scaled, shuffled)": "--",
+    }
     return {m: fixed.get(m, _STYLES[1 + zlib.crc32(m.encode("utf-8")) % (len(_STYLES) - 1)]) for m in labels}
 
 

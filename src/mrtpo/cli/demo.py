@@ -37,12 +37,19 @@ def add_arguments(parser) -> None:
         "--methods",
         nargs="+",
         default=None,
-        help="methods (default: grpo gdpo mrtpo shuffled joint; also mrtpo-beta0 mrtpo-beta0.25 mrtpo-beta1)",
+        help="methods (default: grpo gdpo mrtpo shuffled joint; also mrtpo-beta0 mrtpo-beta0.25 mrtpo-beta1 "
+        "mrtpo-scaled scaled-shuffled)",
     )
     parser.add_argument(
         "--beta-sweep",
         action="store_true",
         help="add MRTPO at beta = 0, 0.25 and 1 (beta 0.5 is mrtpo) to the methods",
+    )
+    parser.add_argument(
+        "--scaled",
+        action="store_true",
+        help="add MRTPO with scaled weights (mrtpo-scaled) and its shuffled control (scaled-shuffled) to the "
+        "methods (with gdpo, the baseline)",
     )
     parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: see RLConfig)")
     parser.add_argument(
@@ -86,7 +93,7 @@ def run(args) -> int:
     import dataclasses
 
     from mrtpo.demo import DemoConfig, format_table, quick_config, run_demo
-    from mrtpo.demo.runs import BETA_SWEEP
+    from mrtpo.demo.runs import BETA_SWEEP, SCALED
 
     if args.quick:
         cfg = quick_config(args.output or "mrtpo-demo-quick")
@@ -104,6 +111,8 @@ def run(args) -> int:
     methods = list(args.methods) if args.methods is not None else list(cfg.methods)
     if args.beta_sweep:
         methods += [m for m in BETA_SWEEP if m not in methods]
+    if args.scaled:
+        methods += [m for m in SCALED if m not in methods]
     changes["methods"] = tuple(methods)
     if args.warm_start is not None:
         changes["warm_start_dir"] = args.warm_start

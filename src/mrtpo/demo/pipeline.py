@@ -317,7 +317,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
 
     import torch
 
-    from mrtpo.demo.summary import aim, claims, compare_all, method_label, method_table
+    from mrtpo.demo.summary import AIMS, aim, claims, compare_all, method_label, method_table
 
     torch.set_num_threads(config.threads)
     out = Path(config.output_dir)
@@ -455,7 +455,8 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         "files": report["files"],
     }
     summary["claims"] = claims(summary)
-    summary["aim"] = aim(summary)
+    summary["aims"] = {m: aim(summary, method=m, control=c) for m, c in AIMS.items() if m in comparisons}
+    summary["aim"] = summary["aims"].get("mrtpo")
     (out / "summary.json").write_text(json.dumps(_json_safe(summary), indent=1))
     (out / "index.html").write_text(_index_html(summary))
     return summary

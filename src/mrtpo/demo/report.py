@@ -242,12 +242,14 @@ def index_html(summary: dict[str, Any]) -> str:
         if files.get(k)
     )
     claim_items = "".join(f"<li>{e(c['text'])}</li>" for c in summary.get("claims") or [])
-    a = summary.get("aim")
+    aims = summary.get("aims") or ({"mrtpo": summary["aim"]} if summary.get("aim") else {})
     aim_html = ""
-    if a is not None:
-        aim_html = (
-            f"<p><b>Aim</b> (MRTPO reaches {thr} on all constraints at ≤ {a['ratio_target']} × GDPO's median "
-            "steps, the interval excluding 0, and the shuffled control without that gain): "
+    for mk, a in aims.items():
+        if a is None:
+            continue
+        aim_html += (
+            f"<p><b>Aim</b> ({e(table[mk]['label'])} reaches {thr} on all constraints at ≤ {a['ratio_target']} × "
+            "GDPO's median steps, the interval excluding 0, and its shuffled control without that gain): "
             f"<b>{'met' if a['met'] else 'not met'}</b>.</p><ul>"
             + "".join(f"<li>{e(w)}</li>" for w in a["why"])
             + "</ul>"
