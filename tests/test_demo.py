@@ -234,6 +234,11 @@ def test_quick_demo_index_and_printed_table(quick, capsys):
     for m in s["methods"].values():
         he = m["heldout"]["overall"]
         assert f"{he['median']:.3f}" in page and f"{he['median']:.3f}" in text
+        # each warm start's median (summary.json's keys are strings): in the method's line and row
+        (line,) = [x for x in text.splitlines() if x.startswith(m["label"] + "  ") and "[" not in x]
+        per = "".join(f"{he['per_warm_start'][str(w)]:>7.3f}" for w in WARM_STARTS)
+        assert line.endswith(per)
+        assert "".join(f"<td>{he['per_warm_start'][str(w)]:.3f}</td>" for w in WARM_STARTS) in page
     b = s["comparisons"]["mrtpo"]["heldout"]["overall"]
     interval = f"{b['estimate']:+.3f} [{b['low']:+.3f}, {b['high']:+.3f}]"
     assert interval in text and interval in page

@@ -213,10 +213,15 @@ def test_position_shares_in_the_report(runs, tmp_path):
     assert (exe["satisfied"]["n"], exe["violated"]["n"]) == (2, 5)
     page = (out / "report.html").read_text()
     assert "Where in the response the distance falls" in page
-    assert (
+    # max d and mean d: medians over the pairs; format's 5 pairs are alike: 0.4 and 0.25
+    assert pos["format"]["position"]["all"]["max_distance"] == 0.4
+    assert pos["format"]["position"]["all"]["mean_distance"] == pytest.approx(0.25)
+    # execution: 5 pairs of 0.2 and 2 of 0.3: median 0.2
+    assert exe["all"]["max_distance"] == 0.2 and exe["satisfied"]["max_distance"] == 0.3
+    row = (
         "<td class='l'>format</td><td>5</td><td>8.0</td><td>20.0</td><td>20.0</td><td>20.0</td><td>32.0</td>"
-        in page
     )
+    assert row + "<td>0.400</td><td>0.250</td>" in page
     assert (out / "position.png").stat().st_size > 1000
     build_report([runs], tmp_path / "two", threshold=0.8, position_parts=2)
     pos = json.loads((tmp_path / "two" / "report.json").read_text())["localization"]["MRTPO"]["rewards"]

@@ -173,6 +173,9 @@ class PairLocalization:
         top_k: ``{k: top_k_share}`` for the requested k.
         positions: [B] share of the distance on each of B parts of the response
             (:func:`position_shares`), when requested.
+        max_distance: ``max_t d[t]`` (a JS distance, in [0, 1]: how much the reward's information
+            moves the policy at the token it moves most).
+        mean_distance: ``mean_t d[t]``.
     """
 
     tokens: int
@@ -182,6 +185,8 @@ class PairLocalization:
     ratio: float
     top_k: dict[int, float] = field(default_factory=dict)
     positions: tuple[float, ...] | None = None
+    max_distance: float = math.nan
+    mean_distance: float = math.nan
 
     @property
     def has_span_share(self) -> bool:
@@ -213,15 +218,16 @@ def pair_localization(
     ordered = np.sort(u)[::-1]  # [T] largest first
     shares = {int(k): float(ordered[: int(k)].sum() / total) for k in top_k}
     pos = None if parts is None else tuple(float(x) for x in position_shares(d, parts))
+    size = (float(d.max()), float(d.mean()))
     if checked is None:
-        return PairLocalization(t, 0, math.nan, math.nan, math.nan, shares, pos)
+        return PairLocalization(t, 0, math.nan, math.nan, math.nan, shares, pos, *size)
     c = _checked(checked, t)
     n_c = int(c.sum())
     ts = n_c / t
     if n_c == 0:
-        return PairLocalization(t, 0, math.nan, ts, math.nan, shares, pos)
+        return PairLocalization(t, 0, math.nan, ts, math.nan, shares, pos, *size)
     ds = float(u[c].sum() / total)
-    return PairLocalization(t, n_c, ds, ts, ds / ts, shares, pos)
+    return PairLocalization(t, n_c, ds, ts, ds / ts, shares, pos, *size)
 
 
 def position_shares(distances: Sequence[float], parts: int = 5) -> np.ndarray | None:

@@ -176,7 +176,14 @@ def localization_tables(
 
         def positions(ps: list) -> dict[str, Any]:
             shares, n = aggregate_position_shares((p.positions if p is not None else None for p in ps), parts)
-            return {"shares": shares.tolist(), "n": n}
+            kept = [p for p in ps if p is not None]
+            return {
+                "shares": shares.tolist(),
+                "n": n,
+                # how much the reward's information moves the policy: median over pairs of max_t d, mean_t d
+                "max_distance": float(np.median([p.max_distance for p in kept])) if kept else math.nan,
+                "mean_distance": float(np.median([p.mean_distance for p in kept])) if kept else math.nan,
+            }
 
         if pairs:
             table: dict[str, Any] = {
@@ -495,7 +502,9 @@ def _render(report: dict[str, Any], images: dict[str, Path | None]) -> str:
             "<h2>Where in the response the distance falls</h2><p>Share of each reward's replay distance on "
             f"each of {nparts} equal parts of the response by token position (a token's distance is split "
             "over the parts it overlaps), mean over replayed (response, reward) pairs, %. A uniform "
-            f"assignment (GDPO's) puts {_pct(1 / nparts)} on each part (the paper's Figure 6(b)).</p>"
+            f"assignment (GDPO's) puts {_pct(1 / nparts)} on each part (the paper's Figure 6(b)). Max d and "
+            "mean d: medians over the pairs of the largest and the mean distance of a response (a JS distance, "
+            "in [0, 1]): how much the reward's information moves the policy at all.</p>"
         )
         for method, t in loc.items():
             rows = [
@@ -508,10 +517,13 @@ def _render(report: dict[str, Any], images: dict[str, Path | None]) -> str:
             parts.append(
                 f"<h3>{e(method)}</h3><table><tr><th class='l'>reward</th><th>pairs</th>"
                 + "".join(f"<th>{p}</th>" for p in _part_names(nparts))
-                + "</tr>"
+                + "<th>max d</th><th>mean d</th></tr>"
             )
             for name, pos in rows:
                 cells = "".join(f"<td>{_pct(v)}</td>" for v in pos["shares"])
+                cells += (
+                    f"<td>{_num(pos['max_distance'], '.3f')}</td><td>{_num(pos['mean_distance'], '.3f')}</td>"
+                )
                 parts.append(f"<tr><td class='l'>{e(name)}</td><td>{pos['n']}</td>{cells}</tr>")
             parts.append("</table>")
         parts.append(_img(images.get("position"), "distance share per part of the response"))

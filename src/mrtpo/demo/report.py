@@ -146,7 +146,7 @@ def index_html(summary: dict[str, Any]) -> str:
     then the links and the setup."""
     import html
 
-    from mrtpo.demo.summary import METRICS, NONLOCAL_ROWS, format_table, noise_sentences
+    from mrtpo.demo.summary import METRICS, NONLOCAL_ROWS, format_table, noise_sentences, per_warm_start
 
     e = html.escape
     files = summary["files"]
@@ -189,9 +189,9 @@ def index_html(summary: dict[str, Any]) -> str:
         st, he = m["steps"]["overall"], m["heldout"]["overall"]
         head_rows.append(
             f"<tr><td>{e(m['label'])}</td><td><b>{steps_cell(st['median'])}</b></td>"
-            + "".join(f"<td>{steps_cell(st['per_warm_start'].get(w))}</td>" for w in wss)
+            + "".join(f"<td>{steps_cell(per_warm_start(st, w))}</td>" for w in wss)
             + f"<td><b>{num(he['median'])}</b></td>"
-            + "".join(f"<td>{num(he['per_warm_start'].get(w))}</td>" for w in wss)
+            + "".join(f"<td>{num(per_warm_start(he, w))}</td>" for w in wss)
             + "</tr>"
         )
     diff_rows = []

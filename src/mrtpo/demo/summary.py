@@ -392,7 +392,8 @@ def format_table(summary: dict[str, Any]) -> str:
     ]
     # headline: per method, per warm start and overall
     ws_info = {int(w["warm_start"]): w for w in summary.get("warm_starts", [])}
-    head = f"{'method':<18}{'median steps':>13}  " + "".join(f"{'ws' + str(w):>9}" for w in wss)
+    lw = max([18, *(len(m["label"]) + 2 for m in table.values())])  # the method column
+    head = f"{'method':<{lw}}{'median steps':>13}  " + "".join(f"{'ws' + str(w):>9}" for w in wss)
     head += f"{'median held-out':>17}  " + "".join(f"{'ws' + str(w):>7}" for w in wss)
     lines += [head, "-" * len(head)]
     if ws_info:
@@ -400,13 +401,13 @@ def format_table(summary: dict[str, Any]) -> str:
             f"{ws_info[w]['heldout']['satisfaction']:>7.3f}" if w in ws_info else f"{'-':>7}" for w in wss
         )
         vals = [ws_info[w]["heldout"]["satisfaction"] for w in wss if w in ws_info]
-        lines.append(f"{'warm start':<18}{'-':>13}  {'':>{9 * len(wss)}}{median(vals):>17.3f}  {cells}")
+        lines.append(f"{'warm start':<{lw}}{'-':>13}  {'':>{9 * len(wss)}}{median(vals):>17.3f}  {cells}")
     for m in table.values():
         st, he = m["steps"]["overall"], m["heldout"]["overall"]
-        per_w = "".join(f"{_steps_str(st['per_warm_start'].get(w), cap):>9}" for w in wss)
-        per_h = "".join(f"{_fmt3(he['per_warm_start'].get(w)):>7}" for w in wss)
+        per_w = "".join(f"{_steps_str(per_warm_start(st, w), cap):>9}" for w in wss)
+        per_h = "".join(f"{_fmt3(per_warm_start(he, w)):>7}" for w in wss)
         lines.append(
-            f"{m['label']:<18}{_steps_str(st['median'], cap):>13}  {per_w}{_fmt3(he['median']):>17}  {per_h}"
+            f"{m['label']:<{lw}}{_steps_str(st['median'], cap):>13}  {per_w}{_fmt3(he['median']):>17}  {per_h}"
         )
     lines.append("(ws<w>: the median over that warm start's RL seeds; per run: summary.json runs)")
     if cmps:
@@ -418,13 +419,13 @@ def format_table(summary: dict[str, Any]) -> str:
             "bootstrap: warm starts, then seeds within each]; 'within noise': the interval contains 0 (1 for ratios)",
         ]
         head = (
-            f"{'method':<18}{'steps, all constraints':<36}{'ratio of median steps':<32}"
+            f"{'method':<{lw}}{'steps, all constraints':<36}{'ratio of median steps':<32}"
             f"{'steps, localizable':<36}held-out, all constraints"
         )
         lines += [head, "-" * len(head)]
         for m, c in cmps.items():
             lines.append(
-                f"{table[m]['label']:<18}{_interval(c['steps']['overall'], '+.1f'):<36}"
+                f"{table[m]['label']:<{lw}}{_interval(c['steps']['overall'], '+.1f'):<36}"
                 f"{_interval(c['steps_ratio']['overall'], '.2f'):<32}"
                 f"{_interval(c['steps']['localizable'], '+.1f'):<36}{_interval(c['heldout']['overall'], '+.3f')}"
             )
@@ -434,7 +435,7 @@ def format_table(summary: dict[str, Any]) -> str:
         ]
         for m, c in cmps.items():
             per = c["steps"]["overall"]["per_cluster"]
-            lines.append(f"  {table[m]['label']:<18}" + "  ".join(f"ws{w} {per[w]:+.1f}" for w in per))
+            lines.append(f"  {table[m]['label']:<{lw}}" + "  ".join(f"ws{w} {per[w]:+.1f}" for w in per))
         lines += ["", "Claims (the intervals over warm starts and RL seeds exclude 0):"]
         cl = summary.get("claims")
         cl = claims(summary) if cl is None else cl
@@ -458,19 +459,22 @@ def format_table(summary: dict[str, Any]) -> str:
     # per constraint type
     lines += ["", f"Per constraint type: median steps to {thr} / median held-out satisfaction over all runs"]
     labels = [m["label"] for m in table.values()]
-    head = f"{'type':<20}" + "".join(f"{lab:>18}" for lab in labels)
-    if "mrtpo" in cmps:
-        head += f"  {'MRTPO-GDPO steps [CI]':<30} MRTPO-GDPO held-out [CI]"
+    cw = max([18, *(len(lab) + 2 for lab in labels)])  # the per-method columns
+    head = f"{'type':<20}" + "".join(f"{lab:>{cw}}" for lab in labels)
+    shown = "mrtpo" if "mrtpo" in cmps else next(iter(cmps), None)  # whose intervals the table shows
+    if shown is not None:
+        name = table[shown]["label"]
+        head += f"  {name + '-GDPO steps [CI]':<30} {name}-GDPO held-out [CI]"
     lines += [head, "-" * len(head)]
     for row, _, _ in METRICS:
         name = f"{row} (non-local)" if row in NONLOCAL_ROWS else row
         cells = "".join(
-            f"{_steps_str(m['steps'][row]['median'], cap) + ' / ' + _fmt(m['heldout'][row]['median']):>18}"
+            f"{_steps_str(m['steps'][row]['median'], cap) + ' / ' + _fmt(m['heldout'][row]['median']):>{cw}}"
             for m in table.values()
         )
         line = f"{name:<20}{cells}"
-        if "mrtpo" in cmps:
-            c = cmps["mrtpo"]
+        if shown is not None:
+            c = cmps[shown]
             line += f"  {_interval(c['steps'][row], '+.1f'):<30} {_interval(c['heldout'][row], '+.3f')}"
         lines.append(line)
     t = summary.get("timings", {})
@@ -485,6 +489,13 @@ def format_table(summary: dict[str, Any]) -> str:
             f"{summary['machine'].get('load_after', '?')}",
         ]
     return "\n".join(lines)
+
+
+def per_warm_start(entry: dict[str, Any], w: int) -> Any:
+    """``entry["per_warm_start"][w]`` of a table entry, in memory (int keys) or read back from
+    summary.json (string keys); None when absent."""
+    d = entry.get("per_warm_start") or {}
+    return d.get(w, d.get(str(w)))
 
 
 def _fmt(v: float | None) -> str:
