@@ -189,3 +189,37 @@ def test_incremental_decoding_with_split_characters():
     # second byte completes é and takes character 1
     assert offsets == [(0, 1), (1, 1), (1, 2), (2, 3), (3, 4)]
     assert checked_token_mask(offsets, [(1, 2)]) == [0, 0, 1, 0, 0]
+
+
+def test_position_shares_hand_values_and_uniform():
+    from fractions import Fraction
+
+    from mrtpo.analysis.localization import aggregate_position_shares, position_shares
+
+    # T = 2 tokens, B = 4 parts: each token covers two parts; d = [1, 3]: 1/8, 1/8, 3/8, 3/8
+    assert position_shares([1.0, 3.0], 4).tolist() == [0.125, 0.125, 0.375, 0.375]
+    # T = 3, B = 2: token 1 straddles the middle; d = [3, 2, 1] (sum 6): [3 + 1, 1 + 1] / 6
+    assert position_shares([3.0, 2.0, 1.0], 2) == pytest.approx([4 / 6, 2 / 6])
+    # uniform distances: exactly 1 / B per part, whatever T and B
+    for t in range(1, 12):
+        for b in (1, 2, 3, 5, 10):
+            assert position_shares([0.3] * t, b).tolist() == [1 / b] * b
+    assert position_shares([0.0, 0.0], 3) is None and position_shares([], 3) is None
+    # naive reference with exact fractions: overlap of [t/T, (t+1)/T) and [b/B, (b+1)/B), times T
+    d = [0.2, 0.0, 0.7, 0.1, 0.5, 0.3, 0.9]
+    for b_parts in (3, 5, 10):
+        want = []
+        for b in range(b_parts):
+            lo, hi = Fraction(b, b_parts), Fraction(b + 1, b_parts)
+            acc = 0.0
+            for t, x in enumerate(d):
+                ov = max(Fraction(0), min(hi, Fraction(t + 1, len(d))) - max(lo, Fraction(t, len(d))))
+                acc += x * float(ov * len(d))
+            want.append(acc / sum(d))
+        assert position_shares(d, b_parts) == pytest.approx(want, abs=1e-12)
+    with pytest.raises(ValueError, match="parts"):
+        position_shares([1.0], 0)
+    mean, n = aggregate_position_shares(
+        [position_shares([1.0, 3.0], 2), None, position_shares([1.0, 1.0], 2)], 2
+    )
+    assert n == 2 and mean.tolist() == [(0.25 + 0.5) / 2, (0.75 + 0.5) / 2]

@@ -55,7 +55,17 @@ def random_batch(seed, n=6, k=3, t=9, joint=False):
 
 
 def test_modes_registry():
-    assert CREDIT_MODES.names() == ["cort", "joint", "none", "reward", "rlsd", "shuffled", "uniform"]
+    assert CREDIT_MODES.names() == [
+        "cort",
+        "joint",
+        "none",
+        "reward",
+        "rlsd",
+        "scaled",
+        "scaled_shuffled",
+        "shuffled",
+        "uniform",
+    ]
     from mrtpo.credit import scheme
 
     replays = {name: scheme(name).replay for name in CREDIT_MODES.names()}
@@ -65,6 +75,8 @@ def test_modes_registry():
         "none": "none",
         "reward": "reward",
         "rlsd": "teacher_gap",
+        "scaled": "reward",
+        "scaled_shuffled": "reward",
         "shuffled": "reward",
         "uniform": "none",
     }
@@ -223,7 +235,7 @@ def test_allocation_errors():
         allocate(adv, torch.zeros(4, 3, 7), mask, beta=-0.1)
     with pytest.raises(
         ValueError,
-        match=r"unknown credit mode 'rewards'; known: cort, joint, none, reward, rlsd, shuffled, uniform",
+        match=r"unknown credit mode 'rewards'; known: cort, joint, none, reward, rlsd, scaled, scaled_shuffled, shuffled, uniform",
     ):
         allocate(adv, torch.zeros(4, 3, 7), mask, mode="rewards")
     with pytest.raises(ValueError, match=r"mode 'joint' takes one shared distance row"):
@@ -359,3 +371,38 @@ def test_a_scheme_that_destroys_credit_is_refused():
             allocate(torch.ones(1, 1), torch.tensor([[[F32_MAX, F32_MAX]]]), mask, mode="naive_test_only")
     finally:
         credit.CREDIT_SCHEMES.remove("naive_test_only")
+
+
+def test_scaled_weights_hand_computed():
+    """``scaled``: MRTPO's weights shrunk towards 1 by the row's largest distance."""
+    from mrtpo.credit import scaled_weights
+
+    # row 0: d = [0.1, 0.3, 0.2, 0.4]: w = [0.4, 1.2, 0.8, 1.6], m = 0.4 -> 1 + 0.4 (w - 1) = [0.76, 1.08, 0.92, 1.24]
+    # row 1: d = [1.0, 0, 0, 0] (one token decided): m = 1 -> MRTPO's w = [4, 0, 0, 0]
+    # row 2: d = [0.02, 0.01, 0, <pad>]: w = [2, 1, 0], m = 0.02 -> [1.02, 1, 0.98], 0 on padding
+    d = torch.tensor([[[0.1, 0.3, 0.2, 0.4], [1.0, 0.0, 0.0, 0.0]], [[0.02, 0.01, 0.0, 9.0], [0.0] * 4]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool)
+    d = torch.where(mask[:, None, :], d, torch.zeros(()))
+    w = token_weights(d, mask, mode="scaled")
+    assert w[0, 0].tolist() == pytest.approx([0.76, 1.08, 0.92, 1.24])
+    assert w[0, 1].tolist() == pytest.approx([4.0, 0.0, 0.0, 0.0])
+    assert w[1, 0].tolist() == pytest.approx([1.02, 1.0, 0.98, 0.0])
+    assert w[1, 1].tolist() == [1.0, 1.0, 1.0, 0.0]  # no distance: uniform
+    assert torch.equal(w, scaled_weights(d, mask))
+    # mean 1 over the valid tokens of every row (credit redistributed, never created)
+    valid = mask[:, None, :].float()
+    assert ((w * valid).sum(-1) / valid.sum(-1)).flatten().tolist() == pytest.approx([1.0] * 4)
+    # the token advantage is MRTPO's with a per-row strength beta * m: S = A ((1 - 0.5 m) + 0.5 m w)
+    adv = torch.tensor([[1.0, 0.0], [-2.0, 0.0]])
+    s = allocate(adv, d, mask, beta=0.5, mode="scaled")
+    ref = allocate(adv[:1], d[:1], mask[:1], beta=0.5 * 0.4, mode="reward")
+    assert s[0].tolist() == pytest.approx(ref[0].tolist())
+    assert s.sum(-1).tolist() == pytest.approx([4 * 1.0, 3 * -2.0])  # mean S = Σ_k Â over valid tokens
+    # scaled_shuffled: the same weights permuted within each row's valid tokens
+    g = torch.Generator().manual_seed(3)
+    p = token_weights(d, mask, mode="scaled_shuffled", generator=g)
+    for j in range(2):
+        for k in range(2):
+            n = int(mask[j].sum())
+            assert sorted(p[j, k, :n].tolist()) == pytest.approx(sorted(w[j, k, :n].tolist()))
+    assert p[1, 0, 3] == 0.0

@@ -1,4 +1,5 @@
-"""The paired bootstrap interval the demo reports for MRTPO − GDPO (mrtpo.analysis.stats)."""
+"""The bootstrap intervals the demo reports (mrtpo.analysis.stats) and its tables and claims
+(mrtpo.demo.summary)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import random
 
 import pytest
 
-from mrtpo.analysis.stats import _quantile, median, paired_bootstrap
+from mrtpo.analysis.stats import _quantile, median, median_ratio, paired_bootstrap, two_level_bootstrap
 
 
 def test_constant_difference_gives_a_zero_width_interval_at_that_value():
@@ -82,54 +83,157 @@ def test_bad_input():
         paired_bootstrap([1.0], [2.0], resamples=0)
 
 
-def _run(method, seed, overall, local, heldout):
+def test_two_level_constant_differences_by_hand():
+    # every pair of a warm start differs by that warm start's constant: resampled means lie in [-12, -4]
+    clusters = {0: [(10.0, 22.0), (30.0, 42.0)], 1: [(5.0, 9.0), (7.0, 11.0)], 2: [(1.0, 9.0), (3.0, 11.0)]}
+    r = two_level_bootstrap(clusters, resamples=4000, seed=1)
+    # estimate: mean of -12, -12, -4, -4, -8, -8 = -8; per warm start -12, -4, -8
+    assert r["estimate"] == -8.0 and r["per_cluster"] == {0: -12.0, 1: -4.0, 2: -8.0}
+    assert -12.0 <= r["low"] < -8.0 < r["high"] <= -4.0 and r["within_noise"] is False
+    assert (r["n"], r["clusters"], r["null"]) == (6, 3, 0.0)
+    # one difference everywhere: a zero-width interval at it
+    same = two_level_bootstrap({0: [(1.0, 3.0)], 1: [(5.0, 7.0), (2.0, 4.0)]})
+    assert same["estimate"] == same["low"] == same["high"] == -2.0
+    # the signs disagree between warm starts: the interval holds 0
+    mixed = two_level_bootstrap({0: [(0.0, 5.0)], 1: [(5.0, 0.0)], 2: [(1.0, 1.0)]})
+    assert mixed["within_noise"] is True and mixed["low"] < 0 < mixed["high"]
+
+
+def test_two_level_matches_a_naive_reference():
+    clusters = {"a": [(3.0, 1.0), (7.0, 2.0), (1.0, 2.0)], "b": [(4.0, 6.0), (9.0, 1.0)], "c": [(2.0, 2.0)]}
+    np = pytest.importorskip("numpy")
+    for statistic in ("mean_difference", "median_ratio"):
+        r = two_level_bootstrap(clusters, statistic=statistic, resamples=3000, level=0.8, seed=5)
+        # the same two stages written out as loops, on the same random numbers: warm starts with
+        # replacement, then each drawn warm start's pairs with replacement
+        data = list(clusters.values())
+        rng = np.random.default_rng(5)
+        first = rng.integers(0, 3, size=(3000, 3))
+        u = rng.random((3000, 3, 3))
+        stats = []
+        for i in range(3000):
+            drawn = []
+            for slot in range(3):
+                pairs = data[first[i, slot]]
+                drawn += [pairs[int(u[i, slot, j] * len(pairs))] for j in range(len(pairs))]
+            if statistic == "mean_difference":
+                stats.append(sum(x - y for x, y in drawn) / len(drawn))
+            else:
+                stats.append(median([x for x, _ in drawn]) / median([y for _, y in drawn]))
+        assert r["low"] == pytest.approx(float(np.quantile(stats, 0.1)), abs=1e-12)
+        assert r["high"] == pytest.approx(float(np.quantile(stats, 0.9)), abs=1e-12)
+    # d = 2 5 -1 | -2 8 | 0: estimate 12 / 6
+    assert two_level_bootstrap(clusters)["estimate"] == pytest.approx(2.0)
+
+
+def test_two_level_covers_the_spread_between_warm_starts():
+    # RL seeds agree within each warm start, warm starts disagree: resampling seeds only (one warm start
+    # at a time) gives tight intervals, the two-level interval is as wide as the warm starts' spread
+    clusters = {0: [(100.0, 110.0), (101.0, 111.0)], 1: [(100.0, 95.0), (99.0, 94.0)], 2: [(90.0, 92.0)] * 2}
+    two = two_level_bootstrap(clusters, seed=0)
+    assert two["within_noise"] is True and two["low"] <= -8.0 and two["high"] >= 4.0
+    for pairs in clusters.values():  # each warm start alone: one sign
+        one = paired_bootstrap([x for x, _ in pairs], [y for _, y in pairs])
+        assert one["within_noise"] is False
+
+
+def test_median_ratio():
+    # medians 60 and 80: 0.75; both 0 -> 1; only b 0 -> inf
+    assert median_ratio([50.0, 60.0, 90.0], [80.0, 70.0, 100.0]) == 0.75
+    assert median_ratio([0.0], [0.0]) == 1.0 and median_ratio([1.0], [0.0]) == math.inf
+    r = two_level_bootstrap(
+        {0: [(60.0, 80.0)], 1: [(30.0, 40.0)], 2: [(75.0, 100.0)]}, statistic="median_ratio"
+    )
+    # pooled medians 60 / 80 = 0.75; every resample pairs values of ratio 3/4: median a / median b = 0.75
+    assert r["estimate"] == 0.75 and r["null"] == 1.0 and r["within_noise"] is False
+    assert r["low"] == pytest.approx(0.75) and r["high"] == pytest.approx(0.75)
+
+
+def test_two_level_bad_input():
+    with pytest.raises(ValueError, match="no cluster"):
+        two_level_bootstrap({})
+    with pytest.raises(ValueError, match="cluster 1 has no pair"):
+        two_level_bootstrap({0: [(1.0, 2.0)], 1: []})
+    with pytest.raises(ValueError, match="cluster 0 pair 1 is not finite"):
+        two_level_bootstrap({0: [(1.0, 2.0), (math.nan, 2.0)]})
+    with pytest.raises(ValueError, match="statistic"):
+        two_level_bootstrap({0: [(1.0, 2.0)]}, statistic="mean")
+
+
+def _run(method, ws, seed, overall, local, heldout):
     from mrtpo.demo.summary import METRICS
 
     steps = {row: None for row, _, _ in METRICS}
     steps.update(overall=overall, localizable=local)
     held = {hkey: 0.5 for _, _, hkey in METRICS}
     held["satisfaction"] = heldout
-    return {"method": method, "seed": seed, "steps": steps, "heldout": held}
+    return {"method": method, "warm_start": ws, "seed": seed, "steps": steps, "heldout": held}
 
 
-def test_method_table_compare_and_sentences_by_hand():
-    from mrtpo.demo.summary import compare, format_table, method_table, noise_sentences
+def test_method_table_compare_claims_and_aim_by_hand():
+    from mrtpo.demo.summary import aim, claims, compare_all, format_table, method_table, noise_sentences
 
+    # 3 warm starts x 2 seeds; (overall, localizable, held-out)
+    gdpo = {(0, 0): (100, 40, 0.90), (0, 1): (None, 50, 0.80), (1, 0): (90, 45, 0.85)}
+    gdpo |= {(1, 1): (110, 44, 0.86), (2, 0): (80, 42, 0.88), (2, 1): (120, 46, 0.84)}
+    mrtpo = {(0, 0): (70, 30, 0.91), (0, 1): (100, 40, 0.79), (1, 0): (60, 35, 0.86)}
+    mrtpo |= {(1, 1): (80, 34, 0.87), (2, 0): (70, 32, 0.88), (2, 1): (90, 36, 0.85)}
+    shuffled = {u: (v[0], v[1], v[2]) for u, v in gdpo.items()}  # exactly GDPO's numbers
     runs = [
-        _run("gdpo", 0, 100, 40, 0.90),
-        _run("gdpo", 1, None, 50, 0.80),  # never reached: counts as the cap, 120
-        _run("gdpo", 2, 90, 45, 0.85),
-        _run("mrtpo", 2, 80, 35, 0.86),  # out of seed order on purpose: pairs go by seed
-        _run("mrtpo", 0, 110, 30, 0.91),
-        _run("mrtpo", 1, 100, 40, 0.79),
+        _run(m, w, s, *vals)
+        for m, table in (("gdpo", gdpo), ("mrtpo", mrtpo), ("shuffled", shuffled))
+        for (w, s), vals in reversed(table.items())  # out of order on purpose: units are sorted
     ]
-    table = method_table(runs, ["gdpo", "mrtpo"], steps_cap=120)
-    assert table["mrtpo"]["seeds"] == [0, 1, 2]
-    assert table["gdpo"]["steps"]["overall"] == {"per_seed": [100, None, 90], "median": 100}
-    assert table["mrtpo"]["steps"]["localizable"]["median"] == 35
-    assert table["gdpo"]["steps"]["start"]["median"] is None  # no seed reached it
-    assert table["mrtpo"]["heldout"]["overall"]["median"] == 0.86
-    c = compare(table, "mrtpo", "gdpo", 120)
-    # overall: mrtpo 110 100 80 vs gdpo 100 120 90 -> d = +10, -20, -10
-    assert c["steps"]["overall"]["differences"] == [10.0, -20.0, -10.0]
-    assert c["steps"]["overall"]["estimate"] == pytest.approx(-20 / 3)
-    assert c["steps"]["overall"]["within_noise"] is True  # d takes both signs
-    # localizable: 30 40 35 vs 40 50 45 -> d = -10 on every seed: a zero-width interval at -10
-    loc = c["steps"]["localizable"]
-    assert (loc["estimate"], loc["low"], loc["high"], loc["within_noise"]) == (-10.0, -10.0, -10.0, False)
-    assert c["steps"]["start"]["differences"] == [0.0, 0.0, 0.0]  # neither reached: cap - cap
+    table = method_table(runs, ["gdpo", "mrtpo", "shuffled"], steps_cap=120)
+    assert table["mrtpo"]["units"] == [[0, 0], [0, 1], [1, 0], [1, 1], [2, 0], [2, 1]]
+    assert table["gdpo"]["steps"]["overall"]["per_run"] == [100, None, 90, 110, 80, 120]
+    # gdpo overall: 80 90 100 110 120 inf -> median (100 + 110) / 2 = 105; ws0: 100, inf -> inf: None
+    assert table["gdpo"]["steps"]["overall"]["median"] == 105
+    assert table["gdpo"]["steps"]["overall"]["per_warm_start"] == {0: None, 1: 100, 2: 100}
+    assert table["mrtpo"]["heldout"]["overall"]["per_warm_start"][1] == pytest.approx(0.865)
+    assert table["mrtpo"]["label"] == "MRTPO" and table["shuffled"]["label"] == "MRTPO (shuffled)"
+    cmps = compare_all(table, 120)
+    c = cmps["mrtpo"]
+    # overall, gdpo's None counts as 120: d = -30 -20 | -30 -30 | -10 -30; per warm start -25, -30, -20
+    assert c["steps"]["overall"]["estimate"] == pytest.approx(-150 / 6)
+    assert c["steps"]["overall"]["per_cluster"] == {0: -25.0, 1: -30.0, 2: -20.0}
+    assert c["steps"]["overall"]["high"] < 0
+    # ratio of medians: mrtpo 60 70 70 80 90 100 -> 75; gdpo (capped) 80 90 100 110 120 120 -> 105
+    assert c["steps_ratio"]["overall"]["estimate"] == pytest.approx(75 / 105)
+    sh = cmps["shuffled"]["steps"]["overall"]
+    assert (sh["estimate"], sh["low"], sh["high"], sh["within_noise"]) == (0.0, 0.0, 0.0, True)
     summary = {
         "methods": table,
-        "comparison": c,
+        "comparisons": cmps,
         "steps_cap": 120,
         "threshold": 0.9,
         "smooth": 5,
         "eval_examples": 256,
+        "design": {"warm_starts": [0, 1, 2], "seeds": [0, 1]},
     }
+    cl = claims(summary)
+    assert [(x["method"], x["part"], x["row"]) for x in cl][:2] == [
+        ("mrtpo", "steps", "overall"),
+        ("mrtpo", "steps", "localizable"),
+    ]
+    assert all(x["method"] != "shuffled" for x in cl)  # equal to GDPO: no claim
+    assert cl[0]["text"].startswith("MRTPO reaches 0.9 on all constraints sooner than GDPO: -25.0 steps [")
+    a = aim(summary)
+    assert a["met"] is True  # 0.71 <= 0.85, interval below 0, the shuffled control without the gain
+    summary["aim"], summary["claims"] = a, cl
     text = format_table(summary)
-    assert "GDPO" in text and "100  100 >120 90" in text
+    assert "Aim:" in text and "MET" in text and "ws0 -25.0  ws1 -30.0  ws2 -20.0" in text
+    assert "MRTPO (shuffled)" in text
     sentences = noise_sentences(summary)
     overall = next(s for s in sentences if s.startswith("steps to 0.9, all constraints"))
-    assert "within noise" in overall
-    local = next(s for s in sentences if s.startswith("steps to 0.9, localizable"))
-    assert "-10.0 steps [-10.0, -10.0]" in local and "MRTPO better" in local
+    assert "MRTPO better" in overall and "3 warm starts, 6 runs" in overall
+    # fewer than 3 warm starts: no claim is stated
+    two = method_table([r for r in runs if r["warm_start"] < 2], ["gdpo", "mrtpo"], steps_cap=120)
+    small = {
+        **summary,
+        "methods": two,
+        "comparisons": compare_all(two, 120),
+        "design": {"warm_starts": [0, 1]},
+    }
+    assert claims(small) == []
+    assert "claims need at least 3 warm starts" in format_table({**small, "aim": None, "claims": []})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -128,3 +129,30 @@ def test_warm_start_is_reproducible_from_its_seed(tmp_path, one_thread):
     assert t4.decode(t4("<b> apple </b>")["input_ids"]) == "<b> apple </b>"
     with pytest.raises(FileNotFoundError):
         load_warm_start(tmp_path / "missing")
+
+
+def test_warm_starts_share_the_copy_phase(tmp_path, one_thread):
+    """Two warm starts continue one saved copy phase and differ only in their imperfect phase; the same
+    warm start twice is the same model, bit for bit, and equals train_warm_start."""
+    from mrtpo.demo.warmstart import imperfect_seed, train_copy_phase, train_imperfect_phase
+
+    cfg = WarmStartConfig(
+        seed=3, steps=4, clean_steps=2, batch_size=8, warmup_steps=2, eval_examples=8, eval_every=1
+    )
+    copy = train_copy_phase(cfg, tmp_path, progress=False)
+    m0, _, i0 = train_imperfect_phase(cfg, copy, 0, tmp_path / "ws0", progress=False)
+    m0b, _, _ = train_imperfect_phase(cfg, copy, 0, None, progress=False)
+    m1, _, i1 = train_imperfect_phase(cfg, copy, 1, tmp_path / "ws1", progress=False)
+    s0, s0b, s1 = m0.state_dict(), m0b.state_dict(), m1.state_dict()
+    assert all(torch.equal(s0[k], s0b[k]) for k in s0)
+    assert not all(torch.equal(s0[k], s1[k]) for k in s0)
+    # the probe curve of the copy phase (steps 1, 2) is shared; the imperfect phase's (3, 4) is not
+    assert i0["curve"][:2] == i1["curve"][:2] and [c["step"] for c in i0["curve"]] == [1, 2, 3, 4]
+    assert (i0["warm_start"], i1["warm_start"]) == (0, 1)
+    assert json.loads((tmp_path / "ws1" / "warmstart.json").read_text())["warm_start"] == 1
+    m, _, _ = train_warm_start(cfg, None, warm_start=1, progress=False)
+    assert all(torch.equal(m.state_dict()[k], s1[k]) for k in s1)
+    # each imperfect phase draws its own data: distinct seeds, none equal to the copy phase's
+    assert len({imperfect_seed(3, w) for w in range(5)} | {3}) == 6
+    with pytest.raises(ValueError, match=r"other warm-start settings \(differs in \['p_meet'\]\)"):
+        train_imperfect_phase(WarmStartConfig(**{**cfg.__dict__, "p_meet": 0.3}), copy, 0, progress=False)

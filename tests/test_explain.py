@@ -224,13 +224,46 @@ def test_png_data_equal_the_core():
     # distance strip: d / max d = [0.25, 0.75, 0.5, 1.0]; the skipped row is masked
     assert np.asarray(d_img[0]).tolist() == pytest.approx([0.25, 0.75, 0.5, 1.0])
     assert np.ma.getmaskarray(d_img)[1].all() and not np.ma.getmaskarray(d_img)[0].any()
-    # advantage strips: per-reward MRTPO rows, then response-level total, then S
-    expect = np.vstack([v.token_level, v.response_total[None], v.token_total[None]])
-    np.testing.assert_allclose(np.asarray(a_img), expect, atol=1e-12)
-    assert np.asarray(a_img)[0].tolist() == pytest.approx(START)
+    # advantage strips: per reward the response level and MRTPO on that reward's scale, then the totals.
+    # start: Â = 1 and MRTPO START = [0.7, 1.1, 0.9, 1.3]: scale 1.3; wrap: Â = 0: zero (white), not
+    # stretched; totals: response level 1.0, S = allocate with wrap's Â = 0 = START, scale 1.3
+    a_img = np.asarray(a_img)
+    assert a_img.shape == (6, 4)
+    assert a_img[0].tolist() == pytest.approx([1 / 1.3] * 4)
+    assert a_img[1].tolist() == pytest.approx([x / 1.3 for x in START])
+    assert a_img[2].tolist() == a_img[3].tolist() == [0.0] * 4
+    assert a_img[4].tolist() == pytest.approx([1 / 1.3] * 4)
+    assert a_img[5].tolist() == pytest.approx([x / 1.3 for x in START])
+    labels = [t.get_text() for t in image_axes[1].get_yticklabels()]
+    assert labels[0] == "start  GDPO (Â=+1; scale ±1.3)" and labels[2] == "wrap  GDPO (Â=+0; zero)"
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_rounding_noise_is_drawn_as_zero():
+    """An advantage of 1e-17 (a GDPO column that is constant in its group, up to rounding) is white in
+    the HTML and 0 in the PNG, not stretched to full colour by a scale of its own size."""
+    from mrtpo.analysis.explain import advantage_rows, advantage_scale
+
+    rec = _record(advantages=[1.0, 1e-17], distances=[[0.1, 0.3, 0.2, 0.4], None])
+    v = credit_view(rec, credit_beta=0.5)
+    rows, scales = advantage_rows(v)
+    assert scales[1] == 0.0 and rows[2].tolist() == rows[3].tolist() == [0.0] * 4
+    assert advantage_scale(np.array([1e-17]), np.array([-2e-17])) == 0.0
+    assert advantage_scale(np.array([0.5]), np.array([-2.0, 1.0])) == 2.0
+    spans = _parse(render_html([v]))
+    wrap = [a for a in spans if a["data-row"] == "wrap" and a["data-panel"] in ("response", "mrtpo")]
+    assert len(wrap) == 8 and all(a["style"] == "background:#ffffff" for a in wrap)
+    start = [a for a in spans if a["data-row"] == "start" and a["data-panel"] == "mrtpo"]
+    assert start[3]["style"].startswith("background:#2166ac")  # the row's largest value: full blue
+
+
+def test_title_names_the_step_once():
+    v = credit_view(_record(step=3), where="ws0/mrtpo-seed0, step 3, sample 1")
+    assert v.title.count("step 3") == 1
+    v = credit_view(_record(step=3), where="ws0/mrtpo-seed0, sample 1")
+    assert v.title == "ws0/mrtpo-seed0, sample 1 · step 3 · GDPO vs MRTPO (β=0.5)"
 
 
 def test_explain_records_writes_files(tmp_path):

@@ -136,8 +136,8 @@ def test_report_numbers(runs, tmp_path):
     assert "<td>5</td><td>70.0</td><td>50.0</td><td>1.40</td>" in page  # format, satisfied
     assert '<td class="dim">2</td><td>–</td>' in page  # execution, satisfied: too few pairs
     assert "seed 0: 3 · seed 1: 4 · seed 2: 4" in page
-    assert page.count("data:image/png;base64,") == 3  # curves, top-k, replay metrics
-    for name in ("curves.png", "top_k.png", "replay.png"):
+    assert page.count("data:image/png;base64,") == 4  # curves, top-k, position shares, replay metrics
+    for name in ("curves.png", "top_k.png", "position.png", "replay.png"):
         assert (out / name).stat().st_size > 1000
 
 
@@ -195,3 +195,100 @@ def test_cli_report(runs, tmp_path, capsys):
     assert "metric 'nosuch' is not in metrics.jsonl" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert main(["report", str(runs), "--out", str(out), "--smooth", "0"]) == 2
+
+
+def test_position_shares_in_the_report(runs, tmp_path):
+    """Figure 6(b): share of each reward's distance on each fifth of the response."""
+    build_report([runs], tmp_path / "out", threshold=0.8)
+    out = tmp_path / "out"
+    pos = json.loads((out / "report.json").read_text())["localization"]["MRTPO"]["rewards"]
+    # format, d = [0.1, 0.3, 0.2, 0.4] (T = 4, B = 5; units of 1/20: token t = [5t, 5t + 5), part b =
+    # [4b, 4b + 4)); d / max = [0.25, 0.75, 0.5, 1] (sum 2.5): parts get 0.25·4, 0.25 + 0.75·3, 0.75·2 +
+    # 0.5·2, 0.5·3 + 1, 1·4 = 1, 2.5, 2.5, 2.5, 4; divided by 5 · 2.5
+    assert pos["format"]["position"]["all"]["n"] == 5
+    assert pos["format"]["position"]["all"]["shares"] == pytest.approx([0.08, 0.2, 0.2, 0.2, 0.32])
+    # execution: uniform distances, exactly 1/5 per part, satisfied (2 pairs) and violated (5) alike
+    exe = pos["execution"]["position"]
+    assert exe["all"]["shares"] == pytest.approx([0.2] * 5, abs=1e-15) and exe["all"]["n"] == 7
+    assert (exe["satisfied"]["n"], exe["violated"]["n"]) == (2, 5)
+    page = (out / "report.html").read_text()
+    assert "Where in the response the distance falls" in page
+    # max d and mean d: medians over the pairs; format's 5 pairs are alike: 0.4 and 0.25
+    assert pos["format"]["position"]["all"]["max_distance"] == 0.4
+    assert pos["format"]["position"]["all"]["mean_distance"] == pytest.approx(0.25)
+    # execution: 5 pairs of 0.2 and 2 of 0.3: median 0.2
+    assert exe["all"]["max_distance"] == 0.2 and exe["satisfied"]["max_distance"] == 0.3
+    row = (
+        "<td class='l'>format</td><td>5</td><td>8.0</td><td>20.0</td><td>20.0</td><td>20.0</td><td>32.0</td>"
+    )
+    assert row + "<td>0.400</td><td>0.250</td>" in page
+    assert (out / "position.png").stat().st_size > 1000
+    build_report([runs], tmp_path / "two", threshold=0.8, position_parts=2)
+    pos = json.loads((tmp_path / "two" / "report.json").read_text())["localization"]["MRTPO"]["rewards"]
+    assert pos["format"]["position"]["all"]["shares"] == pytest.approx([0.4, 0.6])  # (0.1 + 0.3) / 1.0
+
+
+def test_pooling_warnings_and_skipped_runs(runs, tmp_path, capsys):
+    # another task, a second GDPO run with seed 0 from the same model, an empty run and one without metrics
+    _write(
+        runs, "other-task", {"task": "sql", "advantage_method": "gdpo", "credit": "uniform", "seed": 5}, [0.5]
+    )
+    _write(runs, "gdpo-0-again", {"advantage_method": "gdpo", "credit": "uniform", "seed": 0}, [0.2, 0.9])
+    empty = _write(runs, "failed", {"advantage_method": "gdpo", "credit": "reward", "seed": 7}, [])
+    (empty / "metrics.jsonl").write_text("")
+    gone = _write(runs, "stopped", {"advantage_method": "gdpo", "credit": "reward", "seed": 8}, [])
+    (gone / "metrics.jsonl").unlink()
+    build_report([runs], tmp_path / "out", threshold=0.8)
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [s["path"].rsplit("/", 1)[1] for s in rep["skipped"]] == ["failed", "stopped"]
+    assert "no rows" in rep["skipped"][0]["reason"] and "missing" in rep["skipped"][1]["reason"]
+    assert all(not r["path"].endswith(("failed", "stopped")) for r in rep["runs"])
+    (tasks,) = [w for w in rep["warnings"] if w.startswith("runs of different tasks")]
+    assert "t (6 runs)" in tasks and "sql (1 run: " in tasks
+    (seeds,) = [w for w in rep["warnings"] if "seed 0" in w]
+    assert seeds.startswith("GDPO: 2 runs with seed 0 from the same model 'm'") and "gdpo-0-again" in seeds
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "runs of different tasks are pooled" in page and "skipped " in page
+    assert main(["report", str(runs), "--out", str(tmp_path / "cli")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: runs of different tasks" in err and "warning: skipped" in err and "failed" in err
+    # nothing but empty runs: an error naming them
+    only = tmp_path / "only"
+    (only / "x").mkdir(parents=True)
+    (only / "x" / "run.json").write_text("{}")
+    with pytest.raises(
+        ValueError, match=r"no run has any row in metrics.jsonl: .*x: metrics.jsonl is missing"
+    ):
+        build_report([only], tmp_path / "none")
+
+
+def test_one_colour_per_method_in_every_figure(tmp_path):
+    """curves.png of the report and the demo's curves_main.png colour a method the same."""
+    import numpy as np
+
+    from mrtpo.analysis import curves as C
+
+    band = C.seed_band([(np.array([1, 2]), np.array([0.1, 0.2]))])
+    a = C.method_colors(["GDPO", "MRTPO", "MRTPO (shuffled)", "my method"])
+    b = C.method_colors(["MRTPO (shuffled)", "my method", "GRPO", "MRTPO"])
+    assert all(a[m] == b[m] for m in a.keys() & b.keys())
+    assert len(set(a.values())) == 4 and a["GDPO"] == C.METHOD_COLORS["GDPO"]
+    import matplotlib
+    from matplotlib.colors import to_hex
+    from matplotlib.figure import Figure
+
+    matplotlib.use("Agg")
+    seen = []
+
+    def capture(fig, *args, **kwargs):  # the lines of each figure as it is saved
+        seen.append({ln.get_label().split(" (")[0]: to_hex(ln.get_color()) for ln in fig.axes[0].get_lines()})
+
+    orig = Figure.savefig
+    Figure.savefig = capture
+    try:
+        for order in (["GDPO", "MRTPO"], ["MRTPO (shuffled)", "MRTPO", "GDPO", "GRPO"]):
+            C.plot_curves({"reward": {m: band for m in order}}, tmp_path / "c.png")
+    finally:
+        Figure.savefig = orig
+    assert seen[0]["GDPO"] == seen[1]["GDPO"] == C.METHOD_COLORS["GDPO"]
+    assert seen[0]["MRTPO"] == seen[1]["MRTPO"] == C.METHOD_COLORS["MRTPO"]

@@ -395,6 +395,22 @@ def test_custom_task_module_class_from_the_readme(tmp_path, monkeypatch, capsys)
     assert run["task"] == "two_words" and run["reward_names"] == ["apple", "river"]
     step = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert {"rewards/apple/mean", "rewards/river/mean"} <= set(step)
+    # the rewards can be earned: the word-level tiny tokenizer (built from the prompts' words) has the
+    # checked words as tokens, and a response made of them scores 1 (an earlier version's prompts ended
+    # in "apple." and "river.", tokens that never matched the bare words: every reward stayed 0)
+    import my_task
+
+    from mrtpo.models.loading import load_tokenizer
+
+    tok = load_tokenizer(str(out))
+    assert {"apple", "river"} <= set(tok.get_vocab())
+    task = my_task.TwoWords()
+    (ex,) = task.load(limit=1)
+    response = tok.decode(tok("river apple", add_special_tokens=False)["input_ids"])
+    assert response == "river apple"
+    assert [v.score(ex, response) for v in task.verifiers(ex)] == [1.0, 1.0]
+    assert [v.score(ex, "river") for v in task.verifiers(ex)] == [0.0, 1.0]
+    assert step["rewards/apple/mean"] + step["rewards/river/mean"] > 0  # earned by random samples already
 
 
 def test_report_labels_read_credit_beta_and_the_old_beta_key():

@@ -202,7 +202,8 @@ def test_user_errors_name_the_field():
         va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credit_beta": 1.5}})
     assert va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credit_beta": 0.3}}).credit_beta == 0.3
     with pytest.raises(
-        ValueError, match="credit='tokens' must be one of cort, joint, none, reward, rlsd, shuffled, uniform"
+        ValueError,
+        match="credit='tokens' must be one of cort, joint, none, reward, rlsd, scaled, scaled_shuffled, shuffled, uniform",
     ):
         va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credit": "tokens"}})
     with pytest.raises(ValueError, match=r"needs batch\['mrtpo_distances'\]"):

@@ -10,8 +10,9 @@ advantage ``Â[j, k]`` over the tokens::
 
 Credit schemes (:class:`CreditScheme`: a name, the replay it needs and a weights function) live in
 :data:`CREDIT_SCHEMES`: ``reward`` (MRTPO), ``joint``, ``shuffled``, ``uniform``, ``none`` (response
-level), ``cort`` and ``rlsd``; :func:`register_scheme` adds one. :func:`mrtpo.step.credit_step` runs a
-scheme on a batch for every engine.
+level), ``cort``, ``scaled`` (MRTPO's weights shrunk towards 1 by the reward's largest distance,
+:func:`scaled_weights`) with its control ``scaled_shuffled``, and ``rlsd``; :func:`register_scheme` adds
+one. :func:`mrtpo.step.credit_step` runs a scheme on a batch for every engine.
 
 RLSD (:func:`rlsd_token_advantages`) is a scheme of another shape: its token weight is a clipped
 teacher/student probability ratio whose direction follows the sign of the response advantage, so it
@@ -49,6 +50,7 @@ __all__ = [
     "rlsd_lambda",
     "rlsd_token_advantages",
     "rlsd_weights",
+    "scaled_weights",
     "scheme",
     "token_weights",
 ]
@@ -232,11 +234,9 @@ def _joint_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generat
     return _mean_normalized(d, mask)
 
 
-@register_scheme("shuffled", replay="reward")
-def _shuffled_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
-    """Control: the MRTPO weights of each (response, reward) row permuted uniformly at random among that
-    row's valid tokens (padding stays padding), drawn from ``generator``."""
-    w = _mean_normalized(_needs_distances("shuffled", distances), mask)  # [N, K', T]
+def _permute_valid(w: Tensor, mask: Tensor, generator: torch.Generator | None) -> Tensor:
+    """Each row of ``w`` [N, K', T] permuted uniformly at random among its valid tokens (``mask`` [N, T]);
+    padding stays padding (0)."""
     n, kk, t = w.shape
     pos = torch.arange(t, device=w.device).expand(n, kk, t)  # [N, K', T]
     valid = mask[:, None, :].expand(n, kk, t)  # [N, K', T]
@@ -249,6 +249,62 @@ def _shuffled_mode(distances: Tensor | None, mask: Tensor, generator: torch.Gene
     # The i-th valid position (in order) receives the weight at the i-th random valid position; the
     # padding slots after them map padding to padding (weight 0).
     return torch.zeros_like(w).scatter_(-1, order, w.gather(-1, perm))  # [N, K', T]
+
+
+@register_scheme("shuffled", replay="reward")
+def _shuffled_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
+    """Control: the MRTPO weights of each (response, reward) row permuted uniformly at random among that
+    row's valid tokens (padding stays padding), drawn from ``generator``."""
+    w = _mean_normalized(_needs_distances("shuffled", distances), mask)  # [N, K', T]
+    return _permute_valid(w, mask, generator)
+
+
+def scaled_weights(distances: Tensor, mask: Tensor) -> Tensor:
+    """MRTPO's weights shrunk towards 1 by how much the reward's information moves the policy at all.
+
+    Formula, per (response j, reward k) row::
+
+        w[j, k, t]  = d[j, k, t] / mean_{valid t} d[j, k, :]            (MRTPO, :func:`_mean_normalized`)
+        m[j, k]     = max_{valid t} d[j, k, t]                           (in [0, 1]: d is a JS distance)
+        w'[j, k, t] = 1 + m[j, k] · (w[j, k, t] − 1)   on valid tokens, 0 on padding
+
+    MRTPO's weights are scale-free: a reward whose information changes no next-token distribution by
+    more than d = 0.05 has its advantage moved as strongly as one whose information decides a token
+    (d near 1, the two distributions nearly disjoint). Here the strength follows the distance's own
+    scale: m = 1 (some token is decided by the information) gives MRTPO's weights, m → 0 the uniform
+    weights of the response-level method. No constant is involved; ``mean_{valid t} w' = 1`` (credit
+    is still redistributed, never created), and with β the token advantage is
+    ``Σ_k Â[j, k] · ((1 − β) + β · w'[j, k, t])``, i.e. MRTPO with a per-row strength ``β · m[j, k]``.
+
+    Args:
+        distances: [N, K', T] float, finite, >= 0 on valid tokens, 0 on padding.
+        mask: [N, T] bool.
+
+    Returns:
+        [N, K', T] weights, 0 on padding.
+    """
+    m = mask[:, None, :].to(distances.dtype)  # [N, 1, T]
+    w = _mean_normalized(distances, mask)  # [N, K', T]
+    top = (distances * m).amax(dim=-1, keepdim=True).clamp(0.0, 1.0)  # [N, K', 1]
+    return (1.0 + top * (w - 1.0)) * m  # [N, K', T]
+
+
+@register_scheme("scaled", replay="reward")
+def _scaled_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
+    """MRTPO with each row's weights shrunk towards 1 by the row's largest distance
+    (:func:`scaled_weights`): a reward whose information hardly moves the policy (a non-local
+    constraint such as a word count) keeps close to the response-level credit."""
+    return scaled_weights(_needs_distances("scaled", distances), mask)
+
+
+@register_scheme("scaled_shuffled", replay="reward")
+def _scaled_shuffled_mode(
+    distances: Tensor | None, mask: Tensor, generator: torch.Generator | None
+) -> Tensor:
+    """Control of ``scaled``: its weights permuted at random among each row's valid tokens."""
+    return _permute_valid(
+        scaled_weights(_needs_distances("scaled_shuffled", distances), mask), mask, generator
+    )
 
 
 @register_scheme("uniform", replay="none")

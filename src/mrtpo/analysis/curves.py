@@ -24,9 +24,12 @@ from typing import Any, Literal
 import numpy as np
 
 __all__ = [
+    "METHOD_COLORS",
     "STATS",
     "SeedBand",
     "auto_threshold",
+    "method_colors",
+    "method_styles",
     "metric_title",
     "moving_average",
     "plot_curves",
@@ -38,6 +41,68 @@ __all__ = [
 
 Stat = Literal["median-iqr", "mean-minmax"]
 STATS: tuple[str, ...] = ("median-iqr", "mean-minmax")
+
+
+METHOD_COLORS: dict[str, str] = {
+    "GRPO": "#8c564b",  # brown
+    "GDPO": "#1f77b4",  # blue
+    "MRTPO": "#d62728",  # red
+    "MRTPO (shuffled)": "#9467bd",  # purple
+    "MRTPO (joint)": "#2ca02c",  # green
+    "MRTPO β=0": "#17becf",  # cyan
+    "MRTPO β=0.25": "#ff7f0e",  # orange
+    "MRTPO β=1": "#e377c2",  # pink
+    "MRTPO (scaled)": "#e6550d",  # dark orange
+    "MRTPO (scaled, shuffled)": "#c5b0d5",  # light purple
+    "CoRT": "#bcbd22",  # olive
+    "OPSD": "#7f7f7f",  # gray
+}
+"""The colour of a method label (:func:`mrtpo.analysis.runs.method_label`) in every figure."""
+
+_SPARE_COLORS = (
+    "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1",
+    "#636363", "#9c9ede", "#cedb9c", "#e7ba52", "#e7969c", "#de9ed6",
+)  # fmt: skip
+_STYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)), ":")
+
+
+def method_colors(labels: Sequence[str]) -> dict[str, str]:
+    """A colour per method label, the same in every figure: :data:`METHOD_COLORS` for the known labels;
+    another label takes a spare colour chosen by a hash of its name (the next free one when two labels
+    of one figure would share it), so it keeps its colour across figures that show the same methods."""
+    import zlib
+
+    out: dict[str, str] = {}
+    used = {METHOD_COLORS[m] for m in labels if m in METHOD_COLORS}
+    for m in labels:
+        if m in METHOD_COLORS:
+            out[m] = METHOD_COLORS[m]
+            continue
+        start = zlib.crc32(m.encode("utf-8")) % len(_SPARE_COLORS)
+        for i in range(len(_SPARE_COLORS)):
+            c = _SPARE_COLORS[(start + i) % len(_SPARE_COLORS)]
+            if c not in used:
+                break
+        out[m] = c
+        used.add(c)
+    return out
+
+
+def method_styles(labels: Sequence[str]) -> dict[str, Any]:
+    """A line style per method label, fixed by the label (so it is the same in every figure): solid
+    for the response-level methods and MRTPO, dashes for the other variants."""
+    import zlib
+
+    fixed = {
+        "GRPO": "-",
+        "GDPO": "-",
+        "MRTPO": "-",
+        "MRTPO (shuffled)": "--",
+        "MRTPO (joint)": "-.",
+        "MRTPO (scaled)": "-",
+        "MRTPO (scaled, shuffled)": "--",
+    }
+    return {m: fixed.get(m, _STYLES[1 + zlib.crc32(m.encode("utf-8")) % (len(_STYLES) - 1)]) for m in labels}
 
 
 def series(metrics: Sequence[Mapping[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -186,7 +251,8 @@ def plot_curves(
     Args:
         panels: ``{metric key: {method label: SeedBand}}`` in panel order.
         out_path: PNG path.
-        colors: method label -> matplotlib color (default: tab10 in order of appearance).
+        colors: method label -> matplotlib color (default: :func:`method_colors`, the same colour for a
+            method in every figure).
         stat: what the line and band show (named in each panel's y label).
         thresholds: metric key -> a horizontal dotted line (the steps-to-threshold level).
         reference: metric key -> a horizontal gray line (e.g. ratio 1 = no localization).
@@ -202,11 +268,8 @@ def plot_curves(
     if not keys:
         raise ValueError("no metric to plot")
     labels = list(dict.fromkeys(m for p in panels.values() for m in p))
-    cmap = plt.get_cmap("tab10")
-    colors = dict(colors or {})
-    for i, m in enumerate(labels):
-        colors.setdefault(m, cmap(i % 10))
-    styles = {m: ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))[i % 4] for i, m in enumerate(labels)}
+    colors = {**method_colors(labels), **dict(colors or {})}
+    styles = method_styles(labels)
     ncols = max(1, min(ncols, len(keys)))
     nrows = math.ceil(len(keys) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False)
@@ -223,7 +286,7 @@ def plot_curves(
                 color=c,
                 lw=1.8,
                 ls=styles[method],  # distinct dashes keep coinciding curves visible
-                label=f"{method} ({n_seeds} seed{'s' * (n_seeds != 1)})",
+                label=f"{method} ({n_seeds} run{'s' * (n_seeds != 1)})",
             )
             if n_seeds > 1:
                 ax.fill_between(band.steps, band.lo, band.hi, color=c, alpha=0.2, lw=0)
@@ -233,7 +296,7 @@ def plot_curves(
             ax.axhline(reference[key], color="0.6", ls="--", lw=1)
         ax.set_title(metric_title(key), fontsize=11)
         ax.set_xlabel("step")
-        ax.set_ylabel(f"{center_name} over seeds, {band_name} band", fontsize=8)
+        ax.set_ylabel(f"{center_name} over runs (seeds), {band_name} band", fontsize=8)
         ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.tick_params(labelsize=8)

@@ -21,12 +21,19 @@ Output:
 
 - HTML: one section per record; a grid with one row per reward plus the total, and columns "replay
   distance", "<method>: response level", "MRTPO: token level". Each token is shaded (distance: by
-  ``d / max_t d`` of its row; advantages: blue positive, red negative, the two advantage cells of a row
-  on one scale) and carries its exact values in a ``title`` (hover) and ``data-v`` attribute. Tokens
-  the reward's verifier reads (``checked_tokens``) are underlined. Inline CSS, no external asset.
+  ``d / max_t d`` of its row; advantages: blue positive, red negative, the response-level and MRTPO
+  cells of a reward on one scale, :func:`advantage_scale`) and carries its exact values in a ``title``
+  (hover) and ``data-v`` attribute. Tokens the reward's verifier reads (``checked_tokens``) are
+  underlined. Inline CSS, no external asset.
 - PNG (matplotlib, Agg): per record, heat strips wrapped every ``tokens_per_line`` tokens: a distance
-  panel (one strip per reward, ``d / max_t d``) and an advantage panel (one strip per reward's MRTPO
-  row, then the response-level total and the MRTPO total, on one symmetric color scale).
+  panel (one strip per reward, ``d / max_t d``) and an advantage panel: per reward a response-level
+  strip and an MRTPO strip on that reward's scale, then the two totals on theirs (each strip shows
+  ``value / scale`` on one symmetric colour map; the scale is in the strip's label).
+
+Zero is drawn as zero: an advantage with ``|value| <= ZERO_TOL`` (1e-8, the tolerance below which the
+trainer treats a pair as inactive and skips its replay: a reward constant in its group, or rounding
+noise such as 1e-17) is white, and a reward whose values are all that small has scale 0 (all white),
+instead of being stretched to full colour by a scale of its own size.
 - JSON (``explain.json``): the numbers drawn, per record.
 """
 
@@ -45,7 +52,9 @@ import numpy as np
 from mrtpo.records import SampleRecord
 
 __all__ = [
+    "ZERO_TOL",
     "CreditView",
+    "advantage_scale",
     "credit_view",
     "explain_figure",
     "explain_records",
@@ -56,6 +65,9 @@ __all__ = [
 ]
 
 DEFAULT_BETA = 0.5
+
+ZERO_TOL = 1e-8
+"""Advantages with ``|value| <= ZERO_TOL`` are drawn as 0 (``mrtpo.advantages.ACTIVE_TOL``)."""
 
 _DIST_RGB = (217, 72, 1)  # dark orange (distance)
 _POS_RGB = (33, 102, 172)  # blue (positive advantage)
@@ -226,8 +238,11 @@ def credit_view(
 
     method = rec.method or "response-level"
     step = rec.step
+    named = step is not None and f"step {step}" in where  # the caller's name already gives the step
     parts = (
-        [where] + ([f"step {step}"] if step is not None else []) + [f"{method.upper()} vs MRTPO (β={beta:g})"]
+        [where]
+        + ([f"step {step}"] if step is not None and not named else [])
+        + [f"{method.upper()} vs MRTPO (β={beta:g})"]
     )
     return CreditView(
         title=" · ".join(parts),
@@ -320,8 +335,16 @@ def _luminance(color: str) -> float:
     return 0.299 * r + 0.587 * g + 0.114 * b
 
 
+def advantage_scale(*rows: np.ndarray) -> float:
+    """The colour scale shared by a reward's response-level and MRTPO rows: ``max |value|`` over them,
+    or 0 when that is at most :data:`ZERO_TOL` (the rows are drawn as zero, not stretched to full
+    colour)."""
+    scale = max((float(np.abs(r).max()) for r in rows if np.size(r)), default=0.0)
+    return scale if scale > ZERO_TOL else 0.0
+
+
 def _adv_color(v: float, scale: float) -> str:
-    if scale <= 0:
+    if scale <= 0 or abs(v) <= ZERO_TOL:
         return "#ffffff"
     return _mix(_POS_RGB if v >= 0 else _NEG_RGB, abs(v) / scale)
 
@@ -421,7 +444,7 @@ def _view_html(view: CreditView, index: int) -> str:
         return '<div class="cell">' + "".join(spans) + "</div>"
 
     def adv_cells(row_name: str, gd: np.ndarray, mr: np.ndarray, checked: list[int] | None) -> str:
-        scale = float(max(np.abs(gd).max(), np.abs(mr).max()))
+        scale = advantage_scale(gd, mr)
         cells = []
         for panel, vals, what in (("response", gd, f"{method} advantage"), ("mrtpo", mr, "MRTPO advantage")):
             spans = []
@@ -477,7 +500,9 @@ def render_html(views: Sequence[CreditView], *, title: str = "mrtpo explain: per
         "sqrt(JSD(π(·|C, y&lt;t), π(·|C−k, y&lt;t))), shaded relative to the row's largest distance. "
         f'<span class="key" style="background:{_mix(_POS_RGB, 1)}"></span> positive / '
         f'<span class="key" style="background:{_mix(_NEG_RGB, 1)}"></span> negative advantage; the '
-        "response-level and MRTPO cells of a row share one scale (max |value| of the row). "
+        "response-level and MRTPO cells of a reward share one scale (max |value| over both), so the "
+        "two show how MRTPO moves that reward's advantage; an advantage of at most 1e-8 in absolute value "
+        "(a reward constant in its group, or rounding noise) is white, as zero. "
         "Underlined tokens are those the reward's verifier reads. Hover a token for its exact values.</p>"
     )
     body = "\n".join(_view_html(v, i) for i, v in enumerate(views))
@@ -493,6 +518,27 @@ def render_html(views: Sequence[CreditView], *, title: str = "mrtpo explain: per
 # --------------------------------------------------------------------------------------------------
 
 
+def advantage_rows(view: CreditView) -> tuple[np.ndarray, list[float]]:
+    """The advantage strips of the PNG and their scales.
+
+    Returns:
+        ``(rows [2K + 2, T], scales [K + 1])``: rows ``2k`` and ``2k + 1`` are reward k's response-level
+        and MRTPO values divided by ``scales[k] = advantage_scale(response_level[k], token_level[k])``,
+        the last two rows the response-level total and MRTPO's S divided by ``scales[K]``; a row of
+        scale 0, and any value with ``|value| <= ZERO_TOL``, is 0.
+    """
+    pairs = [(view.response_level[k], view.token_level[k]) for k in range(len(view.reward_names))]
+    pairs.append((view.response_total, view.token_total))
+    rows, scales = [], []
+    for base, mrtpo in pairs:
+        scale = advantage_scale(base, mrtpo)
+        scales.append(scale)
+        for r in (base, mrtpo):
+            r = np.asarray(r, dtype=np.float64)
+            rows.append(np.where(np.abs(r) > ZERO_TOL, r / scale, 0.0) if scale > 0 else np.zeros_like(r))
+    return np.vstack(rows), scales
+
+
 def _tick_label(piece: str, limit: int = 14) -> str:
     s = piece.replace("\n", "↵").replace("\t", "→").strip() or "␣"
     return s if len(s) <= limit else s[: limit - 1] + "…"
@@ -504,8 +550,9 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
     Per view and per line of at most ``tokens_per_line`` tokens, two axes:
 
     - distance: image ``[K', L]`` of ``d[k, t] / max_t d[k, :]`` (0 in skipped rows), colormap Oranges;
-    - advantage: image ``[K + 2, L]``: rows ``token_level[k]`` (MRTPO per reward), then
-      ``response_total`` and ``token_total``; colormap RdBu on ``[-m, m]``, m = max |value| of the view.
+    - advantage: image ``[2K + 2, L]`` of ``value / scale``: per reward k the rows ``response_level[k]``
+      and ``token_level[k]`` on that reward's scale, then ``response_total`` and ``token_total`` on theirs
+      (:func:`advantage_rows`); colormap RdBu on ``[-1, 1]``; zero is white.
 
     Tokens beyond ``max_tokens`` are left out (noted in the title). Returns the Figure (Agg backend).
     """
@@ -529,7 +576,7 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
         extra = title_in if s == 0 else 0.0
         heights += [
             v.distances.shape[0] * row_in + label_in + extra,
-            (len(v.reward_names) + 2) * row_in + label_in,
+            (2 * len(v.reward_names) + 2) * row_in + label_in,
         ]
     line_len = min(tokens_per_line, max(min(len(v.tokens), max_tokens) for v in views))
     width = 3.2 + 0.27 * line_len
@@ -572,20 +619,25 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
                 cx = [t for t in x if chk[t]]
                 ax_d.plot(cx, [r + 0.42] * len(cx), ls="none", marker="^", ms=3.5, color="black")
         ax_d.set_yticks(range(len(d_labels)), d_labels, fontsize=8)
-        rows = np.vstack([v.token_level, v.response_total[None], v.token_total[None]])  # [K + 2, T]
-        m = float(np.abs(rows).max()) or 1.0
+        rows, scales = advantage_rows(v)  # [2K + 2, T], [K + 1]
         im_a = ax_a.imshow(
             rows[:, s:e],
             aspect="auto",
             cmap="RdBu",
-            norm=Normalize(-m, m),
+            norm=Normalize(-1.0, 1.0),
             interpolation="nearest",
             extent=(s - 0.5, e - 0.5, rows.shape[0] - 0.5, -0.5),
         )
-        a_labels = [f"{n}  MRTPO (Â={_signed(a)})" for n, a in zip(v.reward_names, v.advantages)]
-        a_labels += [f"total  {v.method.upper()} (ΣÂ={_signed(v.advantages.sum())})", "total  MRTPO S"]
+        method = v.method.upper()
+        a_labels = []
+        for n, a, sc in zip(v.reward_names, v.advantages, scales):
+            scale = f"scale ±{sc:.2g}" if sc > 0 else "zero"
+            a_labels += [f"{n}  {method} (Â={_signed(a)}; {scale})", f"{n}  MRTPO"]
+        total = f"scale ±{scales[-1]:.2g}" if scales[-1] > 0 else "zero"
+        a_labels += [f"total  {method} (ΣÂ={_signed(v.advantages.sum())}; {total})", "total  MRTPO S"]
         ax_a.set_yticks(range(len(a_labels)), a_labels, fontsize=8)
-        ax_a.axhline(len(v.reward_names) - 0.5, color="black", lw=0.8)
+        for r in range(1, len(v.reward_names) + 1):
+            ax_a.axhline(2 * r - 0.5, color="black" if r == len(v.reward_names) else "0.7", lw=0.8)
         for ax in (ax_d, ax_a):
             ax.set_xlim(s - 0.5, s + line_len - 0.5)  # equal cell widths on a short last line
             ax.set_xticks(x, [_tick_label(v.tokens[t]) for t in x], rotation=90, fontsize=7.5)
@@ -599,10 +651,11 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
         cb_d.set_label("d / max d", fontsize=7)
         cb = fig.colorbar(im_a, ax=ax_a, fraction=0.02, pad=0.01)
         cb.ax.tick_params(labelsize=7)
-        cb.set_label("token advantage", fontsize=7)
+        cb.set_label("advantage / its reward's scale", fontsize=7)
     fig.suptitle(
         "distance strips: d / max d per reward; ▲ a token the reward's verifier reads; gray: pair skipped (Â = 0)\n"
-        "advantage strips: MRTPO per reward, then both totals, on one color scale per response",
+        "advantage strips: per reward the response level and MRTPO on that reward's scale (in the label),\n"
+        "then both totals on theirs; an advantage of at most 1e-8 in absolute value is drawn as 0",
         fontsize=7.5,
         x=0.01,
         ha="left",

@@ -8,6 +8,8 @@ tokens the reward's verifier reads (:meth:`mrtpo.tasks.base.Verifier.checked_spa
     token_share    = |C| / T
     ratio          = distance_share / token_share          (1 = no localization)
     top_k_share    = (sum of the k largest d[t]) / Σ_t d[t]  (uniform distances: min(k, T) / T)
+    position_share = share of Σ_t d[t] on each of B equal parts of the response (Figure 6(b, d);
+                     uniform distances: 1 / B per part; see :func:`position_shares`)
 
 A pair is left out of ``distance_share``/``ratio`` when ``Σ d = 0`` (nothing to share) or ``C`` is empty
 or unknown, and out of ``top_k_share`` when ``Σ d = 0``.
@@ -50,11 +52,13 @@ __all__ = [
     "LocalizationSummary",
     "PairLocalization",
     "aggregate_localization",
+    "aggregate_position_shares",
     "aggregate_top_k",
     "checked_token_mask",
     "decode_offsets",
     "distance_share",
     "pair_localization",
+    "position_shares",
     "token_pieces",
     "token_share",
     "tokenize_with_offsets",
@@ -167,6 +171,11 @@ class PairLocalization:
         token_share: ``|C| / T``.
         ratio: ``distance_share / token_share`` (NaN when undefined).
         top_k: ``{k: top_k_share}`` for the requested k.
+        positions: [B] share of the distance on each of B parts of the response
+            (:func:`position_shares`), when requested.
+        max_distance: ``max_t d[t]`` (a JS distance, in [0, 1]: how much the reward's information
+            moves the policy at the token it moves most).
+        mean_distance: ``mean_t d[t]``.
     """
 
     tokens: int
@@ -175,6 +184,9 @@ class PairLocalization:
     token_share: float
     ratio: float
     top_k: dict[int, float] = field(default_factory=dict)
+    positions: tuple[float, ...] | None = None
+    max_distance: float = math.nan
+    mean_distance: float = math.nan
 
     @property
     def has_span_share(self) -> bool:
@@ -183,14 +195,19 @@ class PairLocalization:
 
 
 def pair_localization(
-    distances: Sequence[float], checked: Sequence[int] | None, *, top_k: Sequence[int] = DEFAULT_TOP_K
+    distances: Sequence[float],
+    checked: Sequence[int] | None,
+    *,
+    top_k: Sequence[int] = DEFAULT_TOP_K,
+    parts: int | None = None,
 ) -> PairLocalization | None:
     """All statistics of one (response, reward) pair; None when ``Σ d = 0`` or T = 0.
 
     Args:
         distances: [T] float >= 0.
-        checked: [T] 0/1 or None (no span known: only the top-k shares are defined).
+        checked: [T] 0/1 or None (no span known: only the top-k and position shares are defined).
         top_k: the k of the top-k shares.
+        parts: B of the position shares (None: not computed).
     """
     d = _distances(distances)
     t = d.shape[0]
@@ -200,15 +217,65 @@ def pair_localization(
         return None
     ordered = np.sort(u)[::-1]  # [T] largest first
     shares = {int(k): float(ordered[: int(k)].sum() / total) for k in top_k}
+    pos = None if parts is None else tuple(float(x) for x in position_shares(d, parts))
+    size = (float(d.max()), float(d.mean()))
     if checked is None:
-        return PairLocalization(t, 0, math.nan, math.nan, math.nan, shares)
+        return PairLocalization(t, 0, math.nan, math.nan, math.nan, shares, pos, *size)
     c = _checked(checked, t)
     n_c = int(c.sum())
     ts = n_c / t
     if n_c == 0:
-        return PairLocalization(t, 0, math.nan, ts, math.nan, shares)
+        return PairLocalization(t, 0, math.nan, ts, math.nan, shares, pos, *size)
     ds = float(u[c].sum() / total)
-    return PairLocalization(t, n_c, ds, ts, ds / ts, shares)
+    return PairLocalization(t, n_c, ds, ts, ds / ts, shares, pos, *size)
+
+
+def position_shares(distances: Sequence[float], parts: int = 5) -> np.ndarray | None:
+    """Share of a pair's distance on each of ``parts`` equal parts of the response (the paper's
+    Figure 6(b, d): where in the response a reward's distance falls).
+
+    Token t covers the fraction ``[t / T, (t + 1) / T)`` of the response and part b the fraction
+    ``[b / B, (b + 1) / B)``; a token's distance is split over the parts in proportion to the overlap
+    (a token of a response shorter than B parts spreads over several parts)::
+
+        share[b] = Σ_t d[t] · |[t/T, (t+1)/T) ∩ [b/B, (b+1)/B)| · T / Σ_t d[t]
+
+    computed in integer units of ``1 / (T · B)``, so uniform distances give exactly ``1 / B`` per part
+    (the uniform assignment of a response-level method) and the shares sum to 1.
+
+    Args:
+        distances: [T] float >= 0, one (response, reward) row.
+        parts: B >= 1.
+
+    Returns:
+        [B] float64 shares, or None when ``Σ d = 0`` or T = 0.
+    """
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+        raise ValueError(f"parts={parts!r} must be a positive integer")
+    u = _unit_scaled(_distances(distances))
+    t_len = u.shape[0]
+    total = u.sum()
+    if t_len == 0 or total <= 0:
+        return None
+    t = np.arange(t_len)[:, None]  # [T, 1]
+    b = np.arange(parts)[None, :]  # [1, B]
+    # overlap of token t, [t B, (t + 1) B), and part b, [b T, (b + 1) T), in units of 1 / (T B)
+    overlap = np.clip(
+        np.minimum((t + 1) * parts, (b + 1) * t_len) - np.maximum(t * parts, b * t_len), 0, None
+    )
+    return (u @ overlap) / (parts * total)  # [B]; uniform u: T / (B T) = 1 / B exactly
+
+
+def aggregate_position_shares(rows: Iterable[np.ndarray | None], parts: int) -> tuple[np.ndarray, int]:
+    """Mean over pairs of :func:`position_shares` (None rows, Σ d = 0, are skipped).
+
+    Returns:
+        ``(mean [B], n)``; NaN and n = 0 when no row counts.
+    """
+    kept = [np.asarray(r, dtype=np.float64) for r in rows if r is not None]
+    if not kept:
+        return np.full(parts, math.nan), 0
+    return np.mean(np.stack(kept), axis=0), len(kept)
 
 
 # --------------------------------------------------------------------------------------------------

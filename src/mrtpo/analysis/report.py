@@ -42,6 +42,7 @@ from mrtpo.analysis import curves as C
 from mrtpo.analysis.localization import (
     DEFAULT_TOP_K,
     aggregate_localization,
+    aggregate_position_shares,
     aggregate_top_k,
     pair_localization,
 )
@@ -52,6 +53,9 @@ __all__ = ["build_report", "localization_tables", "steps_table"]
 
 MIN_COUNT = 5
 """Fewest (response, reward) pairs behind a localization cell; fewer print "–" (as in Table 4)."""
+
+POSITION_PARTS = 5
+"""Parts of the response in the position-share table and figure (fifths)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -100,7 +104,13 @@ def _upper_bounds(run: Run, names: list[str]) -> dict[str, float]:
     return {n: by_name.get(n, 1.0) for n in names}
 
 
-def _record_pairs(record: dict[str, Any], upper: dict[str, float], top_k: Sequence[int], where: str):
+def _record_pairs(
+    record: dict[str, Any],
+    upper: dict[str, float],
+    top_k: Sequence[int],
+    where: str,
+    parts: int | None = None,
+):
     """Yield ``(reward, satisfied, PairLocalization | None)`` for each replayed (response, reward)."""
     rec = SampleRecord.from_json(record, where)
     names, rows = rec.reward_names, rec.distances
@@ -113,7 +123,7 @@ def _record_pairs(record: dict[str, Any], upper: dict[str, float], top_k: Sequen
         if row is None:
             continue
         try:
-            pair = pair_localization(row, checked.get(name), top_k=top_k)
+            pair = pair_localization(row, checked.get(name), top_k=top_k, parts=parts)
         except ValueError as e:
             raise ValueError(f"{where}, reward {name!r}: {e}") from None
         sat = None if rewards[k] is None else float(rewards[k]) >= upper.get(name, 1.0) - 1e-9
@@ -121,16 +131,22 @@ def _record_pairs(record: dict[str, Any], upper: dict[str, float], top_k: Sequen
 
 
 def localization_tables(
-    groups: dict[str, list[Run]], *, top_k: Sequence[int] = DEFAULT_TOP_K, min_count: int = MIN_COUNT
+    groups: dict[str, list[Run]],
+    *,
+    top_k: Sequence[int] = DEFAULT_TOP_K,
+    min_count: int = MIN_COUNT,
+    parts: int = POSITION_PARTS,
 ) -> dict[str, dict[str, Any]]:
-    """Per method: localization per reward (satisfied / violated / all) and pooled, and top-k shares.
+    """Per method: localization per reward (satisfied / violated / all) and pooled, top-k shares, and the
+    share of each reward's distance on each of ``parts`` parts of the response (Figure 6(b)).
 
     Returns:
         ``{method: {"source": "samples" | "metrics", "rewards": {name: {"satisfied": summary, "violated":
-        summary, "all": summary, "top_k": {k: [share, uniform, n]}}}, "pooled": {"satisfied": ...,
-        "violated": ...}, "top_k_curve": {k: {name: share}}}}`` where a summary is ``{"n", "distance_share",
-        "token_share", "ratio", "shown"}`` (``shown`` False below ``min_count`` pairs). Methods without
-        any replayed sample are absent (or come from the metrics, with ``source = "metrics"``).
+        summary, "all": summary, "top_k": {k: [share, uniform, n]}, "position": {"all" | "satisfied" |
+        "violated": {"shares": [B], "n"}}}}, "pooled": {"satisfied": ..., "violated": ...}, "top_k_curve":
+        {k: {name: share}}, "parts": B}}`` where a summary is ``{"n", "distance_share", "token_share",
+        "ratio", "shown"}`` (``shown`` False below ``min_count`` pairs). Methods without any replayed
+        sample are absent (or come from the metrics, with ``source = "metrics"``).
     """
     curve_ks = list(range(1, max(top_k) + 1)) if top_k else []
     out: dict[str, dict[str, Any]] = {}
@@ -142,7 +158,7 @@ def localization_tables(
             upper = _upper_bounds(run, names)
             for i, rec in enumerate(run.samples()):
                 where = f"{run.samples_path} record {i}"
-                for name, sat, pair in _record_pairs(rec, upper, curve_ks or top_k, where):
+                for name, sat, pair in _record_pairs(rec, upper, curve_ks or top_k, where, parts):
                     if name not in names:
                         names.append(name)
                     pairs.setdefault((name, sat), []).append(pair)
@@ -158,8 +174,25 @@ def localization_tables(
                 "shown": s.n >= min_count,
             }
 
+        def positions(ps: list) -> dict[str, Any]:
+            shares, n = aggregate_position_shares((p.positions if p is not None else None for p in ps), parts)
+            kept = [p for p in ps if p is not None]
+            return {
+                "shares": shares.tolist(),
+                "n": n,
+                # how much the reward's information moves the policy: median over pairs of max_t d, mean_t d
+                "max_distance": float(np.median([p.max_distance for p in kept])) if kept else math.nan,
+                "mean_distance": float(np.median([p.mean_distance for p in kept])) if kept else math.nan,
+            }
+
         if pairs:
-            table: dict[str, Any] = {"source": "samples", "rewards": {}, "pooled": {}, "top_k_curve": {}}
+            table: dict[str, Any] = {
+                "source": "samples",
+                "rewards": {},
+                "pooled": {},
+                "top_k_curve": {},
+                "parts": parts,
+            }
             for name in names:
                 sat_p = pairs.get((name, True), [])
                 vio_p = pairs.get((name, False), [])
@@ -172,6 +205,11 @@ def localization_tables(
                     "violated": summary(vio_p),
                     "all": summary(all_p),
                     "top_k": {k: list(tk[k]) for k in top_k},
+                    "position": {
+                        "all": positions(all_p),
+                        "satisfied": positions(sat_p),
+                        "violated": positions(vio_p),
+                    },
                 }
                 for k in curve_ks:
                     table["top_k_curve"].setdefault(k, {})[name] = list(tk[k])
@@ -236,6 +274,61 @@ def _plot_top_k(loc: dict[str, dict[str, Any]], out_path: Path) -> Path | None:
     return out_path
 
 
+def _part_names(parts: int) -> list[str]:
+    """``1/5 .. 5/5`` style names of the parts of a response (first part first)."""
+    return [f"{b + 1}/{parts}" for b in range(parts)]
+
+
+def _plot_positions(loc: dict[str, dict[str, Any]], out_path: Path, order: Sequence[str] = ()) -> Path | None:
+    """One panel per method: per reward, the mean share of its distance on each part of the response
+    (the paper's Figure 6(b)); gray: the uniform assignment, 1 / B per part."""
+    methods = [
+        m
+        for m, t in loc.items()
+        if any(r.get("position", {}).get("all", {}).get("n") for r in t.get("rewards", {}).values())
+    ]
+    if not methods:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    present = {n for m in methods for n in loc[m]["rewards"]}
+    names = [n for n in order if n in present] + sorted(present - set(order))  # the runs' reward order
+    cmap = plt.get_cmap("tab10")
+    colors = {n: cmap(i % 10) for i, n in enumerate(names)}  # one colour per reward in every panel
+    markers = "osD^vP*X"
+    fig, axes = plt.subplots(1, len(methods), figsize=(4.8 * len(methods), 3.6), squeeze=False)
+    for ax, method in zip(axes[0], methods):
+        parts = int(loc[method]["parts"])
+        x = np.arange(1, parts + 1)
+        for i, name in enumerate(names):
+            pos = loc[method]["rewards"].get(name, {}).get("position", {}).get("all")
+            if not pos or not pos["n"]:
+                continue
+            ax.plot(
+                x,
+                pos["shares"],
+                marker=markers[i % len(markers)],
+                ms=4,
+                color=colors[name],
+                label=f"{name} ({pos['n']})",
+            )
+        ax.axhline(1.0 / parts, color="0.6", ls="--", lw=1.5, label="uniform (GDPO)")
+        ax.set_title(method, fontsize=11)
+        ax.set_xticks(x, _part_names(parts))
+        ax.set_xlabel(f"part of the response ({parts} equal parts by token position)")
+        ax.set_ylabel("share of the reward's distance")
+        ax.set_ylim(0, None)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=130)
+    plt.close(fig)
+    return out_path
+
+
 # --------------------------------------------------------------------------------------------------
 # HTML
 # --------------------------------------------------------------------------------------------------
@@ -252,6 +345,7 @@ td.l,th.l{text-align:left}
 tr.pool td{background:#fafafa;font-weight:600}
 img{max-width:100%;border:1px solid #eee}
 .dim{color:#888}
+.warn{color:#a40000}
 """
 
 
@@ -285,6 +379,15 @@ def _render(report: dict[str, Any], images: dict[str, Path | None]) -> str:
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>mrtpo report</title>',
         f"<style>{_CSS}</style></head><body><h1>mrtpo report</h1>",
     ]
+    for note in report.get("notes", []):
+        parts.append(f"<p class='warn'><b>{e(note)}</b></p>")
+    if report.get("warnings") or report.get("skipped"):
+        parts.append("<h2>Warnings</h2><ul>")
+        for w in report.get("warnings", []):
+            parts.append(f"<li class='warn'>{e(w)}</li>")
+        for sk in report.get("skipped", []):
+            parts.append(f"<li class='warn'>skipped {e(sk['path'])}: {e(sk['reason'])}</li>")
+        parts.append("</ul>")
     # runs
     parts.append(
         "<h2>Runs</h2><table><tr><th class='l'>method</th><th>seed</th><th class='l'>run</th>"
@@ -392,6 +495,38 @@ def _render(report: dict[str, Any], images: dict[str, Path | None]) -> str:
                 parts.append(f"<tr><td class='l'>{e(name)}</td><td>{n}</td>{cells}</tr>")
             parts.append("</table>")
     parts.append(_img(images.get("top_k"), "top-k share"))
+    # where in the response the distance falls (Figure 6(b))
+    if any(t.get("parts") for t in loc.values()):
+        nparts = report["position_parts"]
+        parts.append(
+            "<h2>Where in the response the distance falls</h2><p>Share of each reward's replay distance on "
+            f"each of {nparts} equal parts of the response by token position (a token's distance is split "
+            "over the parts it overlaps), mean over replayed (response, reward) pairs, %. A uniform "
+            f"assignment (GDPO's) puts {_pct(1 / nparts)} on each part (the paper's Figure 6(b)). Max d and "
+            "mean d: medians over the pairs of the largest and the mean distance of a response (a JS distance, "
+            "in [0, 1]): how much the reward's information moves the policy at all.</p>"
+        )
+        for method, t in loc.items():
+            rows = [
+                (name, row["position"]["all"])
+                for name, row in t.get("rewards", {}).items()
+                if row.get("position", {}).get("all", {}).get("n")
+            ]
+            if not rows:
+                continue
+            parts.append(
+                f"<h3>{e(method)}</h3><table><tr><th class='l'>reward</th><th>pairs</th>"
+                + "".join(f"<th>{p}</th>" for p in _part_names(nparts))
+                + "<th>max d</th><th>mean d</th></tr>"
+            )
+            for name, pos in rows:
+                cells = "".join(f"<td>{_pct(v)}</td>" for v in pos["shares"])
+                cells += (
+                    f"<td>{_num(pos['max_distance'], '.3f')}</td><td>{_num(pos['mean_distance'], '.3f')}</td>"
+                )
+                parts.append(f"<tr><td class='l'>{e(name)}</td><td>{pos['n']}</td>{cells}</tr>")
+            parts.append("</table>")
+        parts.append(_img(images.get("position"), "distance share per part of the response"))
     if images.get("replay"):
         parts.append(
             "<h2>Replay over training</h2><p>Mean JS distance per reward and the trainer's localization "
@@ -419,6 +554,42 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
+def empty_reason(run: Run) -> str:
+    """Why a run folder has no metrics (the reason a report skips it)."""
+    path = run.path / "metrics.jsonl"
+    if not path.exists():
+        return "metrics.jsonl is missing (the run never logged a step: it failed or was stopped early)"
+    return "metrics.jsonl has no rows (the run never logged a step: it failed or was stopped early)"
+
+
+def pooling_warnings(groups: dict[str, list[Run]]) -> list[str]:
+    """Pooling that is likely a mistake: runs of different tasks in one report (their curves and tables
+    share panels), and two runs of one method with the same seed from the same model (counted as two
+    seeds, though they are one seed run twice or runs of different setups)."""
+    out = []
+    by_task: dict[str, list[Run]] = {}
+    for runs in groups.values():
+        for r in runs:
+            by_task.setdefault(str(r.config.get("task")), []).append(r)
+    if len(by_task) > 1:
+        parts = []
+        for task, rs in by_task.items():
+            where = f": {rs[0].path}" if len(rs) == 1 else ""
+            parts.append(f"{task} ({len(rs)} run{'s' * (len(rs) != 1)}{where})")
+        out.append("runs of different tasks are pooled in one report: " + ", ".join(parts))
+    for method, runs in groups.items():
+        seen: dict[tuple[str, str], list[Run]] = {}
+        for r in runs:
+            seen.setdefault((str(r.seed), str(r.config.get("model"))), []).append(r)
+        for (seed, model), rs in seen.items():
+            if len(rs) > 1:
+                out.append(
+                    f"{method}: {len(rs)} runs with seed {seed} from the same model {model!r} are pooled as "
+                    f"{len(rs)} seeds: " + ", ".join(str(r.path) for r in rs)
+                )
+    return out
+
+
 def build_report(
     run_dirs: Sequence[str | Path],
     out_dir: str | Path,
@@ -429,8 +600,15 @@ def build_report(
     smooth: int = 1,
     top_k: Sequence[int] = DEFAULT_TOP_K,
     min_count: int = MIN_COUNT,
+    position_parts: int = POSITION_PARTS,
+    notes: Sequence[str] = (),
 ) -> Path:
     """Write the report of ``run_dirs`` to ``out_dir`` and return the HTML path.
+
+    Runs without any row in metrics.jsonl (a failed or empty run) are skipped, with the reason in
+    ``report.json`` (``skipped``) and on the page; pooling that is likely a mistake (runs of different
+    tasks, or two runs of one method with the same seed from the same model) is listed in
+    ``warnings`` (:func:`pooling_warnings`).
 
     Args:
         run_dirs: run folders, or folders containing run folders.
@@ -444,6 +622,8 @@ def build_report(
             before the threshold test (1 = none).
         top_k: the k of the top-k table (the figure shows every k up to the largest).
         min_count: fewest pairs behind a localization cell.
+        position_parts: parts of the response in the position-share table (Figure 6(b)).
+        notes: lines shown in bold at the top of the page (e.g. that the runs are a smoke run).
     """
     if stat not in C.STATS:
         raise ValueError(f"stat must be one of {C.STATS}, got {stat!r}")
@@ -452,11 +632,19 @@ def build_report(
     top_k = sorted({int(k) for k in top_k})
     if any(k < 1 for k in top_k):
         raise ValueError(f"top_k={list(top_k)} must be positive integers")
-    runs = [load_run(p) for p in find_run_dirs(run_dirs)]
+    if isinstance(position_parts, bool) or not isinstance(position_parts, int) or position_parts < 1:
+        raise ValueError(f"position_parts={position_parts!r} must be a positive integer")
+    loaded = [load_run(p) for p in find_run_dirs(run_dirs)]
+    skipped = [{"path": str(r.path), "reason": empty_reason(r)} for r in loaded if not r.metrics]
+    runs = [r for r in loaded if r.metrics]
+    if not runs:
+        raise ValueError(
+            "no run has any row in metrics.jsonl: "
+            + "; ".join(f"{x['path']}: {x['reason']}" for x in skipped)
+        )
     groups = group_by_method(runs)
-    keys = set().union(*(r.metric_keys() for r in runs)) if runs else set()
-    if not any(r.metrics for r in runs):
-        raise ValueError("no run has any row in metrics.jsonl")
+    warnings = pooling_warnings(groups)
+    keys = set().union(*(r.metric_keys() for r in runs))
     key = C.resolve_metric(metric, keys)
     names = list(dict.fromkeys(n for r in runs for n in r.reward_names))
     panel_keys = [key] + [
@@ -485,9 +673,7 @@ def build_report(
         threshold_value, source = float(threshold), "given"
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    import matplotlib.pyplot as plt
-
-    colors = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(groups)}
+    colors = C.method_colors(list(groups))
     images: dict[str, Path | None] = {}
     images["curves"] = C.plot_curves(
         panels,
@@ -508,8 +694,9 @@ def build_report(
             reference={k: 1.0 for k in diag_keys if k.endswith("/ratio")},
         )
     steps = steps_table(groups, key, threshold_value, smooth=smooth) if threshold_value is not None else {}
-    loc = localization_tables(groups, top_k=top_k, min_count=min_count)
+    loc = localization_tables(groups, top_k=top_k, min_count=min_count, parts=position_parts)
     images["top_k"] = _plot_top_k(loc, out / "top_k.png")
+    images["position"] = _plot_positions(loc, out / "position.png", names)
 
     run_rows = []
     for method, rs in groups.items():
@@ -527,6 +714,9 @@ def build_report(
                 }
             )
     report = {
+        "notes": list(notes),
+        "warnings": warnings,
+        "skipped": skipped,
         "runs": run_rows,
         "metric": key,
         "threshold": threshold_value,
@@ -535,6 +725,7 @@ def build_report(
         "smooth": smooth,
         "top_k": top_k,
         "min_count": min_count,
+        "position_parts": position_parts,
         "curves": {
             k: {
                 m: {

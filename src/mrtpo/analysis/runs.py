@@ -92,7 +92,7 @@ def method_label(config: dict[str, Any]) -> str:
     ``label`` from run.json when set; otherwise ``OPSD`` for the distillation loss (``loss: opsd``), the
     response-level name (``GDPO``) for response-level credit (``uniform``/``none``), ``MRTPO`` for reward
     credit on GDPO, ``MRTPO+SAW`` on another method, ``MRTPO (joint)`` / ``MRTPO (shuffled)`` for the
-    ablations, ``CoRT`` (``CoRT+GDPO`` on a method other than GRPO), and `` β=0.25`` appended when β is
+    ablations, ``MRTPO (scaled)`` / ``MRTPO (scaled, shuffled)`` for the scaled allocation and its control, ``CoRT`` (``CoRT+GDPO`` on a method other than GRPO), ``RLSD`` (``RLSD+RDPO`` on a method other than GDPO), and `` β=0.25`` appended when β is
     not 0.5.
     """
     if config.get("label"):
@@ -106,10 +106,14 @@ def method_label(config: dict[str, Any]) -> str:
     base = "MRTPO" if adv == "gdpo" else f"MRTPO+{name}"
     if credit == "reward":
         label = base
-    elif credit in ("joint", "shuffled"):
+    elif credit in ("joint", "shuffled", "scaled"):
         label = f"{base} ({credit})"
+    elif credit == "scaled_shuffled":
+        label = f"{base} (scaled, shuffled)"
     elif credit == "cort":
         label = "CoRT" if adv == "grpo" else f"CoRT+{name}"
+    elif credit == "rlsd":
+        label = "RLSD" if adv == "gdpo" else f"RLSD+{name}"
     else:
         label = f"{name}+{credit}"
     if beta is not None and beta != DEFAULT_BETA:

@@ -1,15 +1,43 @@
-"""Small statistics for comparing methods across seeds: a paired bootstrap interval.
+"""Small statistics for comparing methods across seeds: paired bootstrap intervals.
 
 Runs of two methods that share a seed share the warm start, the data order and the first batch, so
 their difference is read seed by seed (paired), not as the difference of two independent means.
+
+:func:`paired_bootstrap` resamples the pairs of one warm start (RL seeds). :func:`two_level_bootstrap`
+resamples warm starts and then the RL seeds within each, so its interval also covers what changes
+between warm starts (e.g. between machines, whose float differences change the warm start and with
+it every trajectory).
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+PairStatistic = Callable[[Sequence[float], Sequence[float]], float]
+"""``statistic(a, b) -> float`` of paired values (``a[i]``, ``b[i]`` one pair)."""
+
+
+def mean_difference(a: Sequence[float], b: Sequence[float]) -> float:
+    """``mean_i (a[i] - b[i])``."""
+    return sum(float(x) - float(y) for x, y in zip(a, b, strict=True)) / len(a)
+
+
+def median_ratio(a: Sequence[float], b: Sequence[float]) -> float:
+    """``median(a) / median(b)`` (inf when ``median(b) = 0 < median(a)``, 1 when both are 0)."""
+    ma, mb = median(a), median(b)
+    if mb == 0:
+        return 1.0 if ma == 0 else math.inf
+    return ma / mb
+
+
+STATISTICS: dict[str, tuple[PairStatistic, float]] = {
+    "mean_difference": (mean_difference, 0.0),
+    "median_ratio": (median_ratio, 1.0),
+}
+"""Named statistics of :func:`two_level_bootstrap` and their null value (no difference)."""
 
 
 def paired_bootstrap(
@@ -95,3 +123,129 @@ def median(values: Sequence[float]) -> float:
         return s[m // 2]
     lo, hi = s[m // 2 - 1], s[m // 2]
     return hi if math.isinf(hi) else (lo + hi) / 2
+
+
+def two_level_bootstrap(
+    clusters: Mapping[Any, Sequence[tuple[float, float]]],
+    *,
+    statistic: str = "mean_difference",
+    resamples: int = 10_000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Percentile interval of a paired statistic, resampling clusters and then pairs within them.
+
+    ``clusters`` maps a warm start to its pairs ``(a, b)`` (one per RL seed: the two methods' runs from
+    that warm start with that seed). One resample draws W warm starts with replacement (W = number of
+    clusters) and, for each drawn warm start, its ``n_w`` pairs with replacement; the statistic is
+    computed on the pooled drawn pairs. The interval is the ``(1 - level) / 2`` and ``(1 + level) / 2``
+    quantiles of the resampled statistics (linear interpolation). This is the two-stage (hierarchical)
+    bootstrap: its spread covers the variance between warm starts as well as between RL seeds. With W
+    warm starts there are few distinct first-stage draws, so with W = 3 an interval excludes the null
+    value only when (nearly) every warm start points the same way.
+
+    Statistics (:data:`STATISTICS`): ``mean_difference`` (mean of ``a - b`` over all pairs; null 0) and
+    ``median_ratio`` (``median(a) / median(b)``; null 1). ``within_noise`` is True when the interval
+    contains the null value.
+
+    Args:
+        clusters: ``{warm start: [(a, b), ...]}``, at least one cluster with at least one pair; finite.
+        statistic: a name in :data:`STATISTICS`.
+        resamples: bootstrap resamples (>= 1).
+        level: coverage, in (0, 1).
+        seed: seed of the resampling (``numpy.random.default_rng``; see :func:`_two_level_draws`).
+
+    Returns:
+        ``{"statistic", "estimate", "low", "high", "null", "level", "n", "clusters" (W), "resamples",
+        "seed", "within_noise", "per_cluster": {warm start: statistic of its pairs}}``.
+
+    Raises:
+        ValueError: no cluster, an empty cluster, a non-finite value, or a bad option.
+    """
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic={statistic!r} must be one of {', '.join(STATISTICS)}")
+    fn, null = STATISTICS[statistic]
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
+        raise ValueError(f"resamples={resamples!r} must be a positive integer")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level={level!r} must be in (0, 1)")
+    if not clusters:
+        raise ValueError("two_level_bootstrap: no cluster")
+    keys = list(clusters)
+    data: list[list[tuple[float, float]]] = []
+    for key in keys:
+        pairs = [(float(x), float(y)) for x, y in clusters[key]]
+        if not pairs:
+            raise ValueError(f"two_level_bootstrap: cluster {key!r} has no pair")
+        for i, (x, y) in enumerate(pairs):
+            if not (math.isfinite(x) and math.isfinite(y)):
+                raise ValueError(f"two_level_bootstrap: cluster {key!r} pair {i} is not finite ({x}, {y})")
+        data.append(pairs)
+
+    def stat(pairs: Sequence[tuple[float, float]]) -> float:
+        return fn([x for x, _ in pairs], [y for _, y in pairs])
+
+    values = sorted(_two_level_draws(data, statistic, resamples, seed).tolist())
+    low = _quantile(values, (1.0 - level) / 2)
+    high = _quantile(values, (1.0 + level) / 2)
+    everything = [p for pairs in data for p in pairs]
+    per_cluster = {key: stat(pairs) for key, pairs in zip(keys, data)}
+    if statistic == "mean_difference":
+        # resampled means lie within the range of the differences: clamp rounding so that a constant
+        # difference gives [d, d] exactly
+        d = [x - y for x, y in everything]
+        low, high = max(low, min(d)), min(high, max(d))
+    return {
+        "statistic": statistic,
+        "estimate": stat(everything),
+        "low": low,
+        "high": high,
+        "null": null,
+        "level": level,
+        "n": len(everything),
+        "clusters": len(data),
+        "resamples": resamples,
+        "seed": seed,
+        "within_noise": low <= null <= high,
+        "per_cluster": per_cluster,
+    }
+
+
+def _two_level_draws(
+    data: Sequence[Sequence[tuple[float, float]]], statistic: str, resamples: int, seed: int
+) -> Any:
+    """The resampled statistics of :func:`two_level_bootstrap`, vectorized.
+
+    Random numbers, from ``numpy.random.default_rng(seed)``: ``first = integers(0, W, (R, W))`` (the
+    warm start in each of the W slots of each of the R resamples), then ``u = random((R, W, n_max))``;
+    slot i of resample r draws the pairs ``floor(u[r, i, j] * n_c)`` for ``j < n_c`` of its warm start
+    c = first[r, i] (``n_c`` pairs; slots j >= n_c are unused).
+
+    Returns:
+        [R] float64 statistics.
+    """
+    import numpy as np
+
+    w = len(data)
+    sizes = np.array([len(p) for p in data])  # [W]
+    n_max = int(sizes.max())
+    a = np.zeros((w, n_max))  # [W, n_max] padded
+    b = np.zeros((w, n_max))
+    for c, pairs in enumerate(data):
+        a[c, : len(pairs)] = [x for x, _ in pairs]
+        b[c, : len(pairs)] = [y for _, y in pairs]
+    rng = np.random.default_rng(seed)
+    first = rng.integers(0, w, size=(resamples, w))  # [R, W]
+    u = rng.random((resamples, w, n_max))  # [R, W, n_max]
+    n = sizes[first]  # [R, W]
+    idx = np.minimum(np.floor(u * n[:, :, None]).astype(np.int64), n[:, :, None] - 1)  # [R, W, n_max]
+    used = np.arange(n_max)[None, None, :] < n[:, :, None]  # [R, W, n_max]
+    xa = a[first[:, :, None], idx]  # [R, W, n_max]
+    xb = b[first[:, :, None], idx]
+    if statistic == "mean_difference":
+        return np.where(used, xa - xb, 0.0).sum(axis=(1, 2)) / used.sum(axis=(1, 2))  # [R]
+    ma = np.nanmedian(np.where(used, xa, np.nan).reshape(resamples, -1), axis=1)  # [R]
+    mb = np.nanmedian(np.where(used, xb, np.nan).reshape(resamples, -1), axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(mb == 0, np.where(ma == 0, 1.0, np.inf), ma / np.where(mb == 0, 1.0, mb))
+    return ratio

@@ -1,5 +1,6 @@
 """``mrtpo demo``: GRPO, GDPO, MRTPO and MRTPO's controls (shuffled weights, joint replay; a β sweep
-behind ``--beta-sweep``) on the synthetic multi-constraint task, over seeds, with a report.
+behind ``--beta-sweep``) on the synthetic multi-constraint task, over warm starts and RL seeds, with a
+report.
 
 Nothing is downloaded: the tokenizer and model are built from scratch (see :mod:`mrtpo.demo`).
 """
@@ -14,22 +15,41 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run: short warm start, two seeds, 6 RL steps, one process (well under a minute)",
+        help="smoke run: two short warm starts, one RL seed, 6 RL steps, one process (under a minute); its "
+        "numbers say nothing about the methods",
     )
     parser.add_argument(
-        "--seeds", type=int, nargs="+", default=None, help="RL seeds (default: 0 1 2 3 4; quick: 0 1)"
+        "--warm-starts",
+        type=int,
+        nargs="+",
+        default=None,
+        help="warm starts, by the seed of their imperfect phase; they share the copy phase (default: 0 1 2; "
+        "quick: 0 1)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="RL seeds, run from every warm start (default: 0 1; quick: 0)",
     )
     parser.add_argument(
         "--methods",
         nargs="+",
         default=None,
         help="methods (default: grpo gdpo mrtpo shuffled joint; also mrtpo-beta0 mrtpo-beta0.25 mrtpo-beta1 "
-        "rdpo rdpo-mrtpo rlsd)",
+        "mrtpo-scaled scaled-shuffled rdpo rdpo-mrtpo rlsd)",
     )
     parser.add_argument(
         "--beta-sweep",
         action="store_true",
         help="add MRTPO at beta = 0, 0.25 and 1 (beta 0.5 is mrtpo) to the methods",
+    )
+    parser.add_argument(
+        "--scaled",
+        action="store_true",
+        help="add MRTPO with scaled weights (mrtpo-scaled) and its shuffled control (scaled-shuffled) to the "
+        "methods (with gdpo, the baseline)",
     )
     parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: see RLConfig)")
     parser.add_argument(
@@ -42,27 +62,29 @@ def add_arguments(parser) -> None:
         "--warm-start-steps",
         type=int,
         default=None,
-        help="supervised warm-start steps (default: 1400, the first 800 on clean demonstrations; the clean "
-        "phase keeps its share)",
+        help="supervised steps of a warm start (default: see WarmStartConfig; the shared copy phase keeps its "
+        "share)",
     )
     parser.add_argument(
         "--warm-start",
         default=None,
         metavar="DIR",
-        help="reuse a warm-start folder (DIR/warmstart of an earlier demo)",
+        help="reuse warm starts: DIR/warmstart of an earlier demo (its ws<w> folders; those of --warm-starts "
+        "it holds) or one warm-start folder",
     )
     parser.add_argument("--threshold", type=float, default=0.9, help="satisfaction threshold (default: 0.9)")
     parser.add_argument(
         "--threads",
         type=int,
         default=None,
-        help="torch CPU threads of the warm start (and of the RL runs with --workers 1) (default: 2; quick: 1)",
+        help="torch CPU threads of the shared copy phase (and of every job with --workers 1) (default: 1)",
     )
     parser.add_argument(
         "--workers",
         type=int,
         default=None,
-        help="RL runs in parallel, one process with one torch thread each (default: CPU cores; quick: 1)",
+        help="jobs in parallel (imperfect phases, RL runs), one process with one torch thread each (default: "
+        "CPU cores; quick: 1)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -71,7 +93,7 @@ def run(args) -> int:
     import dataclasses
 
     from mrtpo.demo import DemoConfig, format_table, quick_config, run_demo
-    from mrtpo.demo.runs import BETA_SWEEP
+    from mrtpo.demo.runs import BETA_SWEEP, SCALED
 
     if args.quick:
         cfg = quick_config(args.output or "mrtpo-demo-quick")
@@ -82,11 +104,15 @@ def run(args) -> int:
         changes["threads"] = args.threads
     if args.seeds is not None:
         changes["seeds"] = tuple(args.seeds)
+    if args.warm_starts is not None:
+        changes["warm_starts"] = tuple(args.warm_starts)
     if args.workers is not None:
         changes["workers"] = args.workers
     methods = list(args.methods) if args.methods is not None else list(cfg.methods)
     if args.beta_sweep:
         methods += [m for m in BETA_SWEEP if m not in methods]
+    if args.scaled:
+        methods += [m for m in SCALED if m not in methods]
     changes["methods"] = tuple(methods)
     if args.warm_start is not None:
         changes["warm_start_dir"] = args.warm_start

@@ -1,7 +1,9 @@
 """``mrtpo report RUN_DIR [RUN_DIR ...]``: training curves, steps to a threshold and localization tables.
 
-Writes ``report.html`` (PNGs embedded), ``curves.png``, ``top_k.png``, ``replay.png`` and
-``report.json`` to ``--out`` (see :mod:`mrtpo.analysis.report`).
+Writes ``report.html`` (PNGs embedded), ``curves.png``, ``top_k.png``, ``position.png``, ``replay.png`` and
+``report.json`` to ``--out`` (see :mod:`mrtpo.analysis.report`). Pooling that is likely a mistake (runs of
+different tasks; two runs of one method with the same seed from the same model) and skipped empty runs
+are printed as warnings (and listed on the page).
 """
 
 from __future__ import annotations
@@ -47,6 +49,12 @@ def add_arguments(parser) -> None:
         help="k of the top-k distance share table (default: 1 3 5 10)",
     )
     parser.add_argument(
+        "--position-parts",
+        type=int,
+        default=5,
+        help="equal parts of the response in the table of where each reward's distance falls (default: 5)",
+    )
+    parser.add_argument(
         "--min-count",
         type=int,
         default=5,
@@ -59,6 +67,8 @@ def run(args) -> int:
 
     if args.min_count < 1:
         raise ValueError(f"--min-count must be >= 1, got {args.min_count}")
+    if args.position_parts < 1:
+        raise ValueError(f"--position-parts must be >= 1, got {args.position_parts}")
     path = build_report(
         args.run_dirs,
         args.out,
@@ -68,6 +78,15 @@ def run(args) -> int:
         smooth=args.smooth,
         top_k=args.top_k,
         min_count=args.min_count,
+        position_parts=args.position_parts,
     )
+    import json
+    import sys
+
+    rep = json.loads((path.parent / "report.json").read_text(encoding="utf-8"))
+    for w in rep["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    for sk in rep["skipped"]:
+        print(f"warning: skipped {sk['path']}: {sk['reason']}", file=sys.stderr)
     print(f"wrote {path}")
     return 0

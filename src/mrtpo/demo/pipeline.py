@@ -1,5 +1,6 @@
-"""The demo pipeline: warm start -> RL runs (every method x seed, in parallel worker processes) ->
-held-out evaluation -> statistics (medians, paired bootstrap of MRTPO − GDPO) -> report."""
+"""The demo pipeline: warm starts (a shared copy phase, then one imperfect phase per warm start) -> RL runs
+(every method x warm start x seed, in parallel worker processes) -> held-out evaluation -> statistics
+(medians, two-level bootstrap of every method − GDPO over warm starts and seeds, claims) -> report."""
 
 from __future__ import annotations
 
@@ -19,16 +20,32 @@ SATISFACTION_KEY = "task/satisfaction"
 
 @dataclass
 class DemoConfig:
-    """Everything ``mrtpo demo`` does; :func:`quick_config` is the ``--quick`` preset."""
+    """Everything ``mrtpo demo`` does; :func:`quick_config` is the ``--quick`` preset.
+
+    The design crosses warm starts with RL seeds: every method trains from every warm start with every
+    RL seed, and differences between methods are read per (warm start, seed) unit and resampled over
+    both (:func:`mrtpo.analysis.stats.two_level_bootstrap`).
+    """
 
     output_dir: str = field(default="mrtpo-demo", metadata={"help": "output folder"})
+    warm_starts: tuple[int, ...] = field(
+        default=(0, 1, 2),
+        metadata={
+            "help": "warm starts: seeds of their imperfect phase (they share the copy phase); at least 3 "
+            "give an interval over warm starts"
+        },
+    )
     seeds: tuple[int, ...] = field(
-        default=(0, 1, 2, 3, 4), metadata={"help": "RL seeds (each method runs each seed)"}
+        default=(0, 1), metadata={"help": "RL seeds (each method runs each seed from each warm start)"}
     )
     methods: tuple[str, ...] = field(default=DEFAULT_METHODS, metadata={"help": "methods to train"})
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     warm_start_dir: str | None = field(
-        default=None, metadata={"help": "reuse this warm-start folder instead of training one"}
+        default=None,
+        metadata={
+            "help": "reuse warm starts: an earlier demo's DIR/warmstart (its ws<w> folders) or one warm-start "
+            "folder"
+        },
     )
     rl: RLConfig = field(default_factory=RLConfig)
     threshold: float = field(
@@ -40,14 +57,24 @@ class DemoConfig:
     eval_examples: int = field(default=256, metadata={"help": "held-out prompts for the final evaluation"})
     explain_records: int = field(default=4, metadata={"help": "MRTPO responses shown with per-token credit"})
     threads: int = field(
-        default=2,
-        metadata={"help": "torch CPU threads of the warm start, and of the RL runs when workers is 1"},
+        default=1,
+        metadata={
+            "help": "torch CPU threads of the copy phase, and of every job when workers is 1 (1: on cores shared "
+            "with other work, 2 threads ran the copy phase several times slower than 1)"
+        },
     )
     workers: int = field(
         default_factory=lambda: os.cpu_count() or 1,
-        metadata={"help": "parallel RL runs, one process and one torch thread each (default: CPU cores)"},
+        metadata={
+            "help": "parallel jobs (warm starts' imperfect phases, RL runs), one process and one torch thread "
+            "each (default: CPU cores)"
+        },
     )
     bootstrap_seed: int = field(default=0, metadata={"help": "seed of the bootstrap resampling"})
+    smoke: str | None = field(
+        default=None,
+        metadata={"help": "set by --quick: the pages and the table say the numbers are a smoke run's"},
+    )
     progress: bool = field(default=True, metadata={"help": "progress bars"})
 
     def __post_init__(self) -> None:
@@ -56,6 +83,14 @@ class DemoConfig:
             raise ValueError(f"methods: unknown {bad}; known: {sorted(METHODS)}")
         if not self.seeds:
             raise ValueError("seeds must name at least one seed")
+        if not self.warm_starts:
+            raise ValueError("warm_starts must name at least one warm start")
+        for name in ("seeds", "warm_starts"):
+            values = getattr(self, name)
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name} has a repeated value: {list(values)}")
+            if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
+                raise ValueError(f"{name} must be non-negative integers, got {list(values)}")
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
         if self.smooth < 1 or self.threads < 1 or self.eval_examples < 1 or self.workers < 1:
@@ -66,21 +101,23 @@ class DemoConfig:
 
 
 def quick_config(output_dir: str = "mrtpo-demo-quick", **overrides: Any) -> DemoConfig:
-    """The ``--quick`` preset: a short warm start (the model does not yet copy words reliably), two
-    seeds, a few RL steps, in this process; it exercises every part of the pipeline (the bootstrap
-    included) in well under a minute, not the learning."""
+    """The ``--quick`` preset: a short copy phase and two short warm starts (the model does not yet copy
+    words reliably), one RL seed, a few RL steps, in this process; it exercises every part of the
+    pipeline (the two-level bootstrap included) in well under a minute, not the learning."""
     cfg = {
         "output_dir": output_dir,
-        "seeds": (0, 1),
+        "warm_starts": (0, 1),
+        "seeds": (0,),
         "workers": 1,
         "threads": 1,
         "warm_start": WarmStartConfig(
-            steps=120, clean_steps=80, batch_size=128, warmup_steps=20, eval_examples=64
+            steps=120, clean_steps=80, batch_size=128, warmup_steps=20, eval_examples=64, eval_every=0
         ),
         "rl": RLConfig(steps=6, prompts_per_step=4, num_generations=4, log_samples=4),
         "eval_examples": 64,
         "smooth": 1,
         "explain_records": 2,
+        "smoke": "mrtpo demo --quick: 2 short warm starts, 1 RL seed, 6 RL steps",
     }
     cfg.update(overrides)
     return DemoConfig(**cfg)
@@ -103,14 +140,52 @@ def heldout_examples(n: int):
     return generate_examples(n, seed=20_000, prefix="heldout")
 
 
+def prepare_warm_start(job: dict[str, Any]) -> dict[str, Any]:
+    """One warm start's imperfect phase (:func:`mrtpo.demo.warmstart.train_imperfect_phase`) and its
+    held-out evaluation (runs in a worker process, or in-process with one worker).
+
+    ``job``: ``warm_start`` (its seed), ``config`` (:class:`WarmStartConfig`), ``copy_phase`` (path),
+    ``dir``, ``eval_examples``, ``threads`` (None: leave as is), ``reuse`` (load ``dir`` instead).
+
+    Returns:
+        ``{"warm_start", "dir", "seconds", "cpu_seconds", "heldout", "sampled", "greedy", "final_loss",
+        "curve"}``.
+    """
+    import torch
+
+    from mrtpo.demo.warmstart import evaluate_policy, load_warm_start, train_imperfect_phase
+
+    if job.get("threads"):
+        torch.set_num_threads(job["threads"])
+    _quiet_loading()
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    if job.get("reuse"):
+        model, tok, info = load_warm_start(job["dir"])
+    else:
+        model, tok, info = train_imperfect_phase(
+            job["config"], job["copy_phase"], job["warm_start"], job["dir"], progress=False
+        )
+    heldout, _ = evaluate_policy(model, tok, heldout_examples(job["eval_examples"]), temperature=1.0, seed=0)
+    return {
+        "warm_start": job["warm_start"],
+        "dir": str(job["dir"]),
+        "reused": bool(job.get("reuse")),
+        "seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - cpu0,
+        "heldout": heldout,
+        **{k: info.get(k) for k in ("sampled", "greedy", "final_loss", "curve", "parameters")},
+    }
+
+
 def train_and_evaluate(job: dict[str, Any]) -> dict[str, Any]:
     """One RL run and its held-out evaluation (runs in a worker process, or in-process with one worker).
 
-    ``job``: ``method``, ``seed``, ``rl`` (:class:`RLConfig`), ``warm_start_dir``, ``run_dir``,
-    ``eval_examples``, ``threshold``, ``smooth``, ``threads`` (torch threads; None: leave as is).
+    ``job``: ``method``, ``warm_start``, ``seed``, ``rl`` (:class:`RLConfig`), ``warm_start_dir``,
+    ``run_dir``, ``eval_examples``, ``threshold``, ``smooth``, ``threads`` (torch threads; None: leave as is).
 
     Returns:
-        ``{"method", "seed", "run_dir", "seconds", "cpu_seconds", "heldout", "train_last", "steps"}``.
+        ``{"method", "warm_start", "seed", "run_dir", "seconds", "cpu_seconds", "heldout", "train_last",
+        "steps"}``.
     """
     import torch
 
@@ -121,6 +196,7 @@ def train_and_evaluate(job: dict[str, Any]) -> dict[str, Any]:
 
     if job.get("threads"):
         torch.set_num_threads(job["threads"])
+    _quiet_loading()
     cpu0 = time.process_time()
     res = run_one(
         job["method"], job["seed"], job["rl"], job["warm_start_dir"], job["run_dir"], progress=False
@@ -132,104 +208,197 @@ def train_and_evaluate(job: dict[str, Any]) -> dict[str, Any]:
     )
     del trainer
     rows = read_jsonl(Path(job["run_dir"]) / "metrics.jsonl")
+    res["warm_start"] = job["warm_start"]
     res["heldout"] = metrics
     res["train_last"] = _last_metric(rows, SATISFACTION_KEY)
     res["steps"] = {
         row: steps_to_threshold(rows, key, job["threshold"], job["smooth"]) for row, key, _ in METRICS
     }
     res["cpu_seconds"] = time.process_time() - cpu0
-    return res
+    return {"method": res.pop("method"), "warm_start": res.pop("warm_start"), **res}
 
 
-def _run_jobs(jobs: list[dict[str, Any]], workers: int, progress: bool) -> list[dict[str, Any]]:
-    """Run the jobs in ``workers`` processes (in this process when 1); results in job order."""
-    bar = _bar(len(jobs), "RL runs", progress)
-    results: list[dict[str, Any] | None] = [None] * len(jobs)
+def _run_jobs(
+    ws_jobs: list[dict[str, Any]],
+    rl_jobs: dict[int, list[dict[str, Any]]],
+    workers: int,
+    progress: bool,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every warm start's job, and each warm start's RL jobs as soon as it is ready, in ``workers``
+    processes (in this process when 1).
+
+    Returns:
+        ``(warm start results in job order, RL results in the order of the flattened rl_jobs)``.
+    """
+    order = [(w, i) for w in rl_jobs for i in range(len(rl_jobs[w]))]
+    index = {key: n for n, key in enumerate(order)}
+    bar = _bar(len(ws_jobs) + len(order), "warm starts + RL runs", progress)
+    ws_results: dict[int, dict[str, Any]] = {}
+    results: list[dict[str, Any] | None] = [None] * len(order)
     if workers <= 1:
-        for i, job in enumerate(jobs):
-            bar.set_postfix(method=job["method"], seed=job["seed"])
-            results[i] = train_and_evaluate(job)
+        for job in ws_jobs:
+            bar.set_postfix(warm_start=job["warm_start"])
+            ws_results[job["warm_start"]] = prepare_warm_start(job)
+            bar.update(1)
+        for w, i in order:
+            job = rl_jobs[w][i]
+            bar.set_postfix(method=job["method"], warm_start=w, seed=job["seed"])
+            results[index[(w, i)]] = train_and_evaluate(job)
             bar.update(1)
     else:
         import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
         # spawn: a fresh interpreter per worker (no forked torch thread pools); one torch thread each
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            futures = {
-                pool.submit(train_and_evaluate, {**job, "threads": 1}): i for i, job in enumerate(jobs)
+            pending = {
+                pool.submit(prepare_warm_start, {**job, "threads": 1}): ("ws", job["warm_start"], None)
+                for job in ws_jobs
             }
-            for fut in as_completed(futures):
-                i = futures[fut]
-                results[i] = fut.result()
-                bar.set_postfix(done=f"{jobs[i]['method']} seed {jobs[i]['seed']}")
-                bar.update(1)
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    kind, w, i = pending.pop(fut)
+                    res = fut.result()
+                    if kind == "ws":
+                        ws_results[w] = res
+                        bar.set_postfix(done=f"warm start {w}")
+                        for j, job in enumerate(rl_jobs.get(w, [])):  # its RL runs can start now
+                            pending[pool.submit(train_and_evaluate, {**job, "threads": 1})] = ("rl", w, j)
+                    else:
+                        results[index[(w, i)]] = res
+                        job = rl_jobs[w][i]
+                        bar.set_postfix(done=f"{job['method']} ws{w} seed {job['seed']}")
+                    bar.update(1)
     bar.close()
-    return [r for r in results if r is not None]
+    return [ws_results[j["warm_start"]] for j in ws_jobs], [r for r in results if r is not None]
+
+
+def find_warm_starts(path: str | Path) -> dict[int, Path]:
+    """The warm starts in ``path``: ``{warm start: folder}`` for its ``ws<w>`` sub-folders (an earlier
+    demo's ``DIR/warmstart``), or ``{w: path}`` when ``path`` is itself a warm-start folder (``w`` from
+    its warmstart.json, 0 for folders of earlier versions).
+
+    Raises:
+        FileNotFoundError: neither.
+    """
+    path = Path(path)
+    if (path / "warmstart.json").exists():
+        info = json.loads((path / "warmstart.json").read_text())
+        return {int(info.get("warm_start", 0)): path}
+    found = {}
+    for sub in sorted(path.glob("ws*")):
+        if (sub / "warmstart.json").exists() and sub.name[2:].isdigit():
+            found[int(sub.name[2:])] = sub
+    if not found:
+        raise FileNotFoundError(
+            f"{path} is not a warm-start folder (no warmstart.json, no ws<w>/warmstart.json)"
+        )
+    return dict(sorted(found.items()))
+
+
+def _quiet_loading() -> None:
+    """No per-file "Loading weights" bar of transformers when a job loads a warm start (many jobs)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+def _load_avg() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:  # not available on this platform
+        return "?"
 
 
 def run_demo(config: DemoConfig) -> dict[str, Any]:
     """Run the demo; returns the summary (also written to ``<output_dir>/summary.json``)."""
-    import os
     import platform
 
     import torch
 
-    from mrtpo.demo.summary import LABELS, compare, method_table
+    from mrtpo.demo.summary import AIMS, aim, claims, compare_all, method_label, method_table
 
     torch.set_num_threads(config.threads)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    load_before = _load_avg()
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
 
-    # 1. warm start
-    from mrtpo.demo.warmstart import evaluate_policy, load_warm_start, train_warm_start
+    # 1. warm starts: the shared copy phase here, the imperfect phases as jobs
+    from mrtpo.demo.warmstart import train_copy_phase
 
     if config.warm_start_dir is not None:
-        ws_dir = Path(config.warm_start_dir)
-        model, tok, ws_info = load_warm_start(ws_dir)
-        timings["warm_start"] = 0.0
+        found = find_warm_starts(config.warm_start_dir)
+        if len(found) > 1:  # an earlier demo's warm starts: those of config.warm_starts it holds
+            found = {w: d for w, d in found.items() if w in config.warm_starts}
+            if not found:
+                raise FileNotFoundError(
+                    f"{config.warm_start_dir} holds none of the warm starts {list(config.warm_starts)}"
+                )
+        ws_jobs = [
+            {"warm_start": w, "dir": str(d), "reuse": True, "eval_examples": config.eval_examples}
+            for w, d in found.items()
+        ]
+        copy_seconds = 0.0
     else:
-        ws_dir = out / "warmstart"
+        ws_root = out / "warmstart"
         t0 = time.perf_counter()
-        model, tok, ws_info = train_warm_start(config.warm_start, ws_dir, progress=config.progress)
-        timings["warm_start"] = time.perf_counter() - t0
-    warm_eval = evaluate_policy(model, tok, heldout_examples(config.eval_examples), temperature=1.0, seed=0)[
-        0
-    ]
-    del model
+        copy = train_copy_phase(config.warm_start, ws_root, progress=config.progress)
+        copy_seconds = time.perf_counter() - t0
+        ws_jobs = [
+            {
+                "warm_start": w,
+                "config": config.warm_start,
+                "copy_phase": str(copy),
+                "dir": str(ws_root / f"ws{w}"),
+                "eval_examples": config.eval_examples,
+            }
+            for w in config.warm_starts
+        ]
+    ws_dirs = {j["warm_start"]: j["dir"] for j in ws_jobs}
 
-    # 2. RL runs, in parallel worker processes
+    # 2. RL runs: every method from every warm start with every seed, as soon as its warm start is ready
     methods = list(dict.fromkeys(config.methods))
-    jobs = [
-        {
-            "method": method,
-            "seed": seed,
-            "rl": config.rl,
-            "warm_start_dir": str(ws_dir),
-            "run_dir": str(out / "runs" / f"{method}-seed{seed}"),
-            "eval_examples": config.eval_examples,
-            "threshold": config.threshold,
-            "smooth": config.smooth,
-            "threads": None,
-        }
-        for seed in config.seeds
-        for method in methods
-    ]
-    workers = min(config.workers, len(jobs))
+    rl_jobs = {
+        w: [
+            {
+                "method": method,
+                "warm_start": w,
+                "seed": seed,
+                "rl": config.rl,
+                "warm_start_dir": ws_dirs[w],
+                "run_dir": str(out / "runs" / f"ws{w}" / f"{method}-seed{seed}"),
+                "eval_examples": config.eval_examples,
+                "threshold": config.threshold,
+                "smooth": config.smooth,
+                "threads": None,
+            }
+            for seed in config.seeds
+            for method in methods
+        ]
+        for w in ws_dirs
+    }
+    workers = min(config.workers, len(ws_jobs) + sum(map(len, rl_jobs.values())))
     t0 = time.perf_counter()
-    runs = _run_jobs(jobs, workers, config.progress)
-    timings["rl"] = time.perf_counter() - t0
+    warm_starts, runs = _run_jobs(ws_jobs, rl_jobs, workers, config.progress)
+    timings["copy_phase"] = copy_seconds
+    timings["jobs"] = time.perf_counter() - t0  # the imperfect phases and the RL runs overlap in the pool
 
     # 3. statistics and report
     t0 = time.perf_counter()
     cap = config.rl.steps
     table = method_table(runs, methods, cap)
-    comparison = compare(table, "mrtpo", "gdpo", cap, seed=config.bootstrap_seed)
+    comparisons = compare_all(table, cap, seed=config.bootstrap_seed)
     from mrtpo.demo.report import write_report
 
     main_methods = [m for m in methods if not m.startswith("mrtpo-beta")]
+    beta_methods = [m for m in methods if m == "mrtpo" or m.startswith("mrtpo-beta")]
+
+    def dirs(m: str) -> list[str]:
+        return [r["run_dir"] for r in runs if r["method"] == m]
+
     report = write_report(
         out,
         [r["run_dir"] for r in runs if r["method"] in main_methods],
@@ -237,25 +406,21 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         smooth=config.smooth,
         n_explain=config.explain_records,
         curve_groups={
-            "main": {LABELS[m]: [r["run_dir"] for r in runs if r["method"] == m] for m in main_methods},
+            "main": {method_label(m): dirs(m) for m in main_methods},
             **(
-                {
-                    "beta": {
-                        LABELS[m]: [r["run_dir"] for r in runs if r["method"] == m]
-                        for m in methods
-                        if m == "mrtpo" or m.startswith("mrtpo-beta")
-                    }
-                }
+                {"beta": {method_label(m): dirs(m) for m in beta_methods}}
                 if any(m.startswith("mrtpo-beta") for m in methods)
                 else {}
             ),
         },
+        notes=[_smoke_note(config)] if config.smoke else [],
     )
     timings["report"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
 
     summary = {
         "config": _config_dict(config),
+        "smoke": config.smoke,
         "machine": {
             "cpus": os.cpu_count(),
             "workers": workers,
@@ -263,29 +428,51 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
             "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(),
             "torch": torch.__version__,
+            "load_before": load_before,
+            "load_after": _load_avg(),
         },
-        "warm_start": {"dir": str(ws_dir), **{k: v for k, v in ws_info.items() if k != "config"}},
-        "heldout_warm_start": warm_eval,
+        "design": {
+            "warm_starts": list(ws_dirs),
+            "seeds": list(config.seeds),
+            "runs_per_method": len(ws_dirs) * len(config.seeds),
+        },
+        "warm_starts": warm_starts,
         "threshold": config.threshold,
         "metric": SATISFACTION_KEY,
         "smooth": config.smooth,
         "eval_examples": config.eval_examples,
         "steps_cap": cap,
         "methods": table,
-        "comparison": comparison,
+        "comparisons": comparisons,
+        "comparison": comparisons.get("mrtpo"),
         "runs": runs,
         "timings": timings,
+        "cpu_seconds": {
+            "imperfect_phases": sum(w["cpu_seconds"] for w in warm_starts),
+            "rl_runs": sum(r["cpu_seconds"] for r in runs),
+        },
         "wall_seconds": timings["total"],
         "files": report["files"],
     }
+    summary["claims"] = claims(summary)
+    summary["aims"] = {m: aim(summary, method=m, control=c) for m, c in AIMS.items() if m in comparisons}
+    summary["aim"] = summary["aims"].get("mrtpo")
     (out / "summary.json").write_text(json.dumps(_json_safe(summary), indent=1))
     (out / "index.html").write_text(_index_html(summary))
     return summary
 
 
+def _smoke_note(config: DemoConfig) -> str:
+    return (
+        f"Smoke run ({config.smoke}): these numbers check that every step of the pipeline works; they say "
+        "nothing about the methods."
+    )
+
+
 def _config_dict(config: DemoConfig) -> dict[str, Any]:
     d = asdict(config)
     d["seeds"], d["methods"] = list(config.seeds), list(config.methods)
+    d["warm_starts"] = list(config.warm_starts)
     return d
 
 

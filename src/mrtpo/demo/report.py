@@ -37,7 +37,8 @@ def pick_explain_records(run_dirs: Sequence[str | Path], n: int) -> tuple[list[d
             adv = rec.get("advantages") or []
             mixed = any(a > 1e-6 for a in adv) and any(a < -1e-6 for a in adv)
             score = (mixed and replayed >= 2, rec.get("step", 0), replayed)
-            candidates.append((score, f"{d.name}, step {rec.get('step')}, sample {i}", rec))
+            # the step is added to the heading by the explain page itself
+            candidates.append((score, f"{d.parent.name}/{d.name}, sample {i}", rec))
     candidates.sort(key=lambda c: c[0], reverse=True)
     chosen, prompts = [], set()
     for c in candidates:  # one response per prompt
@@ -96,6 +97,7 @@ def write_report(
     smooth: int,
     n_explain: int,
     curve_groups: dict[str, dict[str, list[str]]] | None = None,
+    notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """``out_dir/report`` (curves, steps to ``threshold`` of the training satisfaction, localization)
     and ``out_dir/report/explain`` (GDPO vs MRTPO per-token credit). ``curve_groups``: ``{name: {method
@@ -111,11 +113,11 @@ def write_report(
     out = Path(out_dir)
     rep_dir = out / "report"
     html_path = build_report(
-        list(run_dirs), rep_dir, threshold=threshold, metric=SATISFACTION_KEY, smooth=smooth
+        list(run_dirs), rep_dir, threshold=threshold, metric=SATISFACTION_KEY, smooth=smooth, notes=notes
     )
     rep = json.loads((rep_dir / "report.json").read_text())
     files = {"report": str(html_path.relative_to(out))}
-    for name in ("curves.png", "replay.png", "top_k.png", "report.json"):
+    for name in ("curves.png", "replay.png", "top_k.png", "position.png", "report.json"):
         if (rep_dir / name).exists():
             files[name] = str((rep_dir / name).relative_to(out))
     for name, groups in (curve_groups or {}).items():
@@ -129,7 +131,8 @@ def write_report(
             rep_dir / "explain",
             credit_beta=None,
             names=names,
-            title="mrtpo demo: per-token credit under GDPO (response level) vs MRTPO (token level)",
+            title="mrtpo demo: per-token credit under GDPO (response level) vs MRTPO (token level)"
+            + (" [smoke run]" if notes else ""),
         )
         files["explain"] = str(ex_html.relative_to(out))
         files["explain.png"] = str(ex_png.relative_to(out))
@@ -137,21 +140,28 @@ def write_report(
 
 
 def index_html(summary: dict[str, Any]) -> str:
-    """``index.html``: the headline table (steps to threshold and held-out satisfaction per method,
-    per seed and median), plain sentences on whether MRTPO − GDPO is within noise, the curves, the
-    per-constraint-type table, then the links and the setup."""
+    """``index.html``: the headline table (median steps to the threshold and held-out satisfaction per
+    method, per warm start and over all runs), the differences from GDPO with their intervals over warm
+    starts and seeds, the claims they support and the aim, the curves, the per-constraint-type table,
+    then the links and the setup."""
     import html
 
-    from mrtpo.demo.summary import METRICS, NONLOCAL_ROWS, format_table, noise_sentences
+    from mrtpo.demo.summary import METRICS, NONLOCAL_ROWS, format_table, noise_sentences, per_warm_start
 
     e = html.escape
     files = summary["files"]
     table = summary["methods"]
     cap, thr = summary["steps_cap"], summary["threshold"]
-    cmp_ = summary.get("comparison")
+    cmps = summary.get("comparisons") or {}
+    design = summary.get("design", {})
+    wss = design.get("warm_starts", [])
+    seeds = design.get("seeds", [])
 
     def steps_cell(v):
         return f"&gt;{cap}" if v is None else f"{v:g}"
+
+    def num(v, fmt=".3f"):
+        return "–" if v is None else format(v, fmt)
 
     def interval(b, fmt):
         if b is None:
@@ -159,24 +169,41 @@ def index_html(summary: dict[str, Any]) -> str:
         txt = f"{b['estimate']:{fmt}} [{b['low']:{fmt}}, {b['high']:{fmt}}]"
         return f"{txt} <b>within noise</b>" if b["within_noise"] else txt
 
+    ws_head = "".join(f"<th>ws{w}</th>" for w in wss)
     head_rows = []
-    w = summary.get("heldout_warm_start")
-    if w:
+    ws_info = {int(w["warm_start"]): w for w in summary.get("warm_starts", [])}
+    if ws_info:
+        from mrtpo.analysis.stats import median
+
+        sats = [ws_info[w]["heldout"]["satisfaction"] for w in wss if w in ws_info]
         head_rows.append(
-            f"<tr><td>warm start</td><td>–</td><td></td><td>{w['satisfaction']:.3f}</td><td></td></tr>"
+            "<tr><td>warm start</td><td>–</td>"
+            + "<td></td>" * len(wss)
+            + f"<td>{num(median(sats))}</td>"
+            + "".join(
+                f"<td>{num(ws_info[w]['heldout']['satisfaction']) if w in ws_info else '–'}</td>" for w in wss
+            )
+            + "</tr>"
         )
     for m in table.values():
         st, he = m["steps"]["overall"], m["heldout"]["overall"]
         head_rows.append(
             f"<tr><td>{e(m['label'])}</td><td><b>{steps_cell(st['median'])}</b></td>"
-            f"<td>{' '.join(steps_cell(x) for x in st['per_seed'])}</td>"
-            f"<td><b>{he['median']:.3f}</b></td><td>{' '.join(f'{x:.3f}' for x in he['per_seed'])}</td></tr>"
+            + "".join(f"<td>{steps_cell(per_warm_start(st, w))}</td>" for w in wss)
+            + f"<td><b>{num(he['median'])}</b></td>"
+            + "".join(f"<td>{num(per_warm_start(he, w))}</td>" for w in wss)
+            + "</tr>"
         )
-    if cmp_:
-        head_rows.append(
-            f"<tr><td>MRTPO − GDPO<br><small>mean paired difference [{round(100 * cmp_['level'])}% "
-            f"bootstrap]</small></td><td colspan=2>{interval(cmp_['steps']['overall'], '+.1f')}</td>"
-            f"<td colspan=2>{interval(cmp_['heldout']['overall'], '+.3f')}</td></tr>"
+    diff_rows = []
+    for mk, c in cmps.items():
+        per = c["steps"]["overall"]["per_cluster"]
+        diff_rows.append(
+            f"<tr><td>{e(table[mk]['label'])}</td><td>{interval(c['steps']['overall'], '+.1f')}</td>"
+            f"<td>{interval(c['steps_ratio']['overall'], '.2f')}</td>"
+            f"<td>{interval(c['steps']['localizable'], '+.1f')}</td>"
+            f"<td>{interval(c['steps']['length'], '+.1f')}</td>"
+            f"<td>{interval(c['heldout']['overall'], '+.3f')}</td>"
+            f"<td>{' · '.join(f'ws{w} {v:+.1f}' for w, v in per.items())}</td></tr>"
         )
     labels = [m["label"] for m in table.values()]
     type_rows = []
@@ -187,19 +214,23 @@ def index_html(summary: dict[str, Any]) -> str:
             f"{'–' if m['heldout'][row]['median'] is None else format(m['heldout'][row]['median'], '.2f')}</td>"
             for m in table.values()
         )
+        c = cmps.get("mrtpo")
         extra = (
-            f"<td>{interval(cmp_['steps'][row], '+.1f')}</td><td>{interval(cmp_['heldout'][row], '+.3f')}</td>"
-            if cmp_
+            f"<td>{interval(c['steps'][row], '+.1f')}</td><td>{interval(c['heldout'][row], '+.3f')}</td>"
+            if c
             else ""
         )
         type_rows.append(f"<tr><td>{e(name)}</td>{cells}{extra}</tr>")
     t = summary["timings"]
     mach = summary["machine"]
-    ws = summary["warm_start"]
     links = "".join(
         f'<li><a href="{e(files[k])}">{e(label)}</a></li>'
         for k, label in (
-            ("report", "report: reward curves, steps to threshold, localization tables (Table 4)"),
+            (
+                "report",
+                "report: reward curves, steps to threshold, localization tables (Table 4), where in the "
+                "response each reward's distance falls (Figure 6(b))",
+            ),
             ("explain", "per-token credit of a few responses: GDPO vs MRTPO"),
             ("curves_beta.png", "β sweep curves"),
         )
@@ -207,38 +238,70 @@ def index_html(summary: dict[str, Any]) -> str:
     )
     img = "".join(
         f'<img src="{e(files[k])}" style="max-width:100%" alt="{k}">'
-        for k in ("curves_main.png", "curves_beta.png")
+        for k in ("curves_main.png", "curves_beta.png", "position.png")
         if files.get(k)
     )
-    nseeds = max((len(m["seeds"]) for m in table.values()), default=0)
-    style = "<style>td,th{padding:2px 8px;text-align:right}td:first-child{text-align:left}table{border-collapse:collapse}tr:nth-child(even){background:#f4f4f4}</style>"
+    claim_items = "".join(f"<li>{e(c['text'])}</li>" for c in summary.get("claims") or [])
+    aims = summary.get("aims") or ({"mrtpo": summary["aim"]} if summary.get("aim") else {})
+    aim_html = ""
+    for mk, a in aims.items():
+        if a is None:
+            continue
+        aim_html += (
+            f"<p><b>Aim</b> ({e(table[mk]['label'])} reaches {thr} on all constraints at ≤ {a['ratio_target']} × "
+            "GDPO's median steps, the interval excluding 0, and its shuffled control without that gain): "
+            f"<b>{'met' if a['met'] else 'not met'}</b>.</p><ul>"
+            + "".join(f"<li>{e(w)}</li>" for w in a["why"])
+            + "</ul>"
+        )
+    smoke = (
+        f"<p style='color:#a40000;font-size:1.2em'><b>Smoke run ({e(summary['smoke'])}): these numbers check "
+        "that every step works and say nothing about the methods.</b></p>"
+        if summary.get("smoke")
+        else ""
+    )
+    style = (
+        "<style>td,th{padding:2px 8px;text-align:right}td:first-child{text-align:left}"
+        "table{border-collapse:collapse}tr:nth-child(even){background:#f4f4f4}</style>"
+    )
+    lvl = round(100 * next(iter(cmps.values()))["level"]) if cmps else 95
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>mrtpo demo</title>"
-        f"{style}</head><body style='font-family:sans-serif;max-width:75em'>"
-        "<h1>mrtpo demo</h1>"
-        f"<h2>Steps to a training satisfaction of {thr} and held-out satisfaction ({nseeds} seeds)</h2>"
-        "<table><tr><th>method</th><th>median steps</th><th>per seed</th><th>median held-out</th>"
-        f"<th>per seed</th></tr>{''.join(head_rows)}</table>"
-        "<ul>" + "".join(f"<li>{e(s)}</li>" for s in noise_sentences(summary)) + "</ul>"
+        f"{style}</head><body style='font-family:sans-serif;max-width:80em'>"
+        f"<h1>mrtpo demo</h1>{smoke}"
+        f"<p>{len(wss)} warm starts × {len(seeds)} RL seeds = {len(wss) * len(seeds)} runs per method (every "
+        "method from every warm start with every seed). Intervals: two-level bootstrap, resampling warm starts "
+        "and then the RL seeds within each, so they cover what changes between warm starts (as between "
+        "machines) as well as between seeds. A claim below is made only when its interval excludes 0.</p>"
+        f"<h2>Steps to a training satisfaction of {thr} and held-out satisfaction, all constraints</h2>"
+        "<table><tr><th>method</th><th>median steps</th>"
+        f"{ws_head}<th>median held-out</th>{ws_head}</tr>{''.join(head_rows)}</table>"
+        "<p><small>ws&lt;w&gt;: median over that warm start's RL seeds; the first columns: medians over all runs."
+        "</small></p>"
+        f"<h2>Differences from GDPO ({lvl}% two-level bootstrap intervals)</h2>"
+        "<table><tr><th>method</th><th>steps, all constraints</th><th>ratio of median steps</th>"
+        "<th>steps, localizable</th><th>steps, length</th><th>held-out, all</th>"
+        "<th>per warm start (steps, all)</th></tr>"
+        f"{''.join(diff_rows)}</table>"
+        f"<h2>Claims</h2><ul>{claim_items or '<li>none: no interval excludes 0</li>'}</ul>{aim_html}"
+        "<ul>" + "".join(f"<li>{e(x)}</li>" for x in noise_sentences(summary)) + "</ul>"
         f"<p>Steps: first optimizer step at which the trailing mean of {summary['smooth']} logged training "
-        "values (one per sampled batch) "
-        f"reaches {thr} (&gt;{cap}: not reached within the run; counted as {cap} in medians and intervals). "
-        f"Held-out: share of a prompt's own constraints met by a sampled response (temperature 1) of the "
-        f"final policy on {summary['eval_examples']} held-out prompts. Intervals: percentile bootstrap of "
-        "the mean difference, resampling seeds (pairs of runs with the same seed).</p>"
+        f"values (one per sampled batch) reaches {thr} (&gt;{cap}: not reached within the run; counted as {cap} "
+        "in medians, differences and ratios). Held-out: share of a prompt's own constraints met by a sampled "
+        f"response (temperature 1) of the final policy on {summary['eval_examples']} held-out prompts.</p>"
         f"{img}"
         f"<h2>Per constraint type (median steps to {thr} / median held-out share met)</h2>"
         "<p>start, end, include and wrap are decided by specific tokens; length is the non-local "
         "constraint (no token decides it), reported apart as in the paper's Table 4.</p>"
         "<table><tr><th>type</th>"
         + "".join(f"<th>{e(lab)}</th>" for lab in labels)
-        + ("<th>MRTPO − GDPO steps</th><th>MRTPO − GDPO held-out</th>" if cmp_ else "")
+        + ("<th>MRTPO − GDPO steps</th><th>MRTPO − GDPO held-out</th>" if "mrtpo" in cmps else "")
         + f"</tr>{''.join(type_rows)}</table>"
         f"<ul>{links}</ul>"
-        f"<p>Wall time {t.get('total', 0):.0f} s: warm start {t.get('warm_start', 0):.0f} s "
-        f"({ws.get('parameters', '?')} parameters), RL runs {t.get('rl', 0):.0f} s, report "
-        f"{t.get('report', 0):.0f} s; {mach['cpus']} CPU cores, {mach['workers']} worker process(es) × "
-        f"{mach['threads']} torch thread(s).</p>"
+        f"<p>Wall time {t.get('total', 0):.0f} s: shared copy phase {t.get('copy_phase', 0):.0f} s, imperfect "
+        f"phases and RL runs {t.get('jobs', 0):.0f} s, report {t.get('report', 0):.0f} s; {mach['cpus']} CPU "
+        f"cores, {mach['workers']} worker process(es) × {mach['threads']} torch thread(s); load average "
+        f"before / after {e(str(mach.get('load_before')))} / {e(str(mach.get('load_after')))}.</p>"
         f"<h2>Full table</h2><pre>{e(format_table(summary))}</pre>"
         "</body></html>"
     )

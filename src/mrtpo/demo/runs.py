@@ -23,6 +23,8 @@ METHODS: dict[str, dict[str, Any]] = {
     "mrtpo-beta0": {"advantage_method": "gdpo", "credit": "reward", "credit_beta": 0.0},
     "mrtpo-beta0.25": {"advantage_method": "gdpo", "credit": "reward", "credit_beta": 0.25},
     "mrtpo-beta1": {"advantage_method": "gdpo", "credit": "reward", "credit_beta": 1.0},
+    "mrtpo-scaled": {"advantage_method": "gdpo", "credit": "scaled"},
+    "scaled-shuffled": {"advantage_method": "gdpo", "credit": "scaled_shuffled"},
     "rdpo": {"advantage_method": "rdpo", "credit": "none"},
     "rdpo-mrtpo": {"advantage_method": "rdpo", "credit": "reward"},
     "rlsd": {"advantage_method": "gdpo", "credit": "rlsd"},
@@ -32,13 +34,20 @@ METHODS: dict[str, dict[str, Any]] = {
 (β = :attr:`RLConfig.credit_beta`, 0.5). Controls (the paper's Tables 5–7): ``shuffled`` permutes
 MRTPO's token weights within each response (same credit, wrong tokens), ``joint`` uses one replay
 distance without every reward's information for all rewards, and ``mrtpo-beta*`` set the allocation
-strength β (β = 0 gives every token GDPO's response advantage, with replay still run). Other methods:
-``rdpo`` (RDPO's advantages, response level), ``rdpo-mrtpo`` (RDPO's per-reward advantages with MRTPO's
-credit) and ``rlsd`` (RLSD on GDPO's response advantage, λ = β; on the toy task, whose prompts have no
-privileged segment, its teacher is the student, so it gives GDPO's advantages)."""
+strength β (β = 0 gives every token GDPO's response advantage, with replay still run). ``mrtpo-scaled``
+shrinks each (response, reward) row's weights towards 1 by the row's largest distance
+(:func:`mrtpo.credit.scaled_weights`: a reward whose information hardly moves the policy, such as the
+non-local length constraint, keeps close to GDPO's credit); ``scaled-shuffled`` is its shuffled control.
+Other methods: ``rdpo`` (RDPO's advantages, response level), ``rdpo-mrtpo`` (RDPO's per-reward advantages
+with MRTPO's credit) and ``rlsd`` (RLSD on GDPO's response advantage, λ = β; on the toy task, whose
+prompts have no privileged segment, its teacher is the student, so it gives GDPO's advantages).
+``--methods`` picks them; the default is :data:`DEFAULT_METHODS`."""
 
 DEFAULT_METHODS: tuple[str, ...] = ("grpo", "gdpo", "mrtpo", "shuffled", "joint")
 """What ``mrtpo demo`` trains by default."""
+
+SCALED: tuple[str, ...] = ("gdpo", "mrtpo-scaled", "scaled-shuffled")
+"""The scaled allocation with GDPO and its own shuffled control (``mrtpo demo --scaled`` adds them)."""
 
 BETA_SWEEP: tuple[str, ...] = ("mrtpo-beta0", "mrtpo-beta0.25", "mrtpo", "mrtpo-beta1")
 """MRTPO at β = 0, 0.25, 0.5, 1 (``mrtpo demo --beta-sweep`` adds them)."""

@@ -15,6 +15,12 @@ plain supervised fine-tuning on generated demonstrations (:func:`mrtpo.tasks.toy
    third of their constraints (measured: 0.34 on held-out prompts at the defaults) while greedy
    decoding still copies the start and include words.
 
+Several warm starts (``mrtpo demo`` trains three) share phase 1 (:func:`train_copy_phase`, from
+``seed``) and differ in phase 2 (:func:`train_imperfect_phase`): each draws its imperfect demonstrations
+and their order from its own seed (:func:`imperfect_seed`). The RL results then vary with the warm
+start as they vary between machines, whose float differences change the warm start and with it every
+trajectory, at the cost of one copy phase plus one short phase per warm start.
+
 Prompts list 2–5 constraints, so the leave-one-out contexts of 3–5-constraint prompts look like
 training prompts. The loss is cross-entropy on the response tokens and ``<eos>`` (prompt tokens are
 not scored); AdamW; a fresh batch every step. Prompts are left-padded and responses right-padded to
@@ -38,12 +44,18 @@ class WarmStartConfig:
     """Settings of the supervised warm start."""
 
     seed: int = field(default=0, metadata={"help": "seed of the initialisation and the generated data"})
-    steps: int = field(default=1400, metadata={"help": "optimizer steps (one fresh batch each)"})
+    steps: int = field(
+        default=1000,
+        metadata={
+            "help": "optimizer steps of a warm start, the shared copy phase included (one fresh batch each)"
+        },
+    )
     clean_steps: int = field(
         default=800,
         metadata={
-            "help": "first steps on demonstrations that meet every constraint (the model learns to copy); "
-            "the rest use p_meet, and the learning rate decays over them"
+            "help": "the copy phase (shared by the demo's warm starts): first steps on demonstrations that meet "
+            "every constraint (the model learns to copy); the rest use p_meet, and the learning rate decays "
+            "over them"
         },
     )
     batch_size: int = field(default=256, metadata={"help": "demonstrations per step"})
@@ -64,7 +76,7 @@ class WarmStartConfig:
         default=256, metadata={"help": "test prompts (3–5 constraints) for the final check"}
     )
     eval_every: int = field(
-        default=0,
+        default=100,
         metadata={
             "help": "every this many steps, record the sampled satisfaction on 64 test prompts (0: off)"
         },
@@ -220,19 +232,11 @@ def evaluate_policy(
     return out, responses
 
 
-def train_warm_start(config: WarmStartConfig, out_dir: str | Path | None = None, *, progress: bool = True):
-    """Train the warm-start model; save it (model + tokenizer + ``warmstart.json``) to ``out_dir``.
-
-    Returns:
-        ``(model, tokenizer, info)`` with ``info`` = config, seconds, final loss and the sampled and
-        greedy per-constraint satisfaction on held-out 3–5-constraint prompts.
-    """
+def _new_model(config: WarmStartConfig, tok):
     import torch
 
     from mrtpo.models.tiny import build_model
-    from mrtpo.tasks.toy import build_toy_tokenizer, generate_examples
 
-    tok = build_toy_tokenizer()
     model = build_model(
         len(tok),
         hidden_size=config.hidden_size,
@@ -245,46 +249,173 @@ def train_warm_start(config: WarmStartConfig, out_dir: str | Path | None = None,
     )
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
-    batcher = DemoBatcher(
-        tok,
-        p_meet=config.p_meet,
-        min_constraints=config.min_constraints,
-        max_constraints=config.max_constraints,
-    )
-    rng = random.Random(config.seed)
+    return model
+
+
+def _optimizer(config: WarmStartConfig, model):
+    import torch
+
     opt = torch.optim.AdamW(
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98)
     )
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: lr_factor(s, config.warmup_steps, config.steps, decay_start=config.clean_steps)
     )
-    steps = range(config.steps)
+    return opt, sched
+
+
+def imperfect_seed(config_seed: int, warm_start: int) -> int:
+    """Seed of the demonstrations of warm start ``warm_start``'s imperfect phase (distinct per warm start,
+    and from the copy phase's data stream ``random.Random(config_seed)``)."""
+    return 1_000_003 * (warm_start + 1) + config_seed
+
+
+def _train_steps(config, model, opt, sched, batcher, rng, steps, *, progress, desc, probe_set, curve, losses):
+    """Optimizer steps ``steps`` (a range of global step indices), one fresh batch each."""
+    import torch
+
+    it = steps
     if progress:
         from tqdm.auto import tqdm
 
-        steps = tqdm(steps, desc="warm start (SFT)", unit="step")
+        it = tqdm(steps, desc=desc, unit="step")
+    tok = batcher.tok
     model.train()
-    probe_set = generate_examples(64, seed=30_000 + config.seed) if config.eval_every else []
-    curve: list[dict] = []
+    for step in it:
+        batcher.p_meet = 1.0 if step < config.clean_steps else config.p_meet
+        ids, mask, labels = batcher.sample(rng, config.batch_size)
+        loss = response_loss(model, ids, mask, labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if progress and len(losses) % 50 == 0:
+            it.set_postfix(loss=f"{sum(losses[-50:]) / 50:.3f}")
+        if config.eval_every and (step + 1) % config.eval_every == 0:
+            probe, _ = evaluate_policy(model, tok, probe_set, temperature=1.0, seed=step)
+            curve.append({"step": step + 1, "loss": sum(losses[-50:]) / len(losses[-50:]), **probe})
+            model.train()
+
+
+def train_copy_phase(config: WarmStartConfig, out_dir: str | Path, *, progress: bool = True) -> Path:
+    """The shared first phase of the demo's warm starts: ``clean_steps`` steps on demonstrations that
+    meet every constraint (the model learns to copy), from ``config.seed``.
+
+    Saves ``out_dir/copy_phase.pt`` (model, optimizer and scheduler state, the data stream's state, the
+    losses and the probe curve) for :func:`train_imperfect_phase`; returns its path.
+    """
+    import torch
+
+    from mrtpo.tasks.toy import build_toy_tokenizer, generate_examples
+
+    tok = build_toy_tokenizer()
     t0 = time.perf_counter()
-    losses = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        for step in steps:
-            batcher.p_meet = 1.0 if step < config.clean_steps else config.p_meet
-            ids, mask, labels = batcher.sample(rng, config.batch_size)
-            loss = response_loss(model, ids, mask, labels)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            losses.append(loss.item())
-            if progress and len(losses) % 50 == 0:
-                steps.set_postfix(loss=f"{sum(losses[-50:]) / 50:.3f}")
-            if config.eval_every and (step + 1) % config.eval_every == 0:
-                probe, _ = evaluate_policy(model, tok, probe_set, temperature=1.0, seed=step)
-                curve.append({"step": step + 1, "loss": sum(losses[-50:]) / len(losses[-50:]), **probe})
+        model = _new_model(config, tok)
+        opt, sched = _optimizer(config, model)
+        batcher = DemoBatcher(
+            tok, p_meet=1.0, min_constraints=config.min_constraints, max_constraints=config.max_constraints
+        )
+        rng = random.Random(config.seed)
+        probe_set = generate_examples(64, seed=30_000 + config.seed) if config.eval_every else []
+        curve: list[dict] = []
+        losses: list[float] = []
+        _train_steps(
+            config,
+            model,
+            opt,
+            sched,
+            batcher,
+            rng,
+            range(config.clean_steps),
+            progress=progress,
+            desc="warm start: copy phase (SFT)",
+            probe_set=probe_set,
+            curve=curve,
+            losses=losses,
+        )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "copy_phase.pt"
+    torch.save(
+        {
+            "config": asdict(config),
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict(),
+            "losses": losses,
+            "curve": curve,
+            "seconds": time.perf_counter() - t0,
+        },
+        path,
+    )
+    return path
+
+
+def train_imperfect_phase(
+    config: WarmStartConfig,
+    copy_phase: str | Path,
+    warm_start: int,
+    out_dir: str | Path | None = None,
+    *,
+    progress: bool = True,
+):
+    """Warm start ``warm_start``: the saved copy phase (:func:`train_copy_phase`), then the remaining
+    ``steps - clean_steps`` steps on imperfect demonstrations drawn from
+    :func:`imperfect_seed` ``(config.seed, warm_start)``, with the learning rate decaying over them.
+
+    Warm starts that differ in ``warm_start`` share the copy phase and differ in the data and order of
+    their imperfect phase. Saves the model, tokenizer and ``warmstart.json`` to ``out_dir``.
+
+    Returns:
+        ``(model, tokenizer, info)``; ``info``: config, warm_start, seconds (this phase and the copy
+        phase), final loss, the sampled and greedy per-constraint satisfaction on held-out 3–5-constraint
+        prompts, the probe curve (with ``eval_every``).
+    """
+    import torch
+
+    from mrtpo.tasks.toy import build_toy_tokenizer, generate_examples
+
+    state = torch.load(Path(copy_phase), weights_only=False)
+    if state["config"] != asdict(config):
+        changed = sorted(k for k in state["config"] if state["config"][k] != asdict(config).get(k))
+        raise ValueError(f"{copy_phase} was trained with other warm-start settings (differs in {changed})")
+    tok = build_toy_tokenizer()
+    t0 = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = _new_model(config, tok)
+        model.load_state_dict(state["model"])
+        opt, sched = _optimizer(config, model)
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        batcher = DemoBatcher(
+            tok,
+            p_meet=config.p_meet,
+            min_constraints=config.min_constraints,
+            max_constraints=config.max_constraints,
+        )
+        rng = random.Random(imperfect_seed(config.seed, warm_start))
+        probe_set = generate_examples(64, seed=30_000 + config.seed) if config.eval_every else []
+        curve = list(state["curve"])
+        losses = list(state["losses"])
+        _train_steps(
+            config,
+            model,
+            opt,
+            sched,
+            batcher,
+            rng,
+            range(config.clean_steps, config.steps),
+            progress=progress,
+            desc=f"warm start {warm_start}: imperfect phase (SFT)",
+            probe_set=probe_set,
+            curve=curve,
+            losses=losses,
+        )
     seconds = time.perf_counter() - t0
     model.eval()
     test = generate_examples(config.eval_examples, seed=10_000 + config.seed)
@@ -292,7 +423,9 @@ def train_warm_start(config: WarmStartConfig, out_dir: str | Path | None = None,
     greedy, _ = evaluate_policy(model, tok, test, temperature=0.0, seed=config.seed)
     info = {
         "config": asdict(config),
+        "warm_start": warm_start,
         "seconds": seconds,
+        "copy_phase_seconds": state["seconds"],
         "parameters": sum(p.numel() for p in model.parameters()),
         "final_loss": sum(losses[-50:]) / len(losses[-50:]),
         "sampled": sampled,
@@ -306,6 +439,26 @@ def train_warm_start(config: WarmStartConfig, out_dir: str | Path | None = None,
         tok.save_pretrained(out)
         (out / "warmstart.json").write_text(json.dumps(info, indent=2))
     return model, tok, info
+
+
+def train_warm_start(
+    config: WarmStartConfig,
+    out_dir: str | Path | None = None,
+    *,
+    warm_start: int = 0,
+    progress: bool = True,
+):
+    """One warm start: :func:`train_copy_phase` then :func:`train_imperfect_phase` (``warm_start``),
+    saved to ``out_dir`` (the copy phase's state is not kept).
+
+    Returns:
+        ``(model, tokenizer, info)`` (see :func:`train_imperfect_phase`).
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = train_copy_phase(config, tmp, progress=progress)
+        return train_imperfect_phase(config, copy, warm_start, out_dir, progress=progress)
 
 
 def load_warm_start(path: str | Path):

@@ -54,7 +54,7 @@ def _offline_error(name_or_path: str, e: OSError) -> FileNotFoundError:
     return FileNotFoundError(
         f"model {name_or_path!r} is not a local folder and could not be fetched from the Hugging Face hub "
         f"({first}); give a folder saved with save_pretrained (e.g. the final model of a `mrtpo train` run, "
-        "or mrtpo-demo/warmstart after `mrtpo demo`)"
+        "or a warm start of `mrtpo demo` such as mrtpo-demo/warmstart/ws0)"
     )
 
 
