@@ -852,9 +852,15 @@ def install(
     computes advantages (verl's TaskRunner); ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl_plugin``
     arranges that for every verl process.
 
+    The plug-in modules of ``$MRTPO_PLUGINS`` (:mod:`mrtpo.plugins`) are imported first, so a user's
+    advantage method gets its estimator and a user's credit scheme validates in this process.
+
     Returns:
         The registered estimator names.
     """
+    from mrtpo.plugins import import_plugins
+
+    import_plugins()
     names = register_estimators()
     for mod in modules:
         after_import(mod, functools.partial(_hook, distance_fn=distance_fn, step_fn=step_fn))
