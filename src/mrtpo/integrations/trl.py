@@ -744,7 +744,9 @@ class MRTPOTrainer(GRPOTrainer):
         if mode == "train" and a.run_files and self.accelerator.is_main_process and a.log_samples:
             step = self.state.global_step + 1
             if step == 1 or step % max(1, int(self.args.logging_steps)) == 0:
-                self._write_samples(step, scored, adv_local, active, distances, token_adv, mask)
+                self._write_samples(
+                    step, scored, adv_local, active, distances, token_adv, mask, res.credit_beta
+                )
         return out
 
     # ------------------------------------------------------------------ replay
@@ -1070,7 +1072,9 @@ class MRTPOTrainer(GRPOTrainer):
                 m[f"localization/{name}/token_share"].append(ts)
                 m[f"localization/{name}/ratio"].append(ds / ts)
 
-    def _write_samples(self, step, scored, adv_local, active, distances, token_adv, mask):
+    def _write_samples(self, step, scored, adv_local, active, distances, token_adv, mask, credit_beta):
+        """``credit_beta``: the strength this step used (CoRT's ramped β, RLSD's scheduled λ), not the
+        configured one, so that a record's token advantages follow from its own fields."""
         tok = self.processing_class
         a = self.args
         records = []
@@ -1098,7 +1102,7 @@ class MRTPOTrainer(GRPOTrainer):
                 advantages=adv_local[j].tolist(),
                 method=a.advantage_method,
                 credit=a.credit,
-                credit_beta=a.credit_beta,
+                credit_beta=float(credit_beta),
                 distances=rows,
                 token_advantages=(
                     token_adv[j, :t] if token_adv is not None else adv_local[j].sum().expand(t)
