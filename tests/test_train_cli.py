@@ -52,7 +52,7 @@ def test_recipes_validate(recipe):
 
 
 def test_table9_recipes_carry_the_paper_settings():
-    # DESIGN section 7: prompts per step x G, temperature / top-p / top-k, steps
+    # docs/design.md §7: prompts per step x G, temperature / top-p / top-k, steps
     expect = {
         "sql_qwen2.5-coder-7b": ("Qwen/Qwen2.5-Coder-7B-Instruct", "sql", 32 * 8, 8, 1.1, 1.0, 0, 100),
         "instruct_qwen2.5-7b": ("Qwen/Qwen2.5-7B-Instruct", "instruct", 64 * 8, 8, 1.0, 0.99, 100, 300),

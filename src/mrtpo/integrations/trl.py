@@ -4,7 +4,7 @@ Adapted to ``trl>=1.14,<1.17`` (tested with 1.14.2, 1.15.0 and 1.16.0). TRL does
 log-probabilities, the clipped surrogate, gradient accumulation and the processes. The subclass only
 changes three seams:
 
-1. ``_calculate_rewards``: scores each response with the task's verifier objects (DESIGN section 4)
+1. ``_calculate_rewards``: scores each response with the task's verifier objects (docs/design.md §4)
    and keeps the gathered reward matrix ``[N, K]`` (all processes);
 2. ``_generate_and_score_completions``: after TRL's own pass, replaces TRL's advantages with those
    of the core's credit step, ``mrtpo.step.credit_step``: ``Â = mrtpo.advantages.compute(method,
@@ -15,7 +15,7 @@ changes three seams:
 3. ``_compute_loss``: only for the OPSD baseline (``loss="opsd"``), a self-distillation divergence
    (``mrtpo.losses``) instead of the policy-gradient surrogate.
 
-Baselines (DESIGN section 6; the papers' code is not public, these are this project's choices):
+Baselines (docs/design.md §6; the papers' code is not public, these are this project's choices):
 
 - **OPSD** (``loss="opsd"``): teacher = the policy on the full context ``C`` (privileged segments
   included), under ``torch.no_grad`` with the current weights at each micro-batch; student = the policy
@@ -115,8 +115,8 @@ LOSSES = ("policy", "opsd")
 class MRTPOConfig(GRPOConfig):
     """TRL's ``GRPOConfig`` plus the multi-reward method, token credit and the baselines.
 
-    TRL's own ``beta`` is the KL coefficient to a reference model; the allocation strength of DESIGN
-    section 5 is ``credit_beta`` (the same name in YAML configs, on the command line, in run.json and in
+    TRL's own ``beta`` is the KL coefficient to a reference model; the allocation strength of
+    docs/design.md §5 is ``credit_beta`` (the same name in YAML configs, on the command line, in run.json and in
     reports). TRL's ``reward_weights`` are the weights w_k of the advantage methods.
     """
 
