@@ -78,7 +78,7 @@ def user_ext(tmp_path, monkeypatch):
     log = tmp_path / "calls.jsonl"
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setenv("MY_EXT_LOG", str(log))
-    monkeypatch.delenv("MRTPO_PLUGINS", raising=False)
+    monkeypatch.setenv("MRTPO_PLUGINS", "")  # (recorded, so what verl_main exports is undone too)
     yield log
     sys.modules.pop("my_ext", None)
     for registry, name in ((advantages.ADVANTAGES, "by_position"), (credit.CREDIT_SCHEMES, "squared")):
@@ -280,6 +280,16 @@ def test_verl_entry_points_import_plugins(tmp_path, user_ext, monkeypatch, capsy
     assert os.environ["MRTPO_PLUGINS"] == "my_ext" and "squared" in credit.CREDIT_SCHEMES.names()
     cfg = OmegaConf.create({"trainer": {"use_v1": False}, "algorithm": {"mrtpo": {"credit": "squared"}}})
     verl_main.check_config(cfg)  # the user's scheme validates
+    from verl.trainer.ppo import core_algos
+
+    from mrtpo.integrations import verl as va
+
+    try:  # install() (every verl process, through verl_plugin) registers the user's method's estimator
+        assert "mrtpo_by_position" in va.install()
+        assert core_algos.get_adv_estimator_fn("mrtpo_by_position") is va.make_estimator("by_position")
+    finally:
+        core_algos.ADV_ESTIMATOR_REGISTRY.pop("mrtpo_by_position", None)
+        va._ESTIMATORS.pop("by_position", None)
     sys.modules.pop("my_ext", None)
     credit.CREDIT_SCHEMES.remove("squared")
     advantages.ADVANTAGES.remove("by_position")
@@ -288,3 +298,34 @@ def test_verl_entry_points_import_plugins(tmp_path, user_ext, monkeypatch, capsy
     credit.CREDIT_SCHEMES.remove("squared")
     with pytest.raises(ValueError, match=r"algorithm.mrtpo.credit='squared' must be one of"):
         verl_main.check_config(cfg)
+
+
+def test_the_readme_extension_trains_with_plugin(tmp_path, monkeypatch, capsys):
+    """The README's "Extending mrtpo": its `centered` method and `squared` scheme, saved as a module of the
+    user's, train one step with the README's command line (made small)."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Extending mrtpo")
+    blocks = re.findall(r"```python\n(.*?)```", readme[start:], re.S)[:2]
+    assert 'register("centered")' in blocks[0] and 'register_scheme("squared"' in blocks[1]
+    (tmp_path / "readme_ext.py").write_text("\n".join(blocks))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cmd = re.search(r"mrtpo train (recipes/tiny_cpu.yaml --plugin my_ext .*?)#", readme[start:], re.S).group(
+        1
+    )
+    args = cmd.replace("\\\n", " ").replace("my_ext", "readme_ext").split()
+    args = [a.strip("'") for a in args]
+    out = tmp_path / "run"
+    try:
+        rc = main(
+            ["train", str(ROOT / args[0]), *args[1:], *SMALL, "--trl.max_steps=1", f"--trl.output_dir={out}"]
+        )
+        assert rc == 0, capsys.readouterr().err
+        run = json.loads((out / "run.json").read_text())
+        assert (run["advantage_method"], run["credit"]) == ("centered", "squared")
+    finally:
+        sys.modules.pop("readme_ext", None)
+        for registry, name in ((advantages.ADVANTAGES, "centered"), (credit.CREDIT_SCHEMES, "squared")):
+            if name in registry.names():
+                registry.remove(name)
