@@ -353,7 +353,7 @@ def test_gdpo_row_sum_is_batch_normalized_sum_and_matches_trl(seed):
     expected = (s - s.mean()) / (s.std() + 1e-4)
     a = adv.compute("gdpo", r, gids, weights=w, eps=1e-4)
     close(a.sum(1), expected.tolist(), tol=1e-9)
-    # and with DESIGN's eps the row sum is the batch-normalized Σ_k w_k A[j, k]
+    # and with eps (docs/design.md §2) the row sum is the batch-normalized Σ_k w_k A[j, k]
     s6 = (
         adv.group_zscore(r, torch.unique(torch.tensor(gids), return_inverse=True)[1], len(set(gids))) * w
     ).sum(1)

@@ -1,4 +1,4 @@
-"""Tests for mrtpo.credit: credit schemes and token credit allocation (DESIGN section 5)."""
+"""Tests for mrtpo.credit: credit schemes and token credit allocation (docs/design.md §5)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ NAN = float("nan")
 
 
 def loop_allocate(adv, dist, mask, beta):
-    """Slow reference of allocate (modes reward / joint) written straight from DESIGN section 5."""
+    """Slow reference of allocate (modes reward / joint) written straight from docs/design.md §5."""
     n, k = adv.shape
     t_len = mask.shape[1]
     out = torch.zeros(n, t_len, dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""Tests for mrtpo.distance: Jensen–Shannon distances between next-token distributions (DESIGN section 5)."""
+"""Tests for mrtpo.distance: Jensen–Shannon distances between next-token distributions (docs/design.md §5)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""The tools task on real ToolRL rows (Apache-2.0, ../shared/data/toolrl beside the repository)."""
+"""The tools task on real ToolRL rows (Apache-2.0): a folder with ToolRL's ``test.parquet`` and
+``rlla_sft.json``, named by the environment variable ``MRTPO_TOOLRL_DIR`` (skipped without it)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -11,10 +13,10 @@ import pytest
 
 from mrtpo.tasks.tools import ToolsTask, toolrl_system_prompt
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "toolrl"
+DATA = Path(os.environ.get("MRTPO_TOOLRL_DIR") or "/nonexistent").expanduser()
 pytestmark = pytest.mark.skipif(
     not (DATA / "test.parquet").exists() or not (DATA / "rlla_sft.json").exists(),
-    reason=f"real ToolRL rows not found at {DATA} (only present in the shared workspace)",
+    reason="real ToolRL rows not found: set MRTPO_TOOLRL_DIR to a folder with test.parquet and rlla_sft.json",
 )
 
 

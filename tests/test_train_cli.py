@@ -52,7 +52,7 @@ def test_recipes_validate(recipe):
 
 
 def test_table9_recipes_carry_the_paper_settings():
-    # DESIGN section 7: prompts per step x G, temperature / top-p / top-k, steps
+    # docs/design.md §7: prompts per step x G, temperature / top-p / top-k, steps
     expect = {
         "sql_qwen2.5-coder-7b": ("Qwen/Qwen2.5-Coder-7B-Instruct", "sql", 32 * 8, 8, 1.1, 1.0, 0, 100),
         "instruct_qwen2.5-7b": ("Qwen/Qwen2.5-7B-Instruct", "instruct", 64 * 8, 8, 1.0, 0.99, 100, 300),
@@ -438,8 +438,8 @@ def test_missing_local_model_folder_is_an_immediate_error(tmp_path, capsys, monk
     rc = main(["train", str(ROOT / "recipes" / "toy_mrtpo.yaml"), "--trl.output_dir", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
-    assert "field 'model.path': model folder './mrtpo-demo/warmstart' does not exist" in err[0]
-    assert "`mrtpo demo --quick` into mrtpo-demo-quick/warmstart" in err[0]
+    assert "field 'model.path': model folder 'mrtpo-demo/warmstart/ws0' does not exist" in err[0]
+    assert "`mrtpo demo --quick` into mrtpo-demo-quick/warmstart/ws0" in err[0]
     assert time.monotonic() - t0 < 20 and not calls and not (tmp_path / "run").exists()
     # what counts as a local path (never looked up on the hub), and what may be a hub id
     (tmp_path / "runs").mkdir()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import torch
 
 from mrtpo import credit, replay
@@ -89,6 +91,21 @@ def test_cort_relevance_ramp_and_allocation(tmp_path):
         a = batch["advantages"][slice(*batch["process_rows"])].sum(1, keepdim=True)
         expect = credit.allocate(a, batch["distances"], batch["completion_mask"], beta=b)
         torch.testing.assert_close(batch["token_advantages"], expect)
+    # samples.jsonl records the ramped strength of its step (not the configured 0.6), so a record's
+    # token advantages follow from its own fields: S = A ((1 - b) + b rel / mean rel)
+    samples = [json.loads(line) for line in (tmp_path / "c" / "samples.jsonl").read_text().splitlines()]
+    assert sorted({(s["step"], s["credit_beta"]) for s in samples}) == [(1, 0.0), (2, 0.15), (3, 0.3)]
+    moved = 0.0
+    for s in samples:
+        a = torch.tensor([[sum(s["advantages"])]], dtype=torch.float64)  # [1, 1]
+        d = torch.tensor([s["distances"]], dtype=torch.float64)  # [1, 1, T]
+        mask = torch.ones(1, d.shape[-1], dtype=torch.bool)
+        expect = credit.allocate(a, d, mask, beta=s["credit_beta"])[0]
+        torch.testing.assert_close(
+            torch.tensor(s["token_advantages"], dtype=torch.float64), expect, atol=1e-6, rtol=1e-5
+        )
+        moved = max(moved, (expect - credit.allocate(a, d, mask, beta=0.6)[0]).abs().max().item())
+    assert moved > 1e-4  # with the configured 0.6 the records would not add up
 
 
 def _gemma2(tok):

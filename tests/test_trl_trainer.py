@@ -225,7 +225,7 @@ def test_token_credit_redistributes_and_skips_zero_advantages(tmp_path):
         adv = batch["advantages"][slice(*batch["process_rows"])]  # [B, K]
         s, mask, d = batch["token_advantages"], batch["completion_mask"], batch["distances"]
         assert s.shape == mask.shape and d.shape == (s.shape[0], 2, s.shape[1])
-        # DESIGN section 5: mean over valid tokens of S[j] = sum_k A[j, k]; padding gets 0
+        # docs/design.md §5: mean over valid tokens of S[j] = sum_k A[j, k]; padding gets 0
         lengths = mask.sum(1)
         torch.testing.assert_close((s * mask).sum(1) / lengths, adv.sum(1), atol=1e-5, rtol=1e-5)
         assert (s[~mask] == 0).all()

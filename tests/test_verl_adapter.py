@@ -147,7 +147,7 @@ def test_estimator_equals_core_allocate(method, credit):
     torch.testing.assert_close(adv, ref.float(), atol=1e-6, rtol=1e-6)
     assert torch.equal(adv, ret)
     assert (adv[mask == 0] == 0).all()  # padding gets 0
-    # conservation (DESIGN 5): the mean over valid tokens is the response advantage Σ_k Â[j, k]
+    # conservation (docs/design.md §5): the mean over valid tokens is the response advantage Σ_k Â[j, k]
     mean_tok = (adv * mask).sum(1) / mask.sum(1)
     torch.testing.assert_close(mean_tok, a.sum(1), atol=1e-5, rtol=1e-5)
 

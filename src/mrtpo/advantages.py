@@ -1,4 +1,4 @@
-"""Response-level multi-reward advantages: rewards [N, K] -> per-reward advantages [N, K] (DESIGN section 3).
+"""Response-level multi-reward advantages: rewards [N, K] -> per-reward advantages [N, K] (docs/design.md §3).
 
 :func:`compute` is the front door: it validates the inputs once into a :class:`Batch` and calls the
 method registered under that name in :data:`ADVANTAGES`. A method is a plain function of the batch
@@ -58,16 +58,16 @@ from torch import Tensor
 from mrtpo.registry import Registry
 
 EPS = 1e-6
-"""DESIGN's eps, added to every std in a denominator (option ``eps``)."""
+"""The eps of docs/design.md §2, added to every std in a denominator (option ``eps``)."""
 
 ACTIVE_TOL = 1e-8
 """A per-reward advantage counts as nonzero (DARA's active groups, replayed pairs) or signed (GD²PO's conflicts) beyond this."""
 
 SAW_DELTA = 1e-8
-"""SAW's delta: shift of the rewards above their minimum and guard of the CV denominator (DESIGN)."""
+"""SAW's delta: shift of the rewards above their minimum and guard of the CV denominator (docs/design.md §3)."""
 
 DVAO_TOL = 1e-8
-"""DVAO's advantage is 0 in a group whose denominator Σ_l w_l σ_l is at most this (DESIGN)."""
+"""DVAO's advantage is 0 in a group whose denominator Σ_l w_l σ_l is at most this (docs/design.md §3)."""
 
 DEGENERATE_RTOL = 1e-9
 """A std at most this times the largest term it summarises is rounding noise: the quantity is constant."""
@@ -447,7 +447,7 @@ def group_stats(x: Tensor, group: Tensor, num_groups: int) -> GroupStats:
 def group_zscore(rewards: Tensor, group: Tensor, num_groups: int, eps: float = EPS) -> Tensor:
     """Group z-score of every reward column.
 
-    A[j, k] = (r[j, k] - mean_group(r[:, k])) / (std_group(r[:, k]) + eps)   (DESIGN section 3; the
+    A[j, k] = (r[j, k] - mean_group(r[:, k])) / (std_group(r[:, k]) + eps)   (docs/design.md §3; the
     per-reward normalization of GDPO, Liu et al. 2026, arXiv 2601.05242).
 
     A group of size 1 has mean 0 and std 1 (A = r / (1 + eps)); a reward constant in a group of two or
@@ -478,7 +478,7 @@ def whiten_columns(
 
     Â[j, k] = (t[j, k] - mean(t[:, k])) / (std(s) + eps),  s_j = Σ_l t[j, l]
 
-    (DESIGN section 3, GDPO row; Liu et al. 2026). The row sum is the whitened s. mean and std are over
+    (docs/design.md §3, GDPO row; Liu et al. 2026). The row sum is the whitened s. mean and std are over
     the batch, weighted by ``units * keep``:
 
     - ``units``: 1 per response (whitening over responses, the default) or the response's token count
@@ -522,7 +522,7 @@ def whiten_columns(
 
 
 def saw_weights(rewards: Tensor, reward_min: Tensor, delta: float = SAW_DELTA) -> Tensor:
-    """SAW's coefficient-of-variation weights of the rewards (He et al. 2026, as defined in DESIGN).
+    """SAW's coefficient-of-variation weights of the rewards (He et al. 2026, as defined in docs/design.md §3).
 
     r̃_k = r_k - r_k^min + delta;  CV_k = std_batch(r̃_k) / (mean_batch(r̃_k) + delta);
     ω_k = K · CV_k / Σ_l CV_l, or ω_k = 1 for all k when Σ_l CV_l <= delta.
@@ -562,7 +562,7 @@ def dara_scales(zscores: Tensor, group: Tensor, num_groups: int, cap: float = 5.
         zscores: [N, K] float, group z-scores A.
         group: [N] long, group index in [0, P).
         num_groups: P.
-        cap: the largest scale (DESIGN: 5).
+        cap: the largest scale (docs/design.md §3: 5).
 
     Returns:
         [K] float >= 1.
@@ -581,7 +581,7 @@ def dara_scales(zscores: Tensor, group: Tensor, num_groups: int, cap: float = 5.
 
 
 def sa_mrpo_weights(rewards: Tensor, reward_min: Tensor, reward_max: Tensor, gamma: float = 0.5) -> Tensor:
-    """SA-MRPO's saturation discount of each reward (Wang et al. 2026b, as defined in DESIGN).
+    """SA-MRPO's saturation discount of each reward (Wang et al. 2026b, as defined in docs/design.md §3).
 
     s_k = (mean_batch(r_k) - r_k^min) / (r_k^max - r_k^min);  w_k = (1 - s_k)^γ
 
@@ -603,9 +603,9 @@ def sa_mrpo_weights(rewards: Tensor, reward_min: Tensor, reward_max: Tensor, gam
 
 
 def gd2po_keep(advantages: Tensor, variant: str = "hard") -> Tensor:
-    """GD²PO's keep weight κ of each response (Liu et al. 2026a, as defined in DESIGN).
+    """GD²PO's keep weight κ of each response (Liu et al. 2026a, as defined in docs/design.md §3).
 
-    hard (DESIGN): a response conflicts if some A[j, k] > 1e-8 and some A[j, l] < -1e-8;
+    hard (docs/design.md §3): a response conflicts if some A[j, k] > 1e-8 and some A[j, l] < -1e-8;
     κ_j = 0 if it conflicts, else 1.
     snr (this project's own soft variant, not from the paper): κ_j = |Σ_k A[j, k]| / Σ_k |A[j, k]|,
     the share of the per-reward signal that survives the sum: 1 without conflict, 0 when the rewards
@@ -630,7 +630,7 @@ def gd2po_keep(advantages: Tensor, variant: str = "hard") -> Tensor:
 
 
 def group_correlation_sum(rewards: Tensor, group: Tensor, num_groups: int) -> Tensor:
-    """Σ_{k,l} ρ_kl of each group's Pearson correlation matrix of the rewards (CorrGRPO, DESIGN).
+    """Σ_{k,l} ρ_kl of each group's Pearson correlation matrix of the rewards (CorrGRPO, docs/design.md §3).
 
     ρ_kl = cov_group(r_k, r_l) / sqrt(var_group(r_k) · var_group(r_l)); a reward constant in the group
     has a zero row and column, its diagonal included. Σ ρ_kl = var(Σ_k z_k) for the standardized
@@ -670,7 +670,7 @@ def group_correlation_sum(rewards: Tensor, group: Tensor, num_groups: int) -> Te
 
 @register("grpo")
 def grpo(b: Batch, *, eps: Positive = EPS) -> Tensor:
-    """GRPO of the weighted reward sum, split by reward (Shao et al. 2024, DeepSeekMath; DESIGN).
+    """GRPO of the weighted reward sum, split by reward (Shao et al. 2024, DeepSeekMath; docs/design.md §3).
 
     Â[j, k] = w_k (r[j, k] - mean_group(r[:, k])) / (std_group(R) + eps),  R_j = Σ_k w_k r[j, k]
 
@@ -701,7 +701,7 @@ def gdpo(b: Batch, *, eps: Positive = EPS, whiten: Whiten = "response") -> Tenso
 
     A = group_zscore(r);  Â[j, k] = (w_k A[j, k] - mean_batch(w_k A[:, k])) / (std_batch(Σ_l w_l A[:, l]) + eps)
 
-    (arXiv 2601.05242; DESIGN section 3). The row sum is the batch-normalized Σ_k w_k A[j, k], which is
+    (arXiv 2601.05242; docs/design.md §3). The row sum is the batch-normalized Σ_k w_k A[j, k], which is
     TRL's ``multi_objective_aggregation="normalize_then_sum"`` advantage when ``eps=1e-4`` and groups
     have two or more responses.
 
@@ -720,7 +720,7 @@ def saw(b: Batch, *, eps: Positive = EPS, whiten: Whiten = "response") -> Tensor
     r̃_k = r_k - r_k^min + δ;  CV_k = std_batch(r̃_k) / (mean_batch(r̃_k) + δ);
     ω_k = K · CV_k / Σ_l CV_l (1 for all k if Σ_l CV_l <= δ);  then GDPO with weights u_k · ω_k
 
-    δ = 1e-8 (DESIGN). ``u`` are the user's ``weights`` (None = ones, giving DESIGN's SAW exactly); they
+    δ = 1e-8 (docs/design.md §3). ``u`` are the user's ``weights`` (None = ones, giving the SAW of docs/design.md §3 exactly); they
     multiply the computed ω. See :func:`saw_weights`.
 
     Options: ``eps`` (1e-6), ``whiten``, ``lengths`` (as GDPO).
@@ -742,7 +742,7 @@ def dara(
     sym:            t[j, k] = λ_k · A[j, k]
     Â[j, k] = (w_k t[j, k] - mean_batch(w_k t[:, k])) / (std_batch(Σ_l w_l t[:, l]) + eps)
 
-    (DESIGN section 3: "GDPO batch normalization of the sum".)
+    (docs/design.md §3: "GDPO batch normalization of the sum".)
 
     Options: ``eps`` (1e-6), ``variant`` ("asym" | "sym"), ``whiten``, ``lengths`` (as GDPO).
     Notation: π_k share of groups in which reward k varies; λ_k its scale (>= 1).
@@ -761,7 +761,7 @@ def dvao(b: Batch, *, eps: Positive = EPS) -> Tensor:
 
     μ_k, σ_k are the group mean and population std (also for a group of size 1, which therefore gets
     0). Equivalently Σ_k λ_k A_k with A_k = (r_k - μ_k) / σ_k and λ_k = w_k σ_k / Σ_l w_l σ_l. No batch
-    normalization. The scale of w cancels (default w_k = 1/K, as in DESIGN). DESIGN's formula has no
+    normalization. The scale of w cancels (default w_k = 1/K, as in docs/design.md §3). That formula has no
     eps: the ``eps`` option is accepted for the shared interface and does not change DVAO.
 
     Options: ``eps`` (no effect, see above).
@@ -784,7 +784,7 @@ def sa_mrpo(
     s_k = (mean_batch(r_k) - r_k^min) / (r_k^max - r_k^min);  ω_k = (1 - s_k)^γ;
     then GDPO with weights u_k · ω_k
 
-    γ = 0.5 by default (DESIGN). ``u`` are the user's ``weights`` (None = ones, giving DESIGN's SA-MRPO
+    γ = 0.5 by default (docs/design.md §3). ``u`` are the user's ``weights`` (None = ones, giving the SA-MRPO of docs/design.md §3
     exactly); they multiply the computed ω. See :func:`sa_mrpo_weights`.
 
     Options: ``eps`` (1e-6), ``gamma`` (0.5, >= 0), ``whiten``, ``lengths`` (as GDPO).
@@ -807,7 +807,7 @@ def gd2po(
     (hard: over the kept responses), see :func:`whiten_columns`;
     Â[j, k] = Â_j · A[j, k] / Σ_l A[j, l]  (Â_j / K for each k when Σ_l A[j, l] = 0)
 
-    The split gives the row sum Â_j. Variant "hard" is DESIGN's; "snr" (soft keep weight
+    The split gives the row sum Â_j. Variant "hard" is that of docs/design.md §3; "snr" (soft keep weight
     |Σ_k A| / Σ_k |A|) is this project's own choice, not from the paper. All zeros if nothing is kept.
 
     Options: ``eps`` (1e-6), ``variant`` ("hard" | "snr"), ``whiten``, ``lengths`` (as GDPO; with
@@ -834,12 +834,12 @@ def gd2po(
 
 @register("corr_grpo")
 def corr_grpo(b: Batch, *, eps: Positive = EPS) -> Tensor:
-    """CorrGRPO: centered weighted rewards over the std of the correlated sum (DESIGN section 3).
+    """CorrGRPO: centered weighted rewards over the std of the correlated sum (docs/design.md §3).
 
     per group:  c[j, k] = w_k (r[j, k] - μ_k);  ρ = Pearson correlation matrix of the group's rewards
     (zero row and column for a constant reward);  Â[j, k] = c[j, k] / sqrt(max(0, Σ_{k,l} ρ_kl) + eps)
 
-    DESIGN names no paper for this method. μ_k is the group's own mean, also for a group of size 1
+    docs/design.md §3 names no paper for this method. μ_k is the group's own mean, also for a group of size 1
     (which therefore gets 0). ρ is of the unweighted rewards. No batch normalization. See
     :func:`group_correlation_sum`.
 

@@ -1,6 +1,6 @@
 """Token credit allocation (MRTPO): replay distances -> per-token weights -> token advantages.
 
-:func:`token_weights` / :func:`allocate` (DESIGN section 5) turn the Jensen–Shannon distances of
+:func:`token_weights` / :func:`allocate` (docs/design.md §5) turn the Jensen–Shannon distances of
 :mod:`mrtpo.distance` (``js_distance`` and ``js_distance_from_hidden`` are re-exported here) into
 per-token weights that average 1 over each response, and spread each reward's response-level
 advantage ``Â[j, k]`` over the tokens::
@@ -422,7 +422,7 @@ def token_weights(
 ) -> Tensor:
     """Per-token credit weights that average 1 over each (response, reward) row's valid tokens.
 
-    Formula (DESIGN section 5; the paper's relevance-weighted allocation)::
+    Formula (docs/design.md §5; the paper's relevance-weighted allocation)::
 
         w[j, k, t] = d[j, k, t] / mean_{t valid} d[j, k, :]     (w = 1 on valid t if that mean is 0)
         w[j, k, t] = 0                                          on padding (mask[j, t] = 0)
@@ -480,7 +480,7 @@ def allocate(
 ) -> Tensor:
     """Token-level advantages: each reward's advantage spread over its relevant tokens (MRTPO).
 
-    Formula (DESIGN section 5; the paper's token advantage)::
+    Formula (docs/design.md §5; the paper's token advantage)::
 
         S[j, t] = Σ_k Â[j, k] · ((1 − β) + β · w[j, k, t])    on valid tokens, 0 on padding
 

@@ -1,4 +1,4 @@
-"""Jensen–Shannon distances between next-token distributions (DESIGN section 5; MRTPO's relevance).
+"""Jensen–Shannon distances between next-token distributions (docs/design.md §5; MRTPO's relevance).
 
 :func:`js_distance` / :func:`js_distance_from_hidden`: per-token base-2 Jensen–Shannon distance
 ``d = sqrt(JSD(p, q))`` in [0, 1] between the policy's next-token distributions under the full context
@@ -84,7 +84,7 @@ def resolve_kernel(kernel: str, device: torch.device | str, dtype: torch.dtype =
 def _jsd_nats_from_logprobs(logp: Tensor, p: Tensor, logq: Tensor) -> Tensor:
     """Jensen–Shannon divergence in nats per row, from log-probabilities (cancellation-free form).
 
-    DESIGN section 5 defines JSD = ½KL(p‖m) + ½KL(q‖m), m = ½(p + q). With Δ = log p − log q and
+    docs/design.md §5 defines JSD = ½KL(p‖m) + ½KL(q‖m), m = ½(p + q). With Δ = log p − log q and
     a = (p − q)/(p + q) = tanh(Δ/2) one has 2p/(p + q) = 1 + a and 2q/(p + q) = 1 − a, so
 
         JSD = ½ Σ_v [p_v ln(1 + a_v) + q_v ln(1 − a_v)]
@@ -175,7 +175,7 @@ def js_distance(
 ) -> Tensor:
     """Base-2 Jensen–Shannon distance between softmax(logits_p) and softmax(logits_q), row by row.
 
-    Formula (DESIGN section 5; the paper's relevance measure)::
+    Formula (docs/design.md §5; the paper's relevance measure)::
 
         p = softmax(logits_p), q = softmax(logits_q), m = ½(p + q)
         JSD(p, q) = ½ KL(p ‖ m) + ½ KL(q ‖ m)        (logs base 2, so JSD ∈ [0, 1])

@@ -1,4 +1,4 @@
-"""Loss terms TRL lacks: the OPSD self-distillation divergence and CoRT's strength ramp (DESIGN section 6).
+"""Loss terms TRL lacks: the OPSD self-distillation divergence and CoRT's strength ramp (docs/design.md §6).
 
 The clipped token-level surrogate itself is TRL's (``GRPOTrainer._compute_loss`` takes advantages
 ``[B]`` or ``[B, T]``); this module only holds what the baselines add. Torch only.

@@ -4,7 +4,7 @@ A prompt is a list of :class:`Segment`. Each segment carries text and the names 
 verifier checks it. Rollout segments are shown to the policy when it samples; privileged segments
 (references) are only added in replay, in a block after the task text and before the assistant turn.
 
-Contexts of one response (DESIGN section 5):
+Contexts of one response (docs/design.md §5):
 
 - rollout: every non-privileged segment (what the policy saw when it sampled);
 - full ``C``: rollout segments plus every privileged segment;

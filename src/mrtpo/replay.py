@@ -1,6 +1,6 @@
 """Replay: teacher-forced passes of one response under several contexts, and the per-token distances.
 
-DESIGN section 5. For response ``y`` (T tokens) and contexts ``C`` (full) and ``C_-k`` (leave-one-out):
+docs/design.md §5. For response ``y`` (T tokens) and contexts ``C`` (full) and ``C_-k`` (leave-one-out):
 
     p_t = pi(. | C, y_<t),   q_t = pi(. | C_-k, y_<t)
     d[k, t] = sqrt(JSD_2(p_t, q_t))  in [0, 1]          (Jensen-Shannon distance, base-2 logs)
@@ -37,7 +37,7 @@ sqrt(ln 2)``, with ``delta`` the largest logit difference of the two precisions 
 (:func:`mrtpo.distance.js_error_bound`; tested). The model check compares the model's logits
 with the float32 projection at the tolerance of the precision it computes in.
 
-Cost unit (DESIGN section 5): 1 FPE = one no-grad forward over a response's rollout sequence
+Cost unit (docs/design.md §5): 1 FPE = one no-grad forward over a response's rollout sequence
 (``rollout prompt + response`` tokens). Naive replay costs ``K + 1`` FPE per response.
 
 The model and tokenizer are duck-typed (any Hugging Face causal LM and tokenizer); this module imports
@@ -130,7 +130,7 @@ def build_contexts(
     sep: str = "\n\n",
     **template_kwargs: Any,
 ) -> Contexts:
-    """Rollout, full, leave-one-out and joint contexts of a prompt (DESIGN sections 4-5).
+    """Rollout, full, leave-one-out and joint contexts of a prompt (docs/design.md §4-5).
 
     Messages come from :func:`mrtpo.prompt.assemble` (privileged segments in a block after the task
     text, before the assistant turn) and are tokenized with the tokenizer's chat template.
@@ -294,7 +294,7 @@ def make_requests(
     advantages: torch.Tensor | None = None,
     full_hidden: Sequence[torch.Tensor | None] | None = None,
 ) -> list[ReplayRequest]:
-    """Requests for N responses (DESIGN section 5 variants ``reward`` and ``joint``; ``rollout`` for RLSD).
+    """Requests for N responses (docs/design.md §5 variants ``reward`` and ``joint``; ``rollout`` for RLSD).
 
     Args:
         contexts: ``[N]`` the contexts of each response's prompt (repeat one object for a group).

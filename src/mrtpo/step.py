@@ -1,7 +1,7 @@
 """The credit step: rewards of a batch -> response-level advantages -> token advantages, for every engine.
 
 One function, :func:`credit_step`, does what every training engine needs after scoring a batch
-(DESIGN sections 3 and 5): the response-level advantages ``Â = advantages.compute(method, r, groups)``
+(docs/design.md §3 and §5): the response-level advantages ``Â = advantages.compute(method, r, groups)``
 ``[N, K]``; the pairs worth replaying (``|Â[j, k]| > ACTIVE_TOL``); the replay the credit scheme asks for,
 through a callable the engine supplies; and the token advantages ``S = credit.allocate(Â, d, mask, β,
 scheme)`` ``[B, T]``. The TRL trainer and the verl adapter only translate their data into this call and

@@ -1,4 +1,4 @@
-"""Seeing the credit (DESIGN section 8): ``mrtpo explain`` and ``mrtpo report``.
+"""Seeing the credit (docs/design.md §8): ``mrtpo explain`` and ``mrtpo report``.
 
 - :mod:`mrtpo.analysis.localization`: distance share on checked tokens, token share, ratio, top-k
   share; checked character spans -> token masks (numpy only);

@@ -1,4 +1,4 @@
-"""Training curves over seeds and steps to a threshold (DESIGN section 8; the paper's Figures 4 and 5).
+"""Training curves over seeds and steps to a threshold (docs/design.md §8; the paper's Figures 4 and 5).
 
 For one metric (``reward``, ``rewards/<name>/mean``, ...) and one method with S seeds:
 

@@ -1,5 +1,5 @@
 """Seeing the credit of one response: per-reward replay distances and token advantages, response-level
-method vs MRTPO, as a self-contained HTML page and a PNG (DESIGN section 8; the paper's Figures 1, 2, 3,
+method vs MRTPO, as a self-contained HTML page and a PNG (docs/design.md §8; the paper's Figures 1, 2, 3,
 7 and 8).
 
 Input is a record in the samples.jsonl format (docs/run-format.md): the response's tokens, the K reward

@@ -1,4 +1,4 @@
-"""Where a reward's replay distance falls: localization statistics (DESIGN section 8, the paper's Table 4
+"""Where a reward's replay distance falls: localization statistics (docs/design.md §8, the paper's Table 4
 and Figure 6), and the mapping from a verifier's checked character spans to response tokens.
 
 Per (response j, reward k), with distances ``d[t] >= 0`` over the T response tokens and ``C`` the set of

@@ -1,5 +1,5 @@
 """``mrtpo report``: training curves, steps to a threshold and localization tables from run folders
-(DESIGN section 8; the paper's Figures 4, 5, 6 and Table 4).
+(docs/design.md §8; the paper's Figures 4, 5, 6 and Table 4).
 
 Input: run folders in the format of docs/run-format.md. Runs are grouped into methods by run.json's
 ``advantage_method`` + ``credit`` (+ ``credit_beta``) (:func:`mrtpo.analysis.runs.group_by_method`); the runs

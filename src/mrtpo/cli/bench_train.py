@@ -49,6 +49,9 @@ def check_credit(name: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from mrtpo.plugins import add_plugin_argument
+
+    add_plugin_argument(parser)
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run (default 8)")
     parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out (default 2)")
     parser.add_argument(
@@ -123,14 +126,16 @@ def run(args: argparse.Namespace) -> int:
     from transformers import PrinterCallback, ProgressCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from mrtpo import advantages as adv_mod
     from mrtpo.integrations.data import example_from_row, examples_to_dataset
     from mrtpo.integrations.trl import MRTPOConfig, MRTPOTrainer
     from mrtpo.models.tiny import build_model
+    from mrtpo.plugins import import_plugins
     from mrtpo.tasks import load_task
     from mrtpo.tasks.toy import build_toy_tokenizer
 
+    import_plugins(args.plugin)  # a --method or --credit of the user's own
     check_credit(args.credit)
-    from mrtpo import advantages as adv_mod
 
     if args.method not in adv_mod.available():
         raise ValueError(f"--method={args.method!r} must be one of {', '.join(adv_mod.available())}")

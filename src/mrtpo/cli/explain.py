@@ -33,6 +33,9 @@ from pathlib import Path
 
 
 def add_arguments(parser) -> None:
+    from mrtpo.plugins import add_plugin_argument
+
+    add_plugin_argument(parser)
     src = parser.add_argument_group("from saved samples")
     src.add_argument("--samples", default=None, help="samples.jsonl of a training run (or a record.jsonl)")
     src.add_argument(
@@ -46,7 +49,9 @@ def add_arguments(parser) -> None:
     live = parser.add_argument_group("live on a model")
     live.add_argument("--model", default=None, help="local model folder or hub id (a Hugging Face causal LM)")
     live.add_argument(
-        "--task", default=None, help="task name (mrtpo.tasks.load_task), e.g. toy, sql, instruct, tools"
+        "--task",
+        default=None,
+        help="task name (mrtpo.tasks.load_task), e.g. toy, sql, instruct, tools, or module:Class of your own",
     )
     live.add_argument(
         "--example",
@@ -240,6 +245,9 @@ def _explain_live(args):
 
 
 def run(args) -> int:
+    from mrtpo.plugins import import_plugins
+
+    import_plugins(args.plugin)  # before --method / --task are looked up
     if getattr(args, "old_beta", None) is not None:
         raise ValueError("--beta is now --credit-beta (the allocation strength β)")
     if args.samples is not None:

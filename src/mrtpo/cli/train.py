@@ -1,11 +1,13 @@
-"""``mrtpo train CONFIG.yaml [--section.key VALUE ...] [--resume [CHECKPOINT]] [--overwrite]``.
+"""``mrtpo train CONFIG.yaml [--plugin MODULE ...] [--section.key VALUE ...] [--resume [CHECKPOINT]] [--overwrite]``.
 
 Trains with :class:`mrtpo.MRTPOTrainer` from a YAML config (see ``recipes/`` and
 :mod:`mrtpo.integrations.config`). Writes the run folder (``trl.output_dir``): run.json, metrics.jsonl,
 samples.jsonl, TRL checkpoints and, at the end, the final model and tokenizer. A non-empty run folder
 is refused unless ``--resume`` (continue from its newest complete checkpoint, or the one named, with its
 optimizer state, scheduler, RNG and data order) or ``--overwrite`` (start again) is given. Ctrl-C saves
-a checkpoint after the current step and prints the command that resumes.
+a checkpoint after the current step and prints the command that resumes. ``--plugin MODULE`` (repeatable,
+before or after the config) imports a module of the user's own before the config is validated, as the
+config's ``plugins:`` list does (:mod:`mrtpo.plugins`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ def fields_help() -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("config", help="YAML config (sections model, task, data, method, trl)")
+    from mrtpo.plugins import add_plugin_argument
+
+    add_plugin_argument(parser)
     parser.add_argument(
         "--print-config",
         action="store_true",
@@ -79,8 +84,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.format_help = lazy_format_help
 
 
-def _resume_command(args: argparse.Namespace, rest: list[str], threads: int | None) -> str:
-    kept, skip = [], False
+def _resume_command(
+    args: argparse.Namespace, rest: list[str], threads: int | None, plugins: list[str] = ()
+) -> str:
+    kept, skip = [f"--plugin={m}" for m in plugins], False
     for tok in rest:
         if skip:
             skip = False
@@ -99,12 +106,17 @@ def _resume_command(args: argparse.Namespace, rest: list[str], threads: int | No
 
 def run(args: argparse.Namespace) -> int:
     from mrtpo.integrations.config import TrainingInterrupted, load_config, parse_overrides, train
+    from mrtpo.plugins import split_plugin_args
 
-    rest = list(args.overrides)
+    more, rest = split_plugin_args(args.overrides)  # --plugin given after the config
+    plugins = [*args.plugin, *more]
     threads = args.threads
     if "--threads" in rest:  # given after the overrides
         i = rest.index("--threads")
         threads, rest = int(rest[i + 1]), rest[:i] + rest[i + 2 :]
+    for tok in [t for t in rest if t.startswith("--threads=")]:
+        threads = int(tok.partition("=")[2])
+        rest.remove(tok)
     if threads is not None:
         import torch
 
@@ -119,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     pairs, resume = parse_overrides([t for t in rest if t != "--overwrite"])
     if resume and overwrite:
         raise ValueError("--resume continues the run folder and --overwrite starts it again: give one")
-    cfg = load_config(args.config, pairs)
+    cfg = load_config(args.config, pairs, plugins=plugins)
     if print_config:
         import yaml
 
@@ -132,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     except TrainingInterrupted as e:
         where = f"saved {e.checkpoint}" if e.checkpoint else "no checkpoint was written"
         print(
-            f"mrtpo train: interrupted at step {e.step}; {where}; resume with: {_resume_command(args, rest, threads)}",
+            f"mrtpo train: interrupted at step {e.step}; {where}; resume with: {_resume_command(args, rest, threads, plugins)}",
             file=sys.stderr,
         )
         return 130
@@ -148,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(
                 f"mrtpo train: interrupted; kept {folder} (later steps are lost); resume with: "
-                f"{_resume_command(args, rest, threads)}",
+                f"{_resume_command(args, rest, threads, plugins)}",
                 file=sys.stderr,
             )
         return 130

@@ -19,9 +19,9 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
-import sys
 from collections.abc import Iterable
-from pathlib import Path
+
+from mrtpo.plugins import import_plugin as _import
 
 BUILTIN_MODULES: tuple[str, ...] = (
     "mrtpo.eval.sql",
@@ -37,25 +37,11 @@ _loaded: set[str] = set()
 
 
 def import_plugin(module: str) -> None:
-    """Import ``module`` (a module name or a ``.py`` path) once; a clear ``ValueError`` if it fails."""
+    """Import ``module`` (a module name or a ``.py`` path) once (:func:`mrtpo.plugins.import_plugin`, the
+    one importer of plug-ins); a clear ``ValueError`` naming it if it fails."""
     if module in _loaded:
         return
-    try:
-        if module.endswith(".py"):
-            path = Path(module).expanduser()
-            if not path.is_file():
-                raise FileNotFoundError(f"no such file {str(path)!r}")
-            name = f"mrtpo_plugin_{path.stem}"
-            spec = importlib.util.spec_from_file_location(name, path)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
-        else:
-            if os.getcwd() not in sys.path:  # a module next to the user, as `python -m` would find it
-                sys.path.append(os.getcwd())
-            importlib.import_module(module)
-    except Exception as e:
-        raise ValueError(f"benchmark plug-in {module!r} failed to import ({type(e).__name__}: {e})") from None
+    _import(module, kind="benchmark plug-in")
     _loaded.add(module)
 
 

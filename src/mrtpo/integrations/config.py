@@ -1,7 +1,9 @@
 """Training configs: YAML loading, command-line overrides, validation, and the ``train(config)`` entry.
 
-A config has five sections (see ``recipes/*.yaml``)::
+A config has five sections (see ``recipes/*.yaml``), and optionally a list of plug-in modules::
 
+    plugins: [my_ext]                            # imported first (mrtpo.plugins): what they register
+                                                 # (advantage methods, credit schemes) validates
     model:  {path: <local folder or hub id>, dtype: auto}     or  {tiny: {hidden_size: 64, ...}}
     task:   {name: sql, options: {...}}          # a built-in task, or module:Class of your own;
                                                  # options.conditions: GDPO's conditioned reward
@@ -53,6 +55,7 @@ from typing import Any
 import yaml
 
 SECTIONS = ("model", "task", "data", "method", "trl", "peft")
+PLUGINS_KEY = "plugins"  # the top-level list of plug-in modules (not a section)
 MODEL_KEYS = ("path", "dtype", "tiny")
 TINY_KEYS = (
     "hidden_size",
@@ -353,15 +356,22 @@ class RunConfig:
     trainer: dict[str, Any]  # MRTPOConfig keyword arguments (method + trl, resolved)
     raw: dict[str, Any]  # the config as written, overrides applied
     peft: dict[str, Any] | None = None  # peft.LoraConfig keyword arguments, or None (full fine-tuning)
+    plugins: list[str] = dataclasses.field(default_factory=list)  # plug-in modules, imported already
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
-        """Validate ``raw``; raise one ValueError listing every bad field."""
+        """Validate ``raw``; raise one ValueError listing every bad field.
+
+        The ``plugins`` modules are imported first (a ValueError naming the one that fails), so the
+        advantage methods, credit schemes and tasks they register are known when the rest is checked.
+        """
+        plugins = import_config_plugins(raw.get(PLUGINS_KEY))
         errors: list[str] = []
         for sec in raw:
-            if sec not in SECTIONS:
+            if sec not in SECTIONS and sec != PLUGINS_KEY:
                 errors.append(
-                    f"unknown section '{sec}'{_nearest(sec, SECTIONS)}; sections: {', '.join(SECTIONS)}"
+                    f"unknown section '{sec}'{_nearest(sec, (*SECTIONS, PLUGINS_KEY))}; sections: "
+                    f"{', '.join(SECTIONS)} (and the list '{PLUGINS_KEY}')"
                 )
         sections: dict[str, dict] = {}
         for sec in SECTIONS:
@@ -455,7 +465,9 @@ class RunConfig:
             errors.extend(_peft_errors(peft_cfg))
         if errors:
             raise ValueError("invalid config: " + "; ".join(errors))
-        return cls(model=model, task=task, data=data, trainer=trainer, raw=raw, peft=peft_cfg)
+        return cls(
+            model=model, task=task, data=data, trainer=trainer, raw=raw, peft=peft_cfg, plugins=plugins
+        )
 
     def peft_config(self):
         """The ``peft.LoraConfig`` of the ``peft`` section (task type causal LM), or None."""
@@ -499,6 +511,8 @@ class RunConfig:
                 node = node.setdefault(sub, {})
             node[last] = _plain(value)
         out = {"model": self.model, "task": self.task, "data": self.data, "method": method, "trl": trl}
+        if self.plugins:
+            out = {PLUGINS_KEY: list(self.plugins), **out}
         if self.peft is not None:
             out["peft"] = _plain(self.peft)
         return out
@@ -572,14 +586,41 @@ def _environment_errors(model: dict[str, Any], trainer: dict[str, Any], peft: bo
     return errors
 
 
+def import_config_plugins(value: Any) -> list[str]:
+    """Import the modules of a config's ``plugins`` list (:func:`mrtpo.plugins.import_plugins`, after
+    ``$MRTPO_PLUGINS``); returns the list. A ValueError names the field and the module that fails."""
+    from mrtpo.plugins import import_plugins
+
+    if value is None:
+        value = []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(m, str) and m.strip() for m in value):
+        raise ValueError(
+            f"invalid config: field '{PLUGINS_KEY}': {value!r} is not a list of module names (or .py paths)"
+        )
+    try:
+        import_plugins(value)
+    except ValueError as e:
+        raise ValueError(f"invalid config: field '{PLUGINS_KEY}': {e}") from None
+    return list(value)
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: Sequence[tuple[str, Any]] = (),
     raw: dict[str, Any] | None = None,
+    plugins: Sequence[str] = (),
 ) -> RunConfig:
-    """Read ``path`` (or take ``raw``), apply dotted ``overrides``, validate."""
+    """Read ``path`` (or take ``raw``), apply dotted ``overrides``, add ``plugins`` (``--plugin``) to the
+    config's ``plugins`` list, validate."""
     base = _load_yaml(path) if path is not None else copy.deepcopy(raw or {})
-    return RunConfig.from_dict(apply_overrides(base, overrides))
+    base = apply_overrides(base, overrides)
+    if plugins:
+        listed = base.get(PLUGINS_KEY) or []
+        listed = [listed] if isinstance(listed, str) else list(listed)
+        base[PLUGINS_KEY] = list(dict.fromkeys([*listed, *plugins]))
+    return RunConfig.from_dict(base)
 
 
 def _tiny_model_and_tokenizer(spec: dict[str, Any], examples, dtype: str = "auto") -> tuple[Any, Any]:
@@ -630,7 +671,7 @@ def _hf_model_and_tokenizer(path: str, dtype: str):
 def load_task_spec(name: str, options: dict[str, Any] | None = None):
     """Build the task named by ``task.name``: a built-in name (``toy``) or ``module:Class``, an importable
     :class:`~mrtpo.tasks.base.Task` subclass of your own (``mypkg.tasks:MyTask``), with ``options``."""
-    from mrtpo.tasks import TASKS, Task, load_task
+    from mrtpo.tasks import TASKS, load_task, user_task_class
     from mrtpo.tasks.conditions import with_conditions
 
     options = dict(options or {})
@@ -645,19 +686,10 @@ def load_task_spec(name: str, options: dict[str, Any] | None = None):
                 f"invalid config: field '{where}': {why}" if why else f"invalid config: {e}"
             ) from None
     if ":" in name:
-        module_name, _, class_name = name.partition(":")
         try:
-            module = importlib.import_module(module_name)
-        except ImportError as e:
-            raise ValueError(
-                f"field 'task.name': cannot import module {module_name!r} of {name!r} ({e}); "
-                "is its package installed or on PYTHONPATH?"
-            ) from None
-        cls = getattr(module, class_name, None)
-        if cls is None:
-            raise ValueError(f"field 'task.name': module {module_name!r} has no {class_name!r}")
-        if not (isinstance(cls, type) and issubclass(cls, Task)):
-            raise ValueError(f"field 'task.name': {name!r} is not a subclass of mrtpo.tasks.Task")
+            cls = user_task_class(name)
+        except ValueError as e:
+            raise ValueError(f"field 'task.name': {e}") from None
     else:
         if name not in TASKS:
             _import_builtin_tasks()

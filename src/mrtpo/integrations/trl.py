@@ -4,7 +4,7 @@ Adapted to ``trl>=1.14,<1.17`` (tested with 1.14.2, 1.15.0 and 1.16.0). TRL does
 log-probabilities, the clipped surrogate, gradient accumulation and the processes. The subclass only
 changes three seams:
 
-1. ``_calculate_rewards``: scores each response with the task's verifier objects (DESIGN section 4)
+1. ``_calculate_rewards``: scores each response with the task's verifier objects (docs/design.md §4)
    and keeps the gathered reward matrix ``[N, K]`` (all processes);
 2. ``_generate_and_score_completions``: after TRL's own pass, replaces TRL's advantages with those
    of the core's credit step, ``mrtpo.step.credit_step``: ``Â = mrtpo.advantages.compute(method,
@@ -15,7 +15,7 @@ changes three seams:
 3. ``_compute_loss``: only for the OPSD baseline (``loss="opsd"``), a self-distillation divergence
    (``mrtpo.losses``) instead of the policy-gradient surrogate.
 
-Baselines (DESIGN section 6; the papers' code is not public, these are this project's choices):
+Baselines (docs/design.md §6; the papers' code is not public, these are this project's choices):
 
 - **OPSD** (``loss="opsd"``): teacher = the policy on the full context ``C`` (privileged segments
   included), under ``torch.no_grad`` with the current weights at each micro-batch; student = the policy
@@ -115,8 +115,8 @@ LOSSES = ("policy", "opsd")
 class MRTPOConfig(GRPOConfig):
     """TRL's ``GRPOConfig`` plus the multi-reward method, token credit and the baselines.
 
-    TRL's own ``beta`` is the KL coefficient to a reference model; the allocation strength of DESIGN
-    section 5 is ``credit_beta`` (the same name in YAML configs, on the command line, in run.json and in
+    TRL's own ``beta`` is the KL coefficient to a reference model; the allocation strength of
+    docs/design.md §5 is ``credit_beta`` (the same name in YAML configs, on the command line, in run.json and in
     reports). TRL's ``reward_weights`` are the weights w_k of the advantage methods.
     """
 
@@ -744,7 +744,9 @@ class MRTPOTrainer(GRPOTrainer):
         if mode == "train" and a.run_files and self.accelerator.is_main_process and a.log_samples:
             step = self.state.global_step + 1
             if step == 1 or step % max(1, int(self.args.logging_steps)) == 0:
-                self._write_samples(step, scored, adv_local, active, distances, token_adv, mask)
+                self._write_samples(
+                    step, scored, adv_local, active, distances, token_adv, mask, res.credit_beta
+                )
         return out
 
     # ------------------------------------------------------------------ replay
@@ -1070,7 +1072,9 @@ class MRTPOTrainer(GRPOTrainer):
                 m[f"localization/{name}/token_share"].append(ts)
                 m[f"localization/{name}/ratio"].append(ds / ts)
 
-    def _write_samples(self, step, scored, adv_local, active, distances, token_adv, mask):
+    def _write_samples(self, step, scored, adv_local, active, distances, token_adv, mask, credit_beta):
+        """``credit_beta``: the strength this step used (CoRT's ramped β, RLSD's scheduled λ), not the
+        configured one, so that a record's token advantages follow from its own fields."""
         tok = self.processing_class
         a = self.args
         records = []
@@ -1098,7 +1102,7 @@ class MRTPOTrainer(GRPOTrainer):
                 advantages=adv_local[j].tolist(),
                 method=a.advantage_method,
                 credit=a.credit,
-                credit_beta=a.credit_beta,
+                credit_beta=float(credit_beta),
                 distances=rows,
                 token_advantages=(
                     token_adv[j, :t] if token_adv is not None else adv_local[j].sum().expand(t)

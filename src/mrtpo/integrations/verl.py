@@ -51,7 +51,7 @@ Conventions that differ from verl's built-in estimators (each tested in tests/te
 - ``mrtpo_gdpo`` with ``options.whiten=token`` is verl's ``gdpo`` up to the whitening eps: verl's
   ``masked_whiten`` is ``(x - mean) / sqrt(var + 1e-8)``, mrtpo's ``(x - mean) / (std + 1e-6)``; both
   count tokens and use Bessel's correction over tokens. The default ``whiten=response`` counts each
-  response once (DESIGN section 3).
+  response once (docs/design.md §3).
 - verl's advantages of a whitened method are shifted on every token (``masked_whiten`` over tokens of
   the row-broadcast sum); mrtpo's are ``Σ_k Â[j, k]`` on the valid tokens and exactly 0 on padding.
 
@@ -598,7 +598,7 @@ def make_estimator(method: str) -> EstimatorFn:
         if not norm_adv_by_std_in_grpo or not _get(config, "norm_adv_by_std_in_grpo", True):
             raise ValueError(
                 "norm_adv_by_std_in_grpo=False (Dr. GRPO) is not supported by the mrtpo estimators: every "
-                "mrtpo method divides by a standard deviation (DESIGN section 3)"
+                "mrtpo method divides by a standard deviation (docs/design.md §3)"
             )
         if tuple(token_level_rewards.shape) != tuple(response_mask.shape):
             raise ValueError(
@@ -852,9 +852,15 @@ def install(
     computes advantages (verl's TaskRunner); ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl_plugin``
     arranges that for every verl process.
 
+    The plug-in modules of ``$MRTPO_PLUGINS`` (:mod:`mrtpo.plugins`) are imported first, so a user's
+    advantage method gets its estimator and a user's credit scheme validates in this process.
+
     Returns:
         The registered estimator names.
     """
+    from mrtpo.plugins import import_plugins
+
+    import_plugins()
     names = register_estimators()
     for mod in modules:
         after_import(mod, functools.partial(_hook, distance_fn=distance_fn, step_fn=step_fn))

@@ -17,6 +17,11 @@ Command line::
 
     python -m mrtpo.integrations.verl_data --task toy --out data/toy            # train.parquet, test.parquet
     python -m mrtpo.integrations.verl_data --task sql --data /path/to/spider --val-split dev --out data/sql
+    python -m mrtpo.integrations.verl_data --plugin my_ext --task my_task:TwoWords --out data/mine
+
+``--task`` is a built-in name or ``module:Class`` (a task of your own; the module must be importable by
+verl's workers too, e.g. on ``PYTHONPATH``); ``--plugin MODULE`` (repeatable) imports a module first
+(:mod:`mrtpo.plugins`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mrtpo.integrations.verl import EXAMPLE_KEY, TASK_KEY, TASK_KWARGS_KEY
+from mrtpo.plugins import add_plugin_argument, import_plugins
 from mrtpo.tasks.base import Example
 
 
@@ -74,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write verl parquet datasets (train + validation) of an mrtpo task.",
     )
     p.add_argument(
-        "--task", required=True, help="task name (mrtpo.tasks.load_task): toy, sql, instruct, tools"
+        "--task",
+        required=True,
+        help="task name (mrtpo.tasks.load_task): toy, sql, instruct, tools, or module:Class of your own",
     )
     p.add_argument("--task-kwargs", default="{}", help="JSON object of the task's constructor arguments")
     p.add_argument(
@@ -85,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="at most this many training examples")
     p.add_argument("--val-limit", type=int, default=None, help="at most this many validation examples")
     p.add_argument("--out", required=True, help="output folder: <split>.parquet for each split")
+    add_plugin_argument(p)
     return p
 
 
@@ -93,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
+        import_plugins(args.plugin)
         kwargs = json.loads(args.task_kwargs)
         if not isinstance(kwargs, dict):
             raise ValueError(f"--task-kwargs must be a JSON object, got {args.task_kwargs!r}")

@@ -18,12 +18,20 @@ verl's ``TaskRunner.run`` builds ``RayPPOTrainer`` by its module-level name in
 ``verl.trainer.main_ppo_v0``; :data:`MRTPOTaskRunner`'s ``run`` points that name at
 :class:`MRTPORayPPOTrainer` for the duration of the call (in the TaskRunner's own Ray process) instead of
 copying verl's ``run``.
+
+Plug-ins (a user's advantage method, credit scheme or task module, :mod:`mrtpo.plugins`): ``--plugin
+MODULE`` (repeatable; taken out of the arguments before Hydra reads them) or the environment variable
+``MRTPO_PLUGINS=my_ext,other``. ``--plugin`` adds its modules to ``MRTPO_PLUGINS``, which the Ray
+processes of a local cluster inherit (for a remote cluster pass it with
+``+ray_kwargs.ray_init.runtime_env.env_vars.MRTPO_PLUGINS=my_ext``); the driver, the task runner and
+:func:`mrtpo.integrations.verl.install` import them before the ``algorithm.mrtpo`` node is validated.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +44,8 @@ from verl.trainer.ppo.utils import Role
 
 from mrtpo.integrations import verl as va
 from mrtpo.integrations.verl_worker import MRTPOActorRolloutRefWorker, ReplayOptions, make_worker_distance_fn
+from mrtpo.plugins import ENV_VAR as PLUGINS_ENV_VAR
+from mrtpo.plugins import env_plugins, import_plugins, split_plugin_args
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +105,10 @@ def select_legacy_trainer(config: Any) -> bool:
 
 
 def check_config(config: Any) -> None:
-    """What the MRTPO task runner needs of verl's config; ValueError naming the key otherwise."""
+    """What the MRTPO task runner needs of verl's config; ValueError naming the key otherwise.
+
+    The modules of ``$MRTPO_PLUGINS`` are imported first (a user's method or scheme then validates)."""
+    import_plugins()
     if va._get(va._get(config, "trainer"), "use_v1", False):
         raise ValueError(f"trainer.use_v1=True: {LEGACY_WHY}; set trainer.use_v1=False")
     va.VerlMRTPOConfig.from_algorithm(va._get(config, "algorithm"))  # the mrtpo node parses
@@ -141,13 +154,19 @@ def run(config: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Hydra entry point on verl's ``ppo_trainer`` config (``--config-path`` / ``--config-name`` / overrides)."""
+    """Hydra entry point on verl's ``ppo_trainer`` config (``--config-path`` / ``--config-name`` / overrides).
+
+    ``--plugin MODULE`` arguments are removed before Hydra parses the rest, appended to
+    ``$MRTPO_PLUGINS`` (inherited by the Ray processes) and imported here."""
     import hydra
     import verl.trainer
 
     config_dir = str(Path(verl.trainer.__file__).resolve().parent / "config")
-    if argv is not None:
-        sys.argv = [sys.argv[0], *argv]
+    plugins, rest = split_plugin_args(sys.argv[1:] if argv is None else argv)
+    if plugins:
+        os.environ[PLUGINS_ENV_VAR] = ",".join(dict.fromkeys([*env_plugins(), *plugins]))
+    import_plugins()  # a module that fails is named before Hydra and Ray start
+    sys.argv = [sys.argv[0], *rest]
     hydra.main(config_path=config_dir, config_name="ppo_trainer", version_base=None)(run)()
 
 

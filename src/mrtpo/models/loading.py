@@ -32,10 +32,12 @@ def looks_like_path(name_or_path: str) -> bool:
 def missing_path_message(name_or_path: str) -> str:
     """Why a path-like model id cannot be loaded, and how to make the folder when mrtpo makes it."""
     msg = f"model folder {name_or_path!r} does not exist"
-    if Path(str(name_or_path)).name == "warmstart":
+    p = Path(str(name_or_path))
+    if p.name == "warmstart" or (p.parent.name == "warmstart" and p.name.startswith("ws")):
         msg += (
-            " (a warm start is written by `mrtpo demo` into mrtpo-demo/warmstart, or by `mrtpo demo --quick` "
-            "into mrtpo-demo-quick/warmstart: run one, or point --model.path at the one you have)"
+            " (warm starts are written by `mrtpo demo` into mrtpo-demo/warmstart/ws0, ws1, ..., or by `mrtpo "
+            "demo --quick` into mrtpo-demo-quick/warmstart/ws0: run one, or point --model.path at the one you "
+            "have)"
         )
     else:
         msg += " (give a folder saved with save_pretrained, e.g. the run folder of a finished `mrtpo train`)"

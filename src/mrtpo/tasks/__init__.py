@@ -1,5 +1,7 @@
 """Task plug-ins. ``load_task("sql")`` imports ``mrtpo.tasks.sql`` (which registers itself in
-:data:`mrtpo.tasks.base.TASKS`) and builds the task; tasks are imported only when asked for."""
+:data:`mrtpo.tasks.base.TASKS`) and builds the task; tasks are imported only when asked for. A task of
+the user's own is named ``module:Class`` (``load_task("my_task:TwoWords")``), in every command and on
+verl."""
 
 from __future__ import annotations
 
@@ -8,11 +10,12 @@ import importlib.util
 
 from mrtpo.tasks.base import TASKS, Example, Task, Verdict, Verifier
 
-__all__ = ["TASKS", "Example", "Task", "Verdict", "Verifier", "load_task"]
+__all__ = ["TASKS", "Example", "Task", "Verdict", "Verifier", "load_task", "user_task_class"]
 
 
 def load_task(name: str, **kwargs) -> Task:
-    """Build the task registered as ``name`` (module ``mrtpo.tasks.<name>``) with ``kwargs``.
+    """Build the task registered as ``name`` (module ``mrtpo.tasks.<name>``), or the ``module:Class``
+    of the user's own (:func:`user_task_class`), with ``kwargs``.
 
     The option ``conditions`` (``{reward: [primary, threshold]}``, GDPO's conditioned reward) is not
     the task's own: it wraps the task in a :class:`mrtpo.tasks.conditions.ConditionedTask`.
@@ -22,6 +25,8 @@ def load_task(name: str, **kwargs) -> Task:
         from mrtpo.tasks.conditions import with_conditions
 
         return with_conditions(load_task(name, **kwargs), conditions)
+    if ":" in name:
+        return user_task_class(name)(**kwargs)
     if name not in TASKS and importlib.util.find_spec(f"mrtpo.tasks.{name}") is not None:
         importlib.import_module(f"mrtpo.tasks.{name}")
     try:
@@ -29,3 +34,28 @@ def load_task(name: str, **kwargs) -> Task:
     except KeyError as e:
         raise ValueError(e.args[0]) from None
     return cls(**kwargs)
+
+
+def user_task_class(name: str) -> type[Task]:
+    """The :class:`Task` subclass named ``module:Class`` (``mypkg.tasks:MyTask``; the module importable).
+
+    Raises:
+        ValueError: naming the module when it cannot be imported, or the class when it is missing or not
+            a ``Task`` subclass.
+    """
+    module_name, _, class_name = name.partition(":")
+    if not module_name or not class_name:
+        raise ValueError(f"task {name!r} must be a registered name or module:Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(
+            f"cannot import module {module_name!r} of task {name!r} ({e}); is its package installed or on "
+            "PYTHONPATH?"
+        ) from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise ValueError(f"module {module_name!r} has no {class_name!r} (task {name!r})")
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise ValueError(f"{name!r} is not a subclass of mrtpo.tasks.Task")
+    return cls

@@ -1,4 +1,4 @@
-"""The verifier protocol every task shares (DESIGN section 4), and the task plug-in registry.
+"""The verifier protocol every task shares (docs/design.md §4), and the task plug-in registry.
 
 A verifier is one reward. It has a ``name``, ``bounds`` (min, max), a ``verdict`` (score plus a
 human-readable reason), ``information(example)`` (the text it checks against, which replay leaves out

@@ -1,4 +1,4 @@
-"""Which characters of a response a constraint's checker reads (for the localization analysis, DESIGN §8).
+"""Which characters of a response a constraint's checker reads (for the localization analysis, docs/design.md §8).
 
 :func:`checked_spans` returns ``[start, end)`` character spans of the response for the instruction types
 below and ``None`` for the others (their checker reads the whole response or counts over all of it).

@@ -1,4 +1,4 @@
-"""One {0, 1} verifier per constraint, and the ``instruct`` task (DESIGN §4 and §7).
+"""One {0, 1} verifier per constraint, and the ``instruct`` task (docs/design.md §4 and §7).
 
 An example with n constraints is scored by K = ``max_constraints`` verifiers ``c0 .. c{K-1}``: slot
 k < n checks constraint k with IFEval's strict verdict (:func:`mrtpo.tasks.instruct.checkers.check`);

@@ -1,6 +1,6 @@
 """Execution match: does a predicted query's result equal the gold query's result?
 
-Two semantics (DESIGN section 7), chosen per dataset:
+Two semantics (docs/design.md §7), chosen per dataset:
 
 - ``spider`` (the Spider test-suite evaluation): the two results are equal when some permutation of the
   predicted columns makes them equal, compared as lists (row order matters) when the gold query has

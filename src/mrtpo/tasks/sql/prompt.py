@@ -1,6 +1,6 @@
 """Text-to-SQL prompts: the schema serialized from the SQLite file, and the tagged prompt segments.
 
-Segments of one example (DESIGN section 4), in order:
+Segments of one example (docs/design.md §4), in order:
 
 | segment | rewards | privileged |
 |---|---|---|

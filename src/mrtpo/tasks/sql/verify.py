@@ -1,6 +1,6 @@
 """The three text-to-SQL verifiers (format, executable, execution), each scoring {0, 1}.
 
-Response format (DESIGN section 7): ``<think>…</think><answer>```sql …```</answer>``.
+Response format (docs/design.md §7): ``<think>…</think><answer>```sql …```</answer>``.
 
 - ``format`` = 1 when the response is, up to surrounding whitespace, exactly one ``<think>…</think>``
   followed by one ``<answer>…</answer>`` whose content is exactly one non-empty ```` ```sql ```` code

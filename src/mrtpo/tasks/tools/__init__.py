@@ -1,4 +1,4 @@
-"""Tool calling (ToolRL / RLLA), registered as task ``"tools"`` (DESIGN sections 4 and 7).
+"""Tool calling (ToolRL / RLLA), registered as task ``"tools"`` (docs/design.md §4 and §7).
 
 Rewards (K = 2, ``reward_names = ["format", "correctness"]``):
 

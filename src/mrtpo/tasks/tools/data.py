@@ -8,7 +8,7 @@ Layouts read:
 - raw JSON (ToolRL's ``rlla`` files): a list of ``{"instruction", "input", "output"}`` objects, or the
   same objects as JSON lines; ``instruction`` is the system message, ``input`` the user message.
 
-Segments of one example (DESIGN section 4)::
+Segments of one example (docs/design.md §4)::
 
     system  task text and tool list                       rewards {}
     system  "**Output Format**" … to the end of the system rewards {"format"}

@@ -1,6 +1,6 @@
 """Parsers for tool-calling outputs: ToolRL's tagged format and its ``<tool_call>`` JSON lines.
 
-ToolRL output format (DESIGN section 7)::
+ToolRL output format (docs/design.md §7)::
 
     <think> reasoning </think>
     <tool_call>

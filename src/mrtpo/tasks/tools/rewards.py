@@ -1,4 +1,4 @@
-"""The two ToolRL rewards (DESIGN sections 4 and 7): format {0, 1} and correctness [-3, 3].
+"""The two ToolRL rewards (docs/design.md §4 and §7): format {0, 1} and correctness [-3, 3].
 
 Format, ToolRL's rule (the default). The response, stripped of surrounding whitespace, must match
 (``re.search`` with ``re.DOTALL``, ``^`` and ``$`` anchored) the pattern chosen by which tags occur
