@@ -3,15 +3,19 @@
 #
 #   scripts/test_trl_versions.sh            # the oldest supported release, 1.14.2 (what .ci/run calls)
 #   scripts/test_trl_versions.sh 1.15.0 1.14.2
+#   scripts/test_trl_versions.sh --all 1.14.2   # also the slow multi-process tests (several minutes)
 #
 # For each version a virtual environment .venv-trl<version> holds only that TRL release (pip install
 # --no-deps) and reads every other package from the project's .venv (the README's install), so the
 # check takes seconds to set up and differs from the main run in TRL alone. It runs the tests of the
-# TRL seams, the trainer, the baselines and the sharded trainer paths, and two configuration-matrix
-# cells with TRL's defaults (bf16 on; LoRA; two processes).
+# TRL seams, the trainer, the baselines and the sharded trainer paths (without --all: not the tests
+# marked slow, the multi-process runs), and two configuration-matrix cells with TRL's defaults (bf16
+# on; LoRA; two processes: the multi-process path on every run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || { echo "scripts/test_trl_versions.sh: run the README's install first (.venv)" >&2; exit 2; }
+marker=(-m "not slow")
+if [ "${1:-}" = --all ]; then marker=(); shift; fi
 versions=("$@")
 [ ${#versions[@]} -gt 0 ] || versions=(1.14.2)
 base=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
@@ -27,7 +31,7 @@ for v in "${versions[@]}"; do
   got=$("$env/bin/python" -c "import trl; print(trl.__version__)")
   [ "$got" = "$v" ] || { echo "TRL $v: the environment imports trl $got" >&2; exit 1; }
   echo "== TRL $got"
-  "$env/bin/python" -m pytest -q -p no:cacheprovider tests/test_trl_seams.py tests/test_trl_trainer.py \
-    tests/test_trl_baselines.py tests/test_trl_distributed.py
+  "$env/bin/python" -m pytest -q -p no:cacheprovider ${marker[@]+"${marker[@]}"} tests/test_trl_seams.py \
+    tests/test_trl_trainer.py tests/test_trl_baselines.py tests/test_trl_distributed.py
   "$env/bin/python" -m mrtpo.integrations.matrix --cells single/bf16/lora/reward ddp/bf16/full/cort
 done
