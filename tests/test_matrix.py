@@ -52,6 +52,19 @@ def test_cell_configs_are_valid_run_configs(tmp_path):
         assert args.gradient_checkpointing  # TRL's default
 
 
+def test_launch_environment_keeps_deepspeed_on_for_zero3():
+    # a caller that runs on CPU with ACCELERATE_USE_CPU=true (scripts/gpu_check.sh --device cpu) must not
+    # pass it to the ZeRO-3 launch: accelerate would turn DeepSpeed off and the cell fail on unpartitioned
+    # parameters ("'Parameter' object has no attribute 'ds_status'")
+    base = {"ACCELERATE_USE_CPU": "true", "PATH": "/bin"}
+    z = M.launch_env("zero3", "cpu", base)
+    assert "ACCELERATE_USE_CPU" not in z and z["DS_ACCELERATOR"] == "cpu" and z["PATH"] == "/bin"
+    assert "ACCELERATE_USE_CPU" not in M.launch_env("zero3", "cuda", base)
+    assert M.launch_env("ddp", "cpu", {})["ACCELERATE_USE_CPU"] == "true"
+    assert "ACCELERATE_USE_CPU" not in M.launch_env("ddp", "cuda", {})
+    assert base == {"ACCELERATE_USE_CPU": "true", "PATH": "/bin"}  # the caller's environment is untouched
+
+
 def test_naive_reference_hand_values():
     import torch
 

@@ -521,10 +521,10 @@ def worker(argv: list[str]) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
-def _launch(engine: str, cells: list[Cell], out: Path, device: str, nproc: int, timeout: float) -> str:
-    """Run ``cells`` of one engine in one launch; returns the launcher's last output lines."""
+def launch_env(engine: str, device: str, base: dict[str, str]) -> dict[str, str]:
+    """The environment of one engine's launch, from the caller's ``base`` environment."""
     env = {
-        **os.environ,
+        **base,
         "OMP_NUM_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HUB_OFFLINE": "1",
@@ -532,8 +532,18 @@ def _launch(engine: str, cells: list[Cell], out: Path, device: str, nproc: int, 
     }
     if device == "cpu" and engine != "zero3":
         env["ACCELERATE_USE_CPU"] = "true"  # gloo (accelerate turns DeepSpeed off when it is set)
-    if engine == "zero3" and device == "cpu":
-        env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed's CPU accelerator (gloo)
+    if engine == "zero3":
+        # accelerate turns DeepSpeed off when ACCELERATE_USE_CPU is set (by a caller such as
+        # scripts/gpu_check.sh --device cpu): the ZeRO-3 launch must not inherit it
+        env.pop("ACCELERATE_USE_CPU", None)
+        if device == "cpu":
+            env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed's CPU accelerator (gloo)
+    return env
+
+
+def _launch(engine: str, cells: list[Cell], out: Path, device: str, nproc: int, timeout: float) -> str:
+    """Run ``cells`` of one engine in one launch; returns the launcher's last output lines."""
+    env = launch_env(engine, device, dict(os.environ))
     args = ["-m", "mrtpo.integrations.matrix", "worker", "--cells", ",".join(c.name for c in cells),
             "--out", str(out), "--device", device]  # fmt: skip
     if engine == "single":
