@@ -641,19 +641,7 @@ def _tiny_model_and_tokenizer(spec: dict[str, Any], examples, dtype: str = "auto
             seen.add(str(w))
             words.append(str(w))
     tok = build_tokenizer(words)
-    kw = {
-        k: spec[k]
-        for k in (
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "num_kv_heads",
-            "intermediate_size",
-            "tie_embeddings",
-            "seed",
-        )
-        if k in spec
-    }
+    kw = {k: spec[k] for k in TINY_KEYS if k != "words" and k in spec}  # words: the tokenizer's, above
     model = build_model(len(tok), dtype=getattr(torch, "float32" if dtype == "auto" else dtype), **kw)
     return model, tok
 
