@@ -93,7 +93,7 @@ if [ "$DEVICE" = cpu ]; then KERNEL_ARGS=(--t 128); else KERNEL_ARGS=(); fi
 step "distance kernels" 60 "$PY" -m mrtpo.bench.kernels --device "$DEVICE" --config "$CONFIG" \
   ${KERNEL_ARGS[@]+"${KERNEL_ARGS[@]}"} --json "$OUT/kernels.json"
 # --- end of the distance-kernels step ---
-step "matrix" 120 "$PY" -m mrtpo.integrations.matrix --device "$DEVICE" --nproc "$NPROC" --out "$OUT/matrix" \
+step "matrix" 120 "$PY" -m mrtpo.integrations.trl.matrix --device "$DEVICE" --nproc "$NPROC" --out "$OUT/matrix" \
   --cells single/bf16/full/reward single/bf16/lora/reward single/bf16/full/cort single/bf16/full/opsd \
   zero3/bf16/lora/reward --json "$OUT/matrix.json"
 "$PY" -m mrtpo.bench.gpu_table "$OUT"

@@ -33,5 +33,5 @@ for v in "${versions[@]}"; do
   echo "== TRL $got"
   "$env/bin/python" -m pytest -q -p no:cacheprovider ${marker[@]+"${marker[@]}"} tests/test_trl_seams.py \
     tests/test_trl_trainer.py tests/test_trl_baselines.py tests/test_trl_distributed.py
-  "$env/bin/python" -m mrtpo.integrations.matrix --cells single/bf16/lora/reward ddp/bf16/full/cort
+  "$env/bin/python" -m mrtpo.integrations.trl.matrix --cells single/bf16/lora/reward ddp/bf16/full/cort
 done

@@ -54,7 +54,7 @@ def test_run_size_forecast_hand_computed():
 
     import torch
 
-    from mrtpo.integrations.run_logging import estimate_run_bytes
+    from mrtpo.integrations.trl.run_logging import estimate_run_bytes
 
     model = torch.nn.Linear(10, 10)  # 110 float32 parameters
     args = SimpleNamespace(optim="adamw_torch", max_steps=100, save_strategy="steps", save_steps=30,

@@ -84,7 +84,7 @@ def test_task_option_wraps_the_task_and_keeps_its_verifiers():
 
 
 def test_config_reads_the_task_option_and_names_a_bad_entry():
-    from mrtpo.integrations.config import load_task_spec
+    from mrtpo.integrations.trl.recipe import load_task_spec
 
     assert isinstance(
         load_task_spec("toy", {"size": 8, "conditions": {"wrap": ["start", 1]}}), ConditionedTask
@@ -125,8 +125,8 @@ def test_trainer_conditions_before_the_advantages_and_logs_both(tmp_path):
 
 def test_verl_reward_function_returns_conditioned_and_raw():
     pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl==0.9.1 is not installed")
-    from mrtpo.integrations import verl as va
-    from mrtpo.integrations import verl_data
+    from mrtpo.integrations.verl import adapter as va
+    from mrtpo.integrations.verl import data as verl_data
     from mrtpo.tasks.toy import make_example
 
     ex = make_example({"start": "apple", "length": 3}, "e0")

@@ -324,7 +324,7 @@ def test_toy_recipe_is_the_demo_mrtpo_run():
     import yaml
 
     from mrtpo.demo.runs import RLConfig, run_config
-    from mrtpo.integrations.config import load_config
+    from mrtpo.integrations.trl.recipe import load_config
 
     path = Path(__file__).resolve().parents[1] / "recipes" / "toy_mrtpo.yaml"
     want = run_config("mrtpo", 0, RLConfig(), "mrtpo-demo/warmstart/ws0", "runs/toy_mrtpo")

@@ -1,4 +1,4 @@
-"""The configuration matrix (mrtpo.integrations.matrix): engine x precision x adapter x credit x loss.
+"""The configuration matrix (mrtpo.integrations.trl.matrix): engine x precision x adapter x credit x loss.
 
 CI runs the representative subset (20 cells, one launch per engine: one process, DDP, FSDP2 and ZeRO-3
 on 2 CPU processes); ``mrtpo matrix --full`` runs all 160. Each cell trains 4 steps through ``mrtpo
@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from mrtpo.integrations import matrix as M
+from mrtpo.integrations.trl import matrix as M
 
 
 def test_cells_parse_and_name_round_trip():
@@ -42,7 +42,7 @@ def test_the_subset_covers_every_pair_of_precision_or_adapter_with_credit():
 
 
 def test_cell_configs_are_valid_run_configs(tmp_path):
-    from mrtpo.integrations.config import load_config
+    from mrtpo.integrations.trl.recipe import load_config
 
     for cell in M.all_cells():
         cfg = load_config(raw=cell.config(tmp_path / "x"))

@@ -157,7 +157,7 @@ def test_plugins_list_in_a_yaml_config(tmp_path, user_ext, capsys):
         "squared",
     )
     # --plugin on the command line adds to the list once; a bad list is named as the field
-    from mrtpo.integrations.config import load_config
+    from mrtpo.integrations.trl.recipe import load_config
 
     assert load_config(path, plugins=["my_ext"]).plugins == ["my_ext"]
     with pytest.raises(ValueError, match=r"field 'plugins': \{'a': 1\} is not a list of module names"):
@@ -223,8 +223,8 @@ TWO_WORDS = textwrap.dedent(
 def test_module_class_task_in_load_task_and_verl_data(tmp_path, monkeypatch, capsys):
     """``module:Class`` works where the built-in names do: load_task (explain, bench, verl's workers
     rebuilding the task from extra_info) and verl_data's --task."""
-    from mrtpo.integrations import verl as va
-    from mrtpo.integrations import verl_data
+    from mrtpo.integrations.verl import adapter as va
+    from mrtpo.integrations.verl import data as verl_data
     from mrtpo.tasks import load_task
 
     (tmp_path / "user_task_x.py").write_text(TWO_WORDS)
@@ -259,7 +259,8 @@ def test_verl_entry_points_import_plugins(tmp_path, user_ext, monkeypatch, capsy
     processes inherit it) and check_config imports it before the algorithm.mrtpo node is validated."""
     from omegaconf import OmegaConf
 
-    from mrtpo.integrations import verl_data, verl_main
+    from mrtpo.integrations.verl import data as verl_data
+    from mrtpo.integrations.verl import main as verl_main
 
     rc = verl_data.main(["--plugin", "no_such_ext_xyz", "--task", "toy", "--out", str(tmp_path / "d")])
     assert rc == 2 and "plug-in 'no_such_ext_xyz' failed to import" in capsys.readouterr().err
@@ -282,7 +283,7 @@ def test_verl_entry_points_import_plugins(tmp_path, user_ext, monkeypatch, capsy
     verl_main.check_config(cfg)  # the user's scheme validates
     from verl.trainer.ppo import core_algos
 
-    from mrtpo.integrations import verl as va
+    from mrtpo.integrations.verl import adapter as va
 
     try:  # install() (every verl process, through verl_plugin) registers the user's method's estimator
         assert "mrtpo_by_position" in va.install()

@@ -21,7 +21,7 @@ import torch
 from mrtpo import replay as R
 from mrtpo.distance import js_error_bound
 from mrtpo.head import head_of
-from mrtpo.integrations.matrix import _naive_js
+from mrtpo.integrations.trl.matrix import _naive_js
 
 
 def _model(vocab=40, seed=0, tie=True, dtype=torch.float32):

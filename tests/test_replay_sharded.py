@@ -163,7 +163,7 @@ def test_head_weight_is_looked_up_at_each_call(tiny_tokenizer):
 def test_trainer_sharding_resolution_without_sharded_parameters(tiny_model, monkeypatch):
     """integrations.sharding: auto is "none" for an unsharded model; explicit settings are kept; FSDP1 +
     gather is refused; the gather size counts the parameters in their dtype plus a float32 head."""
-    from mrtpo.integrations import sharding as S
+    from mrtpo.integrations.trl import sharding as S
 
     cpu = torch.device("cpu")
     assert S.engine(tiny_model) == "none"

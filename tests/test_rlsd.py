@@ -205,7 +205,7 @@ def verl_case(monkeypatch):
 
 
 def _naive_gap(tvw, model, tok, data, adv, tau):
-    from mrtpo.integrations import verl as va
+    from mrtpo.integrations.verl import adapter as va
 
     mask = data.batch["response_mask"]
     out = torch.zeros(len(data), 1, mask.shape[1])
@@ -221,8 +221,8 @@ def _naive_gap(tvw, model, tok, data, adv, tau):
 
 
 def test_rlsd_on_verl_workers_through_the_hook(verl_case, monkeypatch):
-    from mrtpo.integrations import verl as va
-    from mrtpo.integrations import verl_worker as vw
+    from mrtpo.integrations.verl import adapter as va
+    from mrtpo.integrations.verl import worker as vw
 
     tvw, tok, model = verl_case
     data = tvw.toy_batch(tok, [3, 6, 0, 5, 1, 7, 2, 4])

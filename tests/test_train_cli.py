@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from mrtpo.cli.main import main
-from mrtpo.integrations.config import apply_overrides, load_config, parse_overrides
+from mrtpo.integrations.trl.recipe import apply_overrides, load_config, parse_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 # the recipes of `mrtpo train` (recipes/ also holds configs of other launchers, e.g. verl's)
@@ -298,7 +298,7 @@ def test_method_section_is_derived_from_mrtpo_config():
     from trl import GRPOConfig
 
     from mrtpo import MRTPOConfig
-    from mrtpo.integrations.config import trainer_fields
+    from mrtpo.integrations.trl.recipe import trainer_fields
 
     fields = trainer_fields()
     ours = {f.name for f in dataclasses.fields(MRTPOConfig)} - {
@@ -328,7 +328,7 @@ def test_method_section_is_derived_from_mrtpo_config():
 def test_rerun_refuses_unless_resume_or_overwrite_and_the_final_model_loads(tmp_path, capsys):
     from transformers import AutoModelForCausalLM
 
-    from mrtpo.integrations.config import train
+    from mrtpo.integrations.trl.recipe import train
     from mrtpo.models.loading import load_model_and_tokenizer
 
     recipe = str(ROOT / "recipes" / "tiny_cpu.yaml")

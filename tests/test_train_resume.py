@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from mrtpo.cli.main import main
-from mrtpo.integrations.checkpoints import checkpoint_problems, pick_checkpoint
+from mrtpo.integrations.trl.checkpoints import checkpoint_problems, pick_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = str(ROOT / "recipes" / "tiny_cpu.yaml")
@@ -64,7 +64,7 @@ def test_sampler_order_is_a_function_of_the_epoch():
     """EpochRepeatSampler after set_epoch(e) yields what TRL's sampler yields on its (e+1)-th pass."""
     from trl.trainer.utils import RepeatSampler
 
-    from mrtpo.integrations.trl import EpochRepeatSampler
+    from mrtpo.integrations.trl.trainer import EpochRepeatSampler
 
     kw = dict(data_source=list(range(10)), mini_repeat_count=2, batch_size=3, repeat_count=1, seed=7)
     trl_sampler = RepeatSampler(**kw)
@@ -255,7 +255,7 @@ def test_resume_with_a_larger_max_steps_follows_the_new_schedule(tmp_path):
 def test_tied_weights_are_not_missing_keys(tiny_model):
     from torch.nn.modules.module import _IncompatibleKeys
 
-    from mrtpo.integrations.checkpoints import without_tied_keys
+    from mrtpo.integrations.trl.checkpoints import without_tied_keys
 
     assert tiny_model.lm_head.weight is tiny_model.model.embed_tokens.weight  # tied
     result = _IncompatibleKeys(["lm_head.weight", "model.norm.weight"], [])
@@ -267,7 +267,7 @@ def test_tied_weights_are_not_missing_keys(tiny_model):
 def test_resync_schedule_on_a_lambda_schedule():
     from transformers import get_linear_schedule_with_warmup
 
-    from mrtpo.integrations.checkpoints import resync_schedule
+    from mrtpo.integrations.trl.checkpoints import resync_schedule
 
     param = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.AdamW([param], lr=1e-3)
@@ -309,7 +309,7 @@ def test_checkpoints_are_bounded_and_keep_no_log_history(tmp_path):
     assert files["checkpoint-N/"].endswith("every 1 steps; the newest 2 are kept")
     assert set(files) >= {"run.json", "metrics.jsonl", "samples.jsonl", "checkpoint-N/"}
     # null keeps every checkpoint, as TRL does, and the folder says so
-    from mrtpo.integrations.run_logging import folder_contents
+    from mrtpo.integrations.trl.run_logging import folder_contents
 
     every = folder_contents({"save_strategy": "steps", "save_steps": 50.0, "save_total_limit": None})
     assert every["checkpoint-N/"].endswith("every 50 steps; all are kept (trl.save_total_limit is null)")

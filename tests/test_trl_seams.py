@@ -14,7 +14,7 @@ pytest.importorskip("trl")
 def test_the_overridden_private_methods_are_named_in_one_place():
     from trl import GRPOTrainer
 
-    from mrtpo.integrations.trl import TRL_SEAMS, MRTPOTrainer
+    from mrtpo.integrations.trl.trainer import TRL_SEAMS, MRTPOTrainer
 
     overridden = {
         name

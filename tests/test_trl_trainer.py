@@ -149,7 +149,7 @@ def test_gdpo_uniform_equals_trl_gdpo_mode(tmp_path):
     same batch, and the same weights as a plain GRPOTrainer in that mode after 2 steps."""
     from trl import GRPOConfig, GRPOTrainer
 
-    from mrtpo.integrations.data import example_from_row, examples_to_dataset
+    from mrtpo.integrations.trl.data import example_from_row, examples_to_dataset
 
     # SGD: Adam's g / (sqrt(v) + 1e-8) amplifies float32 rounding differences of near-zero gradients
     tr = make_trainer(
@@ -457,7 +457,7 @@ def test_gradient_accumulation_splits_token_advantages(tmp_path):
 
 
 def test_no_reuse_when_the_rollout_pass_is_random():
-    from mrtpo.integrations.trl import _has_dropout
+    from mrtpo.integrations.trl.trainer import _has_dropout
 
     tok = tiny_tokenizer()
     model = fresh_model(tok)
@@ -467,7 +467,7 @@ def test_no_reuse_when_the_rollout_pass_is_random():
 
 
 def test_checked_token_masks_from_char_spans():
-    from mrtpo.integrations.data import checked_token_masks, spans_to_token_mask, token_char_ranges
+    from mrtpo.integrations.trl.data import checked_token_masks, spans_to_token_mask, token_char_ranges
 
     tok = tiny_tokenizer()
     ids = tok("w1 the w2 the <eos>", add_special_tokens=False)["input_ids"]

@@ -15,8 +15,8 @@ import torch
 from mrtpo import advantages as adv_mod
 from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
-from mrtpo.integrations import verl as va
-from mrtpo.integrations import verl_data
+from mrtpo.integrations.verl import adapter as va
+from mrtpo.integrations.verl import data as verl_data
 from mrtpo.tasks.toy import build_toy_tokenizer, make_example
 
 NEEDS_VERL = "verl==0.9.1 is not installed (pip install --no-deps -r requirements-nodeps.txt)"
@@ -585,7 +585,7 @@ def test_plugin_loads_through_verl_env_var(core_algos):
         "import verl\nfrom verl.trainer.ppo import core_algos as c\n"
         "print(sorted(n for n in c.ADV_ESTIMATOR_REGISTRY if n.startswith('mrtpo_')))"
     )
-    env = dict(os.environ, VERL_USE_EXTERNAL_MODULES="mrtpo.integrations.verl_plugin")
+    env = dict(os.environ, VERL_USE_EXTERNAL_MODULES="mrtpo.integrations.verl.plugin")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == str(sorted(f"mrtpo_{m}" for m in adv_mod.available()))

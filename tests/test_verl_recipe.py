@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mrtpo.integrations import verl as va
+from mrtpo.integrations.verl import adapter as va
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("verl_*.yaml"))
 # keys a recipe may add to verl's schema: the adapter's node and the Ray environment variables
@@ -72,7 +72,7 @@ def test_recipe_composes_with_verl_config(compose, path, tmp_path):
     fn = load_extern_object(cfg.reward.custom_reward_function.path, cfg.reward.custom_reward_function.name)
     assert fn is va.compute_score
     env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
-    assert env.VERL_USE_EXTERNAL_MODULES == "mrtpo.integrations.verl_plugin"
+    assert env.VERL_USE_EXTERNAL_MODULES == "mrtpo.integrations.verl.plugin"
 
 
 MRTPO_RECIPES = {  # verl recipe -> the TRL recipe with the same Table 9 settings
@@ -88,7 +88,8 @@ def test_every_task_has_an_mrtpo_recipe():
 
 @pytest.mark.parametrize("name", sorted(MRTPO_RECIPES))
 def test_mrtpo_recipe_matches_table9_and_worker_replay(compose, name):
-    from mrtpo.integrations import verl_main, verl_worker
+    from mrtpo.integrations.verl import main as verl_main
+    from mrtpo.integrations.verl import worker as verl_worker
 
     root = RECIPES[0].parent
     cfg = compose(root / name)

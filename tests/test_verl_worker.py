@@ -23,9 +23,9 @@ from verl import DataProto
 from mrtpo import advantages as adv_mod
 from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
-from mrtpo.integrations import verl as va
-from mrtpo.integrations import verl_data
-from mrtpo.integrations import verl_worker as vw
+from mrtpo.integrations.verl import adapter as va
+from mrtpo.integrations.verl import data as verl_data
+from mrtpo.integrations.verl import worker as vw
 from mrtpo.tasks.toy import build_toy_tokenizer, make_example
 
 HERE = Path(__file__).parent
@@ -209,7 +209,7 @@ SP_SCRIPT = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     from test_verl_worker import SP_CASES, sp_case, toy_model
     from verl.utils import ulysses
-    from mrtpo.integrations import verl_worker as vw
+    from mrtpo.integrations.verl import worker as vw
     from mrtpo.tasks.toy import build_toy_tokenizer
 
     import datetime
@@ -470,7 +470,7 @@ def test_task_runner_maps_worker_and_installs_worker_replay(tok, model, monkeypa
     from verl.trainer.ppo import ray_trainer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer, Role
 
-    from mrtpo.integrations import verl_main as vm
+    from mrtpo.integrations.verl import main as vm
 
     runner_cls = vm.MRTPOTaskRunner.__ray_actor_class__
     runner = runner_cls()
@@ -523,11 +523,11 @@ def test_task_runner_maps_worker_and_installs_worker_replay(tok, model, monkeypa
 
 @pytest.mark.parametrize("name", ["verl_sql_mrtpo", "verl_instruct_mrtpo", "verl_tools_mrtpo"])
 def test_entry_point_runs_recipe_through_verl_validation(name, monkeypatch, tmp_path):
-    """python -m mrtpo.integrations.verl_main on a recipe: Hydra composes it on verl's config, verl's
+    """python -m mrtpo.integrations.verl.main on a recipe: Hydra composes it on verl's config, verl's
     validate_config accepts it, and run_ppo gets MRTPOTaskRunner (run_ppo itself, i.e. Ray, is stubbed)."""
     import verl.trainer.main_ppo as main_ppo
 
-    from mrtpo.integrations import verl_main as vm
+    from mrtpo.integrations.verl import main as vm
 
     seen = {}
     monkeypatch.setattr(
@@ -664,7 +664,7 @@ def test_entry_point_selects_the_legacy_trainer_and_says_why(monkeypatch, tmp_pa
     MRTPO estimators: the entry point switches to the legacy trainer and logs one line saying why."""
     import verl.trainer.main_ppo as main_ppo
 
-    from mrtpo.integrations import verl_main as vm
+    from mrtpo.integrations.verl import main as vm
 
     seen = {}
     monkeypatch.setattr(

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).parent))
-from mrtpo.integrations.trl import _Scored
+from mrtpo.integrations.trl.trainer import _Scored
 from sharded_worker import count_calls, shard
 from test_trl_trainer import TinyTask, make_trainer, tiny_tokenizer
 

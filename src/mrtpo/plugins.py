@@ -6,7 +6,7 @@ Every command imports them before it checks any name it was given, from these so
 1. the environment variable :data:`ENV_VAR` (``MRTPO_PLUGINS=my_ext,other``, comma-separated);
 2. a config's ``plugins:`` list (``mrtpo train``);
 3. ``--plugin MODULE`` (repeatable) on ``mrtpo train``, ``mrtpo explain``, ``mrtpo bench train``,
-   ``mrtpo eval``, ``python -m mrtpo.integrations.verl_data`` and ``python -m mrtpo.integrations.verl_main``.
+   ``mrtpo eval``, ``python -m mrtpo.integrations.verl.data`` and ``python -m mrtpo.integrations.verl.main``.
 
 ``MODULE`` is an importable module name (``sys.path``; the current folder is searched last, as for
 ``python -m``) or the path of a ``.py`` file. A module that cannot be imported is a ``ValueError`` naming

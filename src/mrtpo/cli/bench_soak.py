@@ -81,8 +81,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from transformers import TrainerCallback
 
-    from mrtpo.integrations.config import load_config, parse_overrides, train
-    from mrtpo.integrations.run_logging import estimate_run_bytes
+    from mrtpo.integrations.trl.recipe import load_config, parse_overrides, train
+    from mrtpo.integrations.trl.run_logging import estimate_run_bytes
 
     if args.steps < 1 or args.every < 1:
         raise ValueError(f"--steps ({args.steps}) and --every ({args.every}) must be >= 1")

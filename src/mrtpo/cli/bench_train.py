@@ -127,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
     from trl import GRPOConfig, GRPOTrainer
 
     from mrtpo import advantages as adv_mod
-    from mrtpo.integrations.data import example_from_row, examples_to_dataset
     from mrtpo.integrations.trl import MRTPOConfig, MRTPOTrainer
+    from mrtpo.integrations.trl.data import example_from_row, examples_to_dataset
     from mrtpo.models.tiny import build_model
     from mrtpo.plugins import import_plugins
     from mrtpo.tasks import load_task

@@ -1,7 +1,7 @@
 """``mrtpo train CONFIG.yaml [--plugin MODULE ...] [--section.key VALUE ...] [--resume [CHECKPOINT]] [--overwrite]``.
 
 Trains with :class:`mrtpo.MRTPOTrainer` from a YAML config (see ``recipes/`` and
-:mod:`mrtpo.integrations.config`). Writes the run folder (``trl.output_dir``): run.json, metrics.jsonl,
+:mod:`mrtpo.integrations.trl.recipe`). Writes the run folder (``trl.output_dir``): run.json, metrics.jsonl,
 samples.jsonl, TRL checkpoints and, at the end, the final model and tokenizer. A non-empty run folder
 is refused unless ``--resume`` (continue from its newest complete checkpoint, or the one named, with its
 optimizer state, scheduler, RNG and data order) or ``--overwrite`` (start again) is given. Ctrl-C saves
@@ -23,7 +23,7 @@ def fields_help() -> str:
     TrainingArguments), names only."""
     from transformers import TrainingArguments
 
-    from mrtpo.integrations.config import DATA_KEYS, MODEL_KEYS, TASK_KEYS, TINY_KEYS, trainer_fields
+    from mrtpo.integrations.trl.recipe import DATA_KEYS, MODEL_KEYS, TASK_KEYS, TINY_KEYS, trainer_fields
 
     base = {f for f in TrainingArguments.__dataclass_fields__}
     fields = trainer_fields().values()
@@ -105,7 +105,7 @@ def _resume_command(
 
 
 def run(args: argparse.Namespace) -> int:
-    from mrtpo.integrations.config import TrainingInterrupted, load_config, parse_overrides, train
+    from mrtpo.integrations.trl.recipe import TrainingInterrupted, load_config, parse_overrides, train
     from mrtpo.plugins import split_plugin_args
 
     more, rest = split_plugin_args(args.overrides)  # --plugin given after the config
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 130
     except KeyboardInterrupt:
-        from mrtpo.integrations.checkpoints import pick_checkpoint
+        from mrtpo.integrations.trl.checkpoints import pick_checkpoint
 
         folder, _ = pick_checkpoint(out)
         if folder is None:

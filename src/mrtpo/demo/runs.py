@@ -3,7 +3,7 @@
 
 Every run starts from the same warm-start folder, trains on the same built-in toy prompts with the
 same optimiser settings (:class:`RLConfig`, chosen once for all methods), and differs only in the
-method; runs of one seed share TRL's seed (data order and sampling). Each run is built by :func:`mrtpo.integrations.config.build_trainer` from a config dict
+method; runs of one seed share TRL's seed (data order and sampling). Each run is built by :func:`mrtpo.integrations.trl.recipe.build_trainer` from a config dict
 (the sections of ``recipes/*.yaml``) and writes a run folder in the docs/run-format.md format.
 """
 
@@ -157,7 +157,7 @@ def run_one(
     """
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from mrtpo.integrations.config import build_trainer, load_config
+    from mrtpo.integrations.trl.recipe import build_trainer, load_config
 
     t0 = time.perf_counter()
     cfg = run_config(method, seed, rl, warm_start_dir, output_dir)

@@ -45,7 +45,7 @@ def as_dataset(data):
     if columns is None or EXAMPLE_COLUMN not in columns or "prompt" not in columns:
         raise ValueError(
             f"train_dataset must be a list of Example or a dataset with 'prompt' and '{EXAMPLE_COLUMN}' columns "
-            f"(mrtpo.integrations.data.examples_to_dataset); got columns {columns}"
+            f"(mrtpo.integrations.trl.data.examples_to_dataset); got columns {columns}"
         )
     return data
 

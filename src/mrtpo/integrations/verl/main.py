@@ -1,6 +1,6 @@
 """Entry point for MRTPO token credit on verl's legacy trainer: replay on the actor workers.
 
-    python -m mrtpo.integrations.verl_main --config-path=$PWD/recipes --config-name=verl_sql_mrtpo \\
+    python -m mrtpo.integrations.verl.main --config-path=$PWD/recipes --config-name=verl_sql_mrtpo \\
         actor_rollout_ref.model.path=/models/Qwen2.5-Coder-7B-Instruct trainer.n_gpus_per_node=8
 
 It is verl 0.9.1's ``verl.trainer.main_ppo`` on the legacy trainer (verl defaults to its V1 trainer,
@@ -9,9 +9,9 @@ one change, the task runner (:data:`MRTPOTaskRunner`, passed to verl's ``run_ppo
 task_runner_class=...)``):
 
 - the actor role (``ActorRollout`` / ``ActorRolloutRef``) is mapped to
-  :class:`mrtpo.integrations.verl_worker.MRTPOActorRolloutRefWorker` (verl's worker plus ``mrtpo_replay``);
+  :class:`mrtpo.integrations.verl.worker.MRTPOActorRolloutRefWorker` (verl's worker plus ``mrtpo_replay``);
 - the trainer is :class:`MRTPORayPPOTrainer`, verl's ``RayPPOTrainer`` whose ``init_workers`` ends with
-  ``mrtpo.integrations.verl.install(distance_fn=make_worker_distance_fn(actor_rollout_wg, options))``, so
+  ``mrtpo.integrations.verl.adapter.install(distance_fn=make_worker_distance_fn(actor_rollout_wg, options))``, so
   the ``compute_advantage`` hook of the driver gets the distances from the workers.
 
 verl's ``TaskRunner.run`` builds ``RayPPOTrainer`` by its module-level name in
@@ -24,7 +24,7 @@ MODULE`` (repeatable; taken out of the arguments before Hydra reads them) or the
 ``MRTPO_PLUGINS=my_ext,other``. ``--plugin`` adds its modules to ``MRTPO_PLUGINS``, which the Ray
 processes of a local cluster inherit (for a remote cluster pass it with
 ``+ray_kwargs.ray_init.runtime_env.env_vars.MRTPO_PLUGINS=my_ext``); the driver, the task runner and
-:func:`mrtpo.integrations.verl.install` import them before the ``algorithm.mrtpo`` node is validated.
+:func:`mrtpo.integrations.verl.adapter.install` import them before the ``algorithm.mrtpo`` node is validated.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from verl.trainer import main_ppo_v0
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.utils import Role
 
-from mrtpo.integrations import verl as va
-from mrtpo.integrations.verl_worker import MRTPOActorRolloutRefWorker, ReplayOptions, make_worker_distance_fn
+from mrtpo.integrations.verl import adapter as va
+from mrtpo.integrations.verl.worker import MRTPOActorRolloutRefWorker, ReplayOptions, make_worker_distance_fn
 from mrtpo.plugins import ENV_VAR as PLUGINS_ENV_VAR
 from mrtpo.plugins import env_plugins, import_plugins, split_plugin_args
 
@@ -54,7 +54,7 @@ ACTOR_ROLES = (Role.ActorRollout, Role.ActorRolloutRef)
 
 class MRTPORayPPOTrainer(RayPPOTrainer):
     """verl's ``RayPPOTrainer``; after ``init_workers`` the ``compute_advantage`` hook replays on the actor
-    worker group (:func:`mrtpo.integrations.verl_worker.make_worker_distance_fn`)."""
+    worker group (:func:`mrtpo.integrations.verl.worker.make_worker_distance_fn`)."""
 
     def init_workers(self) -> None:
         super().init_workers()

@@ -277,7 +277,7 @@ def _coerce(value: Any, hint: Any) -> tuple[Any, str | None]:
 
 
 def _config_class():
-    from mrtpo.integrations.trl import MRTPOConfig
+    from mrtpo.integrations.trl.config import MRTPOConfig
 
     return MRTPOConfig
 
@@ -726,7 +726,7 @@ def build_trainer(
     Any of ``model``/``tokenizer``/``task``/``train_examples`` given here replaces what the config
     would load (programmatic use: the demo passes its own warm-started model).
     """
-    from mrtpo.integrations.trl import MRTPOTrainer
+    from mrtpo.integrations.trl.trainer import MRTPOTrainer
 
     args = config.trainer_config()
     config.check_environment()
@@ -805,7 +805,7 @@ def _prepare_run_folder(out: Path, overwrite: bool) -> None:
 
 
 def _resume_target(out: Path, resume: str | bool, log) -> str:
-    from mrtpo.integrations.checkpoints import checkpoint_problems, pick_checkpoint
+    from mrtpo.integrations.trl.checkpoints import checkpoint_problems, pick_checkpoint
 
     if isinstance(resume, str):
         if not Path(resume).is_dir():
@@ -894,7 +894,7 @@ def train(
         _prepare_run_folder(out, overwrite)
     trainer = build_trainer(cfg, **build_kwargs)
     if trainer.accelerator.is_main_process:
-        from mrtpo.integrations.run_logging import estimate_run_bytes
+        from mrtpo.integrations.trl.run_logging import estimate_run_bytes
 
         log(estimate_run_bytes(trainer)["text"])
     stopper = _interrupt_callback()

@@ -13,10 +13,10 @@ workers, sharded by the FSDP engine. This module runs replay where the weights a
   distances (``reward``, ``joint``) or CoRT's relevance (``logprob``: the sampled tokens' log-probability
   gap between C and C_-all at the sampling temperature).
 - :func:`replay_shard`: the pure part, testable without Ray or a GPU: one chunk's distances with
-  :func:`mrtpo.integrations.verl.replay_distances` (which builds the requests with
+  :func:`mrtpo.integrations.verl.adapter.replay_distances` (which builds the requests with
   :func:`mrtpo.replay.make_requests` and runs :func:`mrtpo.replay.replay`, as the TRL path does).
 - :func:`make_worker_distance_fn`: the driver side, a ``distance_fn`` for
-  :func:`mrtpo.integrations.verl.install` that sends the rows to a worker group and returns the
+  :func:`mrtpo.integrations.verl.adapter.install` that sends the rows to a worker group and returns the
   distances in the batch's row order.
 
 Alignment hazards and how they are handled:
@@ -57,7 +57,7 @@ from verl.single_controller.base.decorator import make_nd_compute_dataproto_disp
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
 from mrtpo import replay as replay_mod
-from mrtpo.integrations import verl as va
+from mrtpo.integrations.verl import adapter as va
 
 logger = logging.getLogger(__name__)
 
@@ -297,7 +297,7 @@ def replay_shard(
         data: a verl ``DataProto`` laid out as verl's trainer has it: ``batch["prompts"]`` [n, P]
             left-padded, ``batch["responses"]`` [n, T] right-padded, ``batch["attention_mask"]``
             [n, P + T], ``non_tensor_batch["extra_info"]`` (the examples, see
-            :mod:`mrtpo.integrations.verl_data`).
+            :mod:`mrtpo.integrations.verl.data`).
         advantages: [n, K] response-level advantages (pairs with ``|Â| <= 1e-8`` are skipped); None:
             ``batch["mrtpo_advantages"]`` if present, else every pair runs.
         mode: "reward" (K leave-one-out contexts), "joint" (one context without every reward's segments)
@@ -309,7 +309,7 @@ def replay_shard(
         sharding: passed to :func:`mrtpo.replay.replay` when not "none".
         split_over_sp: share the rows among the peers of the Ulysses group (else every peer replays all).
         token_budget, chunk_size, prefix_sharing, template_kwargs, temperature: as
-            :func:`mrtpo.integrations.verl.replay_distances`.
+            :func:`mrtpo.integrations.verl.adapter.replay_distances`.
 
     Returns:
         :class:`mrtpo.replay.ReplayResult` with ``distances: [n, K', T] float32`` on the CPU (K' = K, or 1
@@ -392,7 +392,7 @@ def _engine_module(engine: Any) -> Any:
 
 class MRTPOActorRolloutRefWorker(ActorRolloutRefWorker):
     """verl's actor/rollout(/ref) worker plus :meth:`mrtpo_replay` (map it to the actor role; see
-    :class:`mrtpo.integrations.verl_main.MRTPOTaskRunner`)."""
+    :class:`mrtpo.integrations.verl.main.MRTPOTaskRunner`)."""
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def mrtpo_replay(self, data: DataProto) -> DataProto | None:

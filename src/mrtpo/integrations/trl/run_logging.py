@@ -112,9 +112,9 @@ class JSONLMetricsCallback(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         """The checkpoint just written keeps only the last entry of the log history (metrics.jsonl holds
-        all of it; see :func:`mrtpo.integrations.checkpoints.trim_log_history`)."""
+        all of it; see :func:`mrtpo.integrations.trl.checkpoints.trim_log_history`)."""
         if args.should_save:
-            from mrtpo.integrations.checkpoints import trim_log_history
+            from mrtpo.integrations.trl.checkpoints import trim_log_history
 
             trim_log_history(Path(args.output_dir) / f"checkpoint-{state.global_step}")
 

@@ -3,12 +3,12 @@
 Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``trainer.use_v1=False``,
 ``verl.trainer.ppo.ray_trainer.RayPPOTrainer``). The pieces and where they sit in verl's loop:
 
-1. **Data** (:mod:`mrtpo.integrations.verl_data`): one parquet row per :class:`~mrtpo.tasks.base.Example`;
+1. **Data** (:mod:`mrtpo.integrations.verl.data`): one parquet row per :class:`~mrtpo.tasks.base.Example`;
    the rollout chat messages are verl's ``prompt`` column and the whole example (tagged segments, meta)
    travels as JSON in ``extra_info["mrtpo_example"]``, with the task name in ``extra_info["mrtpo_task"]``.
    verl's dataset hands ``extra_info`` on to ``non_tensor_batch["extra_info"]`` (one dict per response).
 2. **Rewards** (:func:`compute_score`): a verl reward function (``reward.custom_reward_function.path=
-   pkg://mrtpo.integrations.verl``, ``name=compute_score``). It scores a response with the task's
+   pkg://mrtpo.integrations.verl.adapter``, ``name=compute_score``). It scores a response with the task's
    verifiers and returns ``{"score": Σ_k r_k, <reward name>: r_k, ...}``; verl's reward managers put
    the total at the last response token of ``token_level_scores`` and every key into
    ``reward_extra_info``, which the trainer copies to ``non_tensor_batch[<reward name>]`` ([N] arrays)
@@ -28,7 +28,7 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
    signature and additionally passes ``non_tensor_batch`` and ``batch`` to ``mrtpo_*`` estimators; every
    other estimator goes to verl's own function unchanged. :func:`install` registers the estimators and
    puts the hook into ``verl.trainer.ppo.ray_trainer`` (now, or right after that module is imported).
-   ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl_plugin`` makes every verl process call it.
+   ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl.plugin`` makes every verl process call it.
 5. **Replay** (:func:`replay_distances`): distances ``[N, K, T]`` of a DataProto's responses with a
    Hugging Face causal LM (:func:`mrtpo.replay.replay`), contexts built from the examples in
    ``extra_info``; for ``credit=cort`` CoRT's relevance ``[N, 1, T]`` (``mode="logprob"``: the sampled
@@ -36,8 +36,8 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
    signed gap ``log pi(y_t | C) - log pi(y_t | rollout prompt)`` (``mode="teacher_gap"``). In verl's loop it runs after the old log-probs (the policy that sampled) and before
    ``compute_advantage``; the hook calls a ``distance_fn`` given to :func:`install` and stores the
    result as ``batch["mrtpo_distances"]``. :func:`make_distance_fn` builds one for a model held by the
-   calling process; :mod:`mrtpo.integrations.verl_worker` one that replays on verl's actor workers
-   (installed by :mod:`mrtpo.integrations.verl_main`); see docs/verl.md.
+   calling process; :mod:`mrtpo.integrations.verl.worker` one that replays on verl's actor workers
+   (installed by :mod:`mrtpo.integrations.verl.main`); see docs/verl.md.
 
 Configuration: the optional node ``algorithm.mrtpo`` (:class:`VerlMRTPOConfig`), e.g.
 ``+algorithm.mrtpo.credit=reward +algorithm.mrtpo.credit_beta=0.5 +algorithm.mrtpo.options.whiten=token``.
@@ -141,7 +141,7 @@ class VerlMRTPOConfig:
             "method). 'reward' (MRTPO), 'joint', 'shuffled', 'cort' (CoRT: the relevance "
             "|log π(y_t|C) - log π(y_t|C_-all)| at the sampling temperature) and 'rlsd' (RLSD: the gap "
             "log π(y_t|C) - log π(y_t|rollout prompt)) need batch['mrtpo_distances'] (replay, see "
-            "install(distance_fn=...); python -m mrtpo.integrations.verl_main installs it); 'uniform' is w = 1 "
+            "install(distance_fn=...); python -m mrtpo.integrations.verl.main installs it); 'uniform' is w = 1 "
             "(equals 'none' up to rounding). The default is 'none' here because verl's own entry point "
             "(verl.trainer.main_ppo) computes no distances."
         },
@@ -191,7 +191,7 @@ class VerlMRTPOConfig:
     replay: dict[str, Any] = field(
         default_factory=dict,
         metadata={
-            "help": "Options of the replay on verl's actor workers (mrtpo.integrations.verl_main): sharding, "
+            "help": "Options of the replay on verl's actor workers (mrtpo.integrations.verl.main): sharding, "
             "token_budget, chunk_size, prefix_sharing, template_kwargs; see verl_worker.ReplayOptions."
         },
     )
@@ -297,7 +297,7 @@ def task_from_extra_info(extra_info: Mapping[str, Any] | None) -> Task:
     if not isinstance(extra_info, Mapping) or not extra_info.get(TASK_KEY):
         raise ValueError(
             f"extra_info has no '{TASK_KEY}' (the task name); build the data with "
-            "mrtpo.integrations.verl_data (python -m mrtpo.integrations.verl_data --task NAME --out DIR)"
+            "mrtpo.integrations.verl.data (python -m mrtpo.integrations.verl.data --task NAME --out DIR)"
         )
     kwargs = extra_info.get(TASK_KWARGS_KEY) or "{}"
     if isinstance(kwargs, Mapping):
@@ -310,7 +310,7 @@ def example_from_extra_info(extra_info: Mapping[str, Any] | None) -> Example:
     if not isinstance(extra_info, Mapping) or extra_info.get(EXAMPLE_KEY) is None:
         raise ValueError(
             f"extra_info has no '{EXAMPLE_KEY}' (the example's segments and meta); build the data with "
-            "mrtpo.integrations.verl_data"
+            "mrtpo.integrations.verl.data"
         )
     value = extra_info[EXAMPLE_KEY]
     if isinstance(value, (str, bytes)):
@@ -344,9 +344,9 @@ def compute_score(
     verl's reward managers use ``score`` as the response reward and keep every key in
     ``reward_extra_info`` (``non_tensor_batch[name]`` in the trainer), where the ``mrtpo_*``
     estimators read the K columns. ``data_source`` and ``ground_truth`` are not used: the example and
-    the task come from ``extra_info`` (see :mod:`mrtpo.integrations.verl_data`).
+    the task come from ``extra_info`` (see :mod:`mrtpo.integrations.verl.data`).
 
-    Config: ``reward.custom_reward_function.path=pkg://mrtpo.integrations.verl``,
+    Config: ``reward.custom_reward_function.path=pkg://mrtpo.integrations.verl.adapter``,
     ``reward.custom_reward_function.name=compute_score``.
 
     Raises:
@@ -399,7 +399,7 @@ def reward_matrix(non_tensor_batch: Mapping[str, Any], keys: Sequence[str]) -> T
     if missing:
         raise ValueError(
             f"per-reward score(s) {missing} not in non_tensor_batch (keys: {sorted(non_tensor_batch)}); the reward "
-            "function must return them (mrtpo.integrations.verl.compute_score does) and the trainer must copy "
+            "function must return them (mrtpo.integrations.verl.adapter.compute_score does) and the trainer must copy "
             "reward_extra_info into non_tensor_batch (verl's legacy trainer, trainer.use_v1=False, does)"
         )
     cols = []
@@ -456,7 +456,7 @@ def _columns(cfg: VerlMRTPOConfig, non_tensor_batch: Mapping[str, Any]) -> _Colu
             )
             raise ValueError(
                 "the mrtpo estimators need the reward columns: set algorithm.mrtpo.reward_keys, or build the data "
-                f"with mrtpo.integrations.verl_data so that extra_info['{TASK_KEY}'] names the task{hint}"
+                f"with mrtpo.integrations.verl.data so that extra_info['{TASK_KEY}'] names the task{hint}"
             )
     return _Columns(list(keys), None if lo is None else list(lo), None if hi is None else list(hi))
 
@@ -490,8 +490,8 @@ def credit_step(
     if non_tensor_batch is None:
         raise ValueError(
             f"the mrtpo estimator for {method!r} was called without non_tensor_batch: verl's compute_advantage passes "
-            "it only to its own gdpo; use mrtpo.integrations.verl.install() (or VERL_USE_EXTERNAL_MODULES="
-            "mrtpo.integrations.verl_plugin) so that mrtpo's compute_advantage hook calls the estimator"
+            "it only to its own gdpo; use mrtpo.integrations.verl.adapter.install() (or VERL_USE_EXTERNAL_MODULES="
+            "mrtpo.integrations.verl.plugin) so that mrtpo's compute_advantage hook calls the estimator"
         )
     if index is None:
         raise ValueError(
@@ -506,7 +506,7 @@ def credit_step(
     if credit_mod.scheme(cfg.credit).replay != "none" and distances is None:
         raise ValueError(
             f"algorithm.mrtpo.credit={cfg.credit!r} needs batch['{DISTANCES_KEY}'] ([N, K', T] replay distances); "
-            "give mrtpo.integrations.verl.install() a distance_fn, or set algorithm.mrtpo.credit=none for the "
+            "give mrtpo.integrations.verl.adapter.install() a distance_fn, or set algorithm.mrtpo.credit=none for the "
             "response-level method"
         )
     return step_mod.credit_step(
@@ -698,7 +698,7 @@ def compute_advantage(
         original: verl's ``compute_advantage`` (required for non-mrtpo names).
         distance_fn: see :data:`DistanceFn`.
         step_fn: the trainer's optimizer step, 0-based (a scheduled credit scheme: RLSD's λ).
-            :class:`mrtpo.integrations.verl_main.MRTPORayPPOTrainer` gives ``global_steps - 1``; without
+            :class:`mrtpo.integrations.verl.main.MRTPORayPPOTrainer` gives ``global_steps - 1``; without
             it ``data.meta_info["global_steps"] - 1`` when present. A scheduled scheme with neither
             is refused (verl's trainer does not pass its step to ``compute_advantage``).
 
@@ -772,7 +772,7 @@ def _optimizer_step(data: Any, config: Any, step_fn: Callable[[], int | None] | 
         raise ValueError(
             f"algorithm.mrtpo.credit_options warmup_steps/decay_steps schedule credit={cfg.credit!r} by the "
             "optimizer step, which verl's compute_advantage does not receive: run python -m "
-            "mrtpo.integrations.verl_main (its trainer passes the step), or install(step_fn=...)"
+            "mrtpo.integrations.verl.main (its trainer passes the step), or install(step_fn=...)"
         )
     return 0
 
@@ -849,7 +849,7 @@ def install(
     right after its import) by :func:`compute_advantage` bound to verl's original and ``distance_fn``.
     Calling it again rebinds ``distance_fn`` and ``step_fn`` (the trainer's 0-based optimizer step, for
     scheduled credit schemes; see :func:`compute_advantage`) (the original is kept). Must run in the process that
-    computes advantages (verl's TaskRunner); ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl_plugin``
+    computes advantages (verl's TaskRunner); ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl.plugin``
     arranges that for every verl process.
 
     The plug-in modules of ``$MRTPO_PLUGINS`` (:mod:`mrtpo.plugins`) are imported first, so a user's

@@ -10,14 +10,14 @@ read::
     extra_info    {"index": i, "mrtpo_task": <task>, "mrtpo_task_kwargs": JSON, "mrtpo_example": JSON}
 
 The example (tagged segments and ``meta``) is JSON text so the parquet schema is the same whatever a task
-keeps in ``meta``. :func:`mrtpo.integrations.verl.compute_score` and
-:func:`mrtpo.integrations.verl.replay_distances` rebuild it from ``extra_info``.
+keeps in ``meta``. :func:`mrtpo.integrations.verl.adapter.compute_score` and
+:func:`mrtpo.integrations.verl.adapter.replay_distances` rebuild it from ``extra_info``.
 
 Command line::
 
-    python -m mrtpo.integrations.verl_data --task toy --out data/toy            # train.parquet, test.parquet
-    python -m mrtpo.integrations.verl_data --task sql --data /path/to/spider --val-split dev --out data/sql
-    python -m mrtpo.integrations.verl_data --plugin my_ext --task my_task:TwoWords --out data/mine
+    python -m mrtpo.integrations.verl.data --task toy --out data/toy            # train.parquet, test.parquet
+    python -m mrtpo.integrations.verl.data --task sql --data /path/to/spider --val-split dev --out data/sql
+    python -m mrtpo.integrations.verl.data --plugin my_ext --task my_task:TwoWords --out data/mine
 
 ``--task`` is a built-in name or ``module:Class`` (a task of your own; the module must be importable by
 verl's workers too, e.g. on ``PYTHONPATH``); ``--plugin MODULE`` (repeatable) imports a module first
@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mrtpo.integrations.verl import EXAMPLE_KEY, TASK_KEY, TASK_KWARGS_KEY
+from mrtpo.integrations.verl.adapter import EXAMPLE_KEY, TASK_KEY, TASK_KWARGS_KEY
 from mrtpo.plugins import add_plugin_argument, import_plugins
 from mrtpo.tasks.base import Example
 
@@ -76,7 +76,7 @@ def write_parquet(
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m mrtpo.integrations.verl_data",
+        prog="python -m mrtpo.integrations.verl.data",
         description="Write verl parquet datasets (train + validation) of an mrtpo task.",
     )
     p.add_argument(

@@ -3,17 +3,17 @@
 verl imports the modules listed in ``VERL_USE_EXTERNAL_MODULES`` (comma-separated) at the end of
 ``import verl``; set ::
 
-    export VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl_plugin
+    export VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl.plugin
 
 in the shell that starts training (a local Ray cluster inherits it) or pass it to the Ray workers with
-``+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl_plugin``.
-Importing this module calls :func:`mrtpo.integrations.verl.install` without a ``distance_fn``: the
+``+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl.plugin``.
+Importing this module calls :func:`mrtpo.integrations.verl.adapter.install` without a ``distance_fn``: the
 response-level methods (``algorithm.mrtpo.credit=none``, the default) work as they are; token credit
 needs distances in the batch (docs/verl.md).
 """
 
 from __future__ import annotations
 
-from mrtpo.integrations.verl import install
+from mrtpo.integrations.verl.adapter import install
 
 ESTIMATORS = install()

@@ -436,7 +436,7 @@ def _run_cell(cell: Cell, out_dir: Path, device: str) -> dict[str, Any]:
     """Train one cell; its result on this process."""
     import copy
 
-    from mrtpo.integrations.config import build_trainer, load_config
+    from mrtpo.integrations.trl.recipe import build_trainer, load_config
 
     res: dict[str, Any] = {"cell": cell.name, "rank": _rank()}
     t0 = time.perf_counter()
@@ -494,7 +494,7 @@ def _run_cell(cell: Cell, out_dir: Path, device: str) -> dict[str, Any]:
 
 
 def worker(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m mrtpo.integrations.matrix worker")
+    p = argparse.ArgumentParser(prog="python -m mrtpo.integrations.trl.matrix worker")
     p.add_argument("--cells", required=True, help="comma-separated cell names of one engine")
     p.add_argument("--out", required=True)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -544,7 +544,7 @@ def launch_env(engine: str, device: str, base: dict[str, str]) -> dict[str, str]
 def _launch(engine: str, cells: list[Cell], out: Path, device: str, nproc: int, timeout: float) -> str:
     """Run ``cells`` of one engine in one launch; returns the launcher's last output lines."""
     env = launch_env(engine, device, dict(os.environ))
-    args = ["-m", "mrtpo.integrations.matrix", "worker", "--cells", ",".join(c.name for c in cells),
+    args = ["-m", "mrtpo.integrations.trl.matrix", "worker", "--cells", ",".join(c.name for c in cells),
             "--out", str(out), "--device", device]  # fmt: skip
     if engine == "single":
         cmd = [sys.executable, *args]
