@@ -15,6 +15,8 @@ CORE = [
     "mrtpo.records",
     "mrtpo.step",
     "mrtpo.replay",
+    "mrtpo.replay.service",
+    "mrtpo.plugins",
 ]
 HEAVY = ["transformers", "trl", "accelerate", "datasets", "matplotlib", "mrtpo.tasks", "mrtpo.integrations"]
 
@@ -37,3 +39,11 @@ def test_core_imports_no_framework():
 def test_cli_help_is_light():
     loaded = _loaded_after("from mrtpo.cli.main import build_parser; build_parser()")
     assert not [m for m in ["torch", "transformers", "trl", "matplotlib"] if m in loaded]
+
+
+def test_each_engine_is_its_own_room():
+    """The TRL and verl packages share nothing but the core: importing one loads none of the other."""
+    trl_side = _loaded_after("import mrtpo.integrations.trl.trainer, mrtpo.integrations.trl.recipe")
+    assert not [m for m in trl_side if m.startswith(("mrtpo.integrations.verl", "verl"))]
+    verl_side = _loaded_after("import mrtpo.integrations.verl.adapter")
+    assert not [m for m in verl_side if m.startswith(("mrtpo.integrations.trl", "trl"))]

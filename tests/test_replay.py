@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from mrtpo import distance
 from mrtpo import replay as R
 from mrtpo.prompt import Segment
 
@@ -294,30 +295,32 @@ def test_tokenize_messages_accepts_template_kwargs_and_dict_output():
     assert R.tokenize_messages(Tok(), [{"role": "user", "content": "x"}], enable_thinking=False) == [1, 2, 3]
 
 
-def test_make_requests_reward_and_joint_modes(tiny_tokenizer, tiny_model):
+def test_for_scheme_reward_and_joint_kinds(tiny_tokenizer, tiny_model):
     ctx = R.build_contexts(tiny_tokenizer, SEGMENTS, NAMES)
     responses = [[30, 31, 32], [33, 34]]
     adv = torch.tensor([[0.5, 0.0, -1.0], [0.0, 0.0, 0.0]])
-    reqs = R.make_requests([ctx, ctx], responses, advantages=adv)
-    assert [[o is None for o in r.others] for r in reqs] == [[False, True, False], [True, True, True]]
-    assert reqs[0].rollout_len == len(ctx.rollout) and list(reqs[0].full) == list(ctx.full)
-    out = R.replay(tiny_model, reqs)
-    assert out.distances.shape == (2, 3, 3)
+    out = R.for_scheme(tiny_model, [ctx, ctx], responses, adv, "reward")
+    # reward kind: a pair runs when |Â[j, k]| > ACTIVE_TOL
+    assert out.replayed.tolist() == [[True, False, True], [False, False, False]]
+    assert out.distances.shape == (2, 3, 3)  # padded to the longest response
     assert (out.distances[0, 1] == 0).all() and (out.distances[1] == 0).all()
     assert (out.distances[0, [0, 2]] > 0).all()
     assert out.stats.pairs_skipped == 4 and out.stats.k_eff == 1.0
+    for k in (0, 2):
+        ref = naive_distances(tiny_model, [list(ctx.full), list(ctx.leave_one_out[k])], responses[0])
+        assert (out.distances[0, k] - ref[0]).abs().max() < 1e-5
 
-    joint = R.make_requests([ctx, ctx], responses, mode="joint", advantages=adv)
-    assert [r.others[0] is None for r in joint] == [False, True]
-    jd = R.replay(tiny_model, joint).distances
-    assert jd.shape == (2, 1, 3)
+    # joint kind: one row, run when some pair is active; width pads past the longest response
+    joint = R.for_scheme(tiny_model, [ctx, ctx], responses, adv, "joint", width=5)
+    assert joint.replayed.tolist() == [[True], [False]]
+    assert joint.distances.shape == (2, 1, 5) and (joint.distances[:, :, 3:] == 0).all()
     ref = naive_distances(tiny_model, [list(ctx.full), list(ctx.joint)], responses[0])
-    assert (jd[0] - ref).abs().max() < 1e-5
+    assert (joint.distances[0, :, :3] - ref).abs().max() < 1e-5
 
-    with pytest.raises(ValueError, match=r"full_hidden\[0\].*privileged"):
-        R.make_requests([ctx], responses[:1], full_hidden=[torch.zeros(3, 32)])
     with pytest.raises(ValueError, match=r"advantages has shape \(2, 2\)"):
-        R.make_requests([ctx, ctx], responses, advantages=torch.zeros(2, 2))
+        R.for_scheme(tiny_model, [ctx, ctx], responses, torch.zeros(2, 2), "reward")
+    with pytest.raises(ValueError, match=r"unknown replay kind 'nope'"):
+        R.for_scheme(tiny_model, [ctx], responses[:1], None, "nope")
 
 
 # ---------------------------------------------------------------------------------------------- models, errors
@@ -525,17 +528,17 @@ def test_distances_take_one_call_per_micro_batch(model, monkeypatch):
     # one js_distance_from_hidden call on their rows concatenated, and equal the per-response results
     reqs = _requests(97, seed=3)
     calls = []
-    real = R.credit.js_distance_from_hidden
+    real = distance.js_distance_from_hidden
 
     def counting(h_p, h_q, *a, **kw):
         calls.append((tuple(h_p.shape), tuple(h_q.shape)))
         return real(h_p, h_q, *a, **kw)
 
-    monkeypatch.setattr(R.credit, "js_distance_from_hidden", counting)
+    monkeypatch.setattr(distance, "js_distance_from_hidden", counting)
     batch = R.replay(model, reqs, prefix_sharing=True, token_budget=None)
     # prompt 0: responses of 5 and 9 tokens; prompt 1: 6 and 10; K' = 2 other contexts each; H = 32
     assert calls == [((14, 32), (2, 14, 32)), ((16, 32), (2, 16, 32))]
-    monkeypatch.setattr(R.credit, "js_distance_from_hidden", real)
+    monkeypatch.setattr(distance, "js_distance_from_hidden", real)
     for i, r in enumerate(reqs):
         alone = R.replay(model, [r]).distances[0]
         assert (batch.distances[i, :, : len(r.response)] - alone).abs().max() < 1e-5

@@ -172,7 +172,7 @@ def test_trainer_sharding_resolution_without_sharded_parameters(tiny_model, monk
         "parameters are not sharded (one process, DDP or ZeRO-1/2)",
     )
     assert S.resolve("lockstep", tiny_model, cpu)[0] == "lockstep"
-    with pytest.raises(ValueError, match="replay_sharding='all' must be one of auto, gather, lockstep, none"):
+    with pytest.raises(ValueError, match="replay_sharding='all' must be one of auto, none, gather, lockstep"):
         S.resolve("all", tiny_model, cpu)
     numel = sum(p.numel() for p in tiny_model.parameters())  # tied head counted once
     v, h = tiny_model.lm_head.weight.shape

@@ -70,7 +70,7 @@ def test_credit_step_runs_the_scheme_with_its_options_and_schedule():
     gap = torch.tensor([[0.5, -0.5, 0.0]] * 4)[:, None, :]
     seen = []
 
-    def fn(kind, adv, active):
+    def fn(kind, adv):
         seen.append(kind)
         return gap
 
@@ -115,10 +115,8 @@ def test_signed_replay_is_teacher_minus_student_from_full_logits(tiny_model, tin
     ctx = replay.build_contexts(tiny_tokenizer, segs, ["a"])
     plain = replay.build_contexts(tiny_tokenizer, segs[:1], ["a"])  # no privileged segment: C = rollout
     resp = tiny_tokenizer("the w4 of w5 and", add_special_tokens=False)["input_ids"]
-    reqs = replay.make_requests(
-        [ctx, plain, ctx], [resp] * 3, mode="rollout", advantages=torch.tensor([[1.0], [1.0], [0.0]])
-    )
-    out = replay.replay(tiny_model, reqs, measure="signed_logprob", temperature=0.7)
+    adv = torch.tensor([[1.0], [1.0], [0.0]])
+    out = replay.for_scheme(tiny_model, [ctx, plain, ctx], [resp] * 3, adv, "teacher_gap", temperature=0.7)
     ref = _naive_logps(tiny_model, ctx.full, resp, 0.7) - _naive_logps(tiny_model, ctx.rollout, resp, 0.7)
     assert ref.abs().max() > 1e-3 and (ref > 0).any() and (ref < 0).any()  # a sign to keep
     torch.testing.assert_close(out.distances[0, 0].double(), ref, atol=1e-5, rtol=0)
@@ -230,7 +228,7 @@ def test_rlsd_on_verl_workers_through_the_hook(verl_case, monkeypatch):
     data.batch["token_level_rewards"] = torch.zeros(data.batch["response_mask"].shape)
     wg = tvw.fake_worker_group(model, tok, 2, 1, monkeypatch)
     cfg = {"mrtpo": {"credit": "rlsd", "credit_beta": 0.5, "credit_options": {"eps": 0.25, "decay_steps": 4}}}
-    va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distance_fn=vw.make_worker_distance_fn(wg))
+    va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distances_for=vw.make_worker_distances_for(wg))
     a = tvw.gdpo_advantages(data)
     gap = _naive_gap(tvw, model, tok, data, a, 0.8)
     got = data.batch[va.DISTANCES_KEY]
@@ -243,7 +241,7 @@ def test_rlsd_on_verl_workers_through_the_hook(verl_case, monkeypatch):
     # the trainer's step (verl_main's step_fn) wins over meta_info; without either a schedule is refused
     data.batch.pop(va.DISTANCES_KEY)
     va.compute_advantage(
-        data, "mrtpo_gdpo", config=cfg, distance_fn=vw.make_worker_distance_fn(wg), step_fn=lambda: 1
+        data, "mrtpo_gdpo", config=cfg, distances_for=vw.make_worker_distances_for(wg), step_fn=lambda: 1
     )
     at1 = credit.rlsd_token_advantages(
         a, got, data.batch["response_mask"], lam=0.375, eps=0.25
@@ -254,9 +252,9 @@ def test_rlsd_on_verl_workers_through_the_hook(verl_case, monkeypatch):
     with pytest.raises(
         ValueError, match="warmup_steps/decay_steps schedule credit='rlsd' by the optimizer step"
     ):
-        va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distance_fn=vw.make_worker_distance_fn(wg))
-    # the in-process distance_fn computes the same gap
-    d_local = va.make_distance_fn(model, tok)(data, a, "teacher_gap")
+        va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distances_for=vw.make_worker_distances_for(wg))
+    # the in-process replay computes the same gap
+    d_local = va.make_distances_for(model, tok)(data)("teacher_gap", a)
     torch.testing.assert_close(d_local, gap, atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match=r"algorithm\.mrtpo\.credit_options: unknown option 'lam'"):
         va.VerlMRTPOConfig(credit="rlsd", credit_options={"lam": 0.5})

@@ -16,8 +16,8 @@ def test_reward_scheme_equals_compute_then_allocate_and_calls_replay_once():
     calls = []
     d = torch.rand(4, 2, 4, generator=torch.Generator().manual_seed(0))
 
-    def distances(replay, adv, active):
-        calls.append((replay, adv.clone(), active.clone()))
+    def distances(replay, adv):  # mrtpo.replay.DistanceFn
+        calls.append((replay, adv.clone()))
         return d
 
     res = credit_step(
@@ -29,7 +29,7 @@ def test_reward_scheme_equals_compute_then_allocate_and_calls_replay_once():
     assert res.advantages[0].tolist() == pytest.approx([0.612372, -0.612372], abs=1e-5)
     assert len(calls) == 1 and calls[0][0] == "reward"
     torch.testing.assert_close(calls[0][1], a)
-    assert torch.equal(calls[0][2], a.abs() > advantages.ACTIVE_TOL)  # rows 1 and 3 have a zero column
+    assert torch.equal(res.active, a.abs() > advantages.ACTIVE_TOL)  # rows 1 and 3 have a zero column
     torch.testing.assert_close(res.token_advantages, credit.allocate(a, d, MASK, beta=0.3))
     assert res.distances is d and res.credit_beta == 0.3 and res.scheme.name == "reward"
 
@@ -54,7 +54,7 @@ def test_rows_select_this_process_and_ramped_scheme_uses_the_step():
         method="grpo",
         credit_mode="cort",
         credit_beta=0.5,
-        distances=lambda replay, adv, active: rel,
+        distances=lambda replay, adv: rel,
         rows=slice(2, 4),
         step=10,
         ramp_steps=40,

@@ -401,13 +401,18 @@ def test_reward_manager_and_hook_end_to_end(DataProto, toy_tok, toy_model):
 
     cfg = {"norm_adv_by_std_in_grpo": True, "mrtpo": {"credit": "reward", "credit_beta": 0.5}}
     calls = []
-    dist_fn = va.make_distance_fn(toy_model, toy_tok)
+    distances_for = va.make_distances_for(toy_model, toy_tok)
 
-    def counting(d, a, mode):
-        calls.append((a.clone(), mode))
-        return dist_fn(d, a, mode)
+    def counting(d):  # a DistancesFor that records what the hook asks
+        of_batch = distances_for(d)
 
-    va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distance_fn=counting)
+        def distances(kind, a):
+            calls.append((a.clone(), kind))
+            return of_batch(kind, a)
+
+        return distances
+
+    va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distances_for=counting)
     mask = data.batch["response_mask"]
     a_ref = adv_mod.compute(
         "gdpo", expected, [f"u{j // 3}" for j in range(6)], reward_min=[0] * 5, reward_max=[1] * 5
@@ -434,7 +439,7 @@ def test_reward_manager_and_hook_end_to_end(DataProto, toy_tok, toy_model):
 
     # a second call reuses the stored distances (no replay) and gives the same advantages
     before = data.batch["advantages"].clone()
-    va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distance_fn=counting)
+    va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distances_for=counting)
     assert len(calls) == 1 and torch.equal(data.batch["advantages"], before)
 
 
@@ -459,7 +464,7 @@ def test_replay_distances_joint_and_omegaconf_config(DataProto, toy_tok, toy_mod
 
     data = _toy_dataproto(DataProto, toy_tok)
     _score_like_verl(data, toy_tok)
-    res = va.replay_distances(toy_model, toy_tok, data, mode="joint")  # every response, no skipping
+    res = va.replay_distances(toy_model, toy_tok, data, kind="joint")  # every response, no skipping
     mask = data.batch["response_mask"]
     assert tuple(res.distances.shape) == (6, 1, mask.shape[1])
     for j in (0, 4):
@@ -517,19 +522,19 @@ def test_install_hooks_a_module_imported_later(core_algos, tmp_path, monkeypatch
         import fake_verl_trainer.ray_trainer as rt
 
         hooked = rt.compute_advantage
-        assert hooked.func is va.compute_advantage and hooked.keywords["distance_fn"] is None
+        assert hooked.func is va.compute_advantage and hooked.keywords["distances_for"] is None
         assert rt.fit({}, "grpo") == {"called": "grpo"}  # other names reach the original
         with pytest.raises(ValueError, match="mrtpo estimators need non_tensor_batch\\['uid'\\]"):
             rt.fit(
                 type("D", (), {"batch": {"response_mask": torch.ones(1, 1)}, "non_tensor_batch": {}})(),
                 "mrtpo_gdpo",
             )
-        # a second install rebinds distance_fn and keeps verl's original
+        # a second install rebinds distances_for and keeps verl's original
         fn = object()
-        va.install(distance_fn=fn, modules=[name])
+        va.install(distances_for=fn, modules=[name])
         assert rt.compute_advantage.keywords == {
             "original": hooked.keywords["original"],
-            "distance_fn": fn,
+            "distances_for": fn,
             "step_fn": None,
         }
         assert rt.compute_advantage.keywords["original"].__module__ == name

@@ -102,7 +102,7 @@ def test_mrtpo_recipe_matches_table9_and_worker_replay(compose, name):
     )
     assert cfg.algorithm.adv_estimator == "mrtpo_" + trl["method"]["advantage_method"]
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp2" and cfg.actor_rollout_ref.ref.strategy == "fsdp2"
-    assert verl_worker.ReplayOptions.from_config(cfg).sharding == "auto"
+    assert verl_worker.ReplayConfig.from_config(cfg).sharding == "auto"
     verl_main.check_config(cfg)
     # the paper's Table 9 settings, as in the TRL recipe of the same task
     t = trl["trl"]

@@ -105,15 +105,20 @@ def gdpo_advantages(data):
 
 
 def reference_distances(model, tok, data, adv, mode="reward"):
-    """mrtpo.replay.make_requests + replay() on the same rows (the TRL path's functions), [N, K', T]."""
+    """mrtpo.replay.replay() on requests written out here (skipping pairs with |Â| <= ACTIVE_TOL), [N, K', T]."""
     infos = list(data.non_tensor_batch["extra_info"])
     contexts = [replay_mod.build_contexts(tok, va.example_from_extra_info(i).segments, KEYS) for i in infos]
     mask = data.batch["response_mask"]
     responses = [data.batch["responses"][j, : int(mask[j].sum())].tolist() for j in range(len(data))]
-    active = adv * (adv.abs() > adv_mod.ACTIVE_TOL)
-    res = replay_mod.replay(
-        model, replay_mod.make_requests(contexts, responses, mode=mode, advantages=active)
-    )
+    run = (adv.abs() > adv_mod.ACTIVE_TOL).tolist()
+    reqs = []
+    for j, ctx in enumerate(contexts):
+        if mode == "reward":
+            others = [c if run[j][k] else None for k, c in enumerate(ctx.leave_one_out)]
+        else:
+            others = [ctx.joint if any(run[j]) else None]
+        reqs.append(replay_mod.ReplayRequest(responses[j], ctx.full, others, len(ctx.rollout)))
+    res = replay_mod.replay(model, reqs)
     out = torch.zeros(len(data), res.distances.shape[1], mask.shape[1])
     out[:, :, : res.distances.shape[2]] = res.distances
     return out
@@ -141,14 +146,14 @@ def test_replay_shard_equals_replay_in_order(tok, model, mode):
     adv = gdpo_advantages(data)
     assert (adv.abs() <= adv_mod.ACTIVE_TOL).any() and (adv.abs() > adv_mod.ACTIVE_TOL).any()  # some skipped
     data.batch[vw.ADVANTAGES_KEY] = adv
-    res = vw.replay_shard(model, tok, data, mode=mode)
+    res = vw.replay_shard(model, tok, data, kind=mode)
     ref = reference_distances(model, tok, data, adv, mode)
     assert res.distances.shape == (8, 1 if mode == "joint" else 5, data.batch["responses"].shape[1])
     torch.testing.assert_close(res.distances, ref, atol=1e-6, rtol=1e-6)
     assert res.distances.abs().sum() > 0
     assert res.lengths.tolist() == data.batch["response_mask"].sum(1).tolist()
     # row j of the result is row j of the batch: the same rows in the natural order, permuted, agree
-    base = vw.replay_shard(model, tok, toy_batch(tok), mode=mode, advantages=gdpo_advantages(toy_batch(tok)))
+    base = vw.replay_shard(model, tok, toy_batch(tok), kind=mode, advantages=gdpo_advantages(toy_batch(tok)))
     torch.testing.assert_close(res.distances, base.distances[order], atol=1e-6, rtol=1e-6)
     # skipped pairs (Â = 0) are exactly 0
     if mode == "reward":
@@ -242,7 +247,9 @@ SP_SCRIPT = textwrap.dedent(
     if "sharding" in inspect.signature(replay_mod.replay).parameters:  # mrtpo.replay with sharded replay
         data, adv = sp_case(tok, SP_CASES[0][1])
         ulysses.set_ulysses_sequence_parallel_group(group)
-        res = vw.replay_shard(sharded, tok, data, advantages=adv, sharding=out["resolved"])
+        res = vw.replay_shard(
+            sharded, tok, data, advantages=adv, options=replay_mod.ReplayOptions(sharding=out["resolved"])
+        )
         out["fsdp2"] = res.distances.tolist()
     with open(os.path.join(sys.argv[1], f"rank{{rank}}.json"), "w") as f:
         json.dump(out, f)
@@ -386,8 +393,8 @@ def test_row_order_through_balance_dispatch_and_collect(tok, model, monkeypatch,
 
     wg = fake_worker_group(model, tok, dp, sp, monkeypatch)
     adv = gdpo_advantages(data)
-    fn = vw.make_worker_distance_fn(wg, {"token_budget": 64})
-    d = fn(data, adv, "reward")
+    distances_for = vw.make_worker_distances_for(wg, {"token_budget": 64})
+    d = distances_for(data)("reward", adv)
     assert wg.shards == [8 // dp] * (dp * sp)  # each SP peer got its DP rank's chunk
     ref = reference_distances(model, tok, data, adv)
     torch.testing.assert_close(d, ref, atol=1e-6, rtol=1e-6)
@@ -407,7 +414,7 @@ def test_advantage_step_with_worker_distances_equals_core(tok, model, monkeypatc
     data.batch["token_level_rewards"] = torch.zeros(data.batch["response_mask"].shape)
     wg = fake_worker_group(model, tok, 2, 1, monkeypatch)
     cfg = {"mrtpo": {"credit": "reward", "credit_beta": 0.5}}
-    va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distance_fn=vw.make_worker_distance_fn(wg))
+    va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distances_for=vw.make_worker_distances_for(wg))
     a = gdpo_advantages(data)
     mask = data.batch["response_mask"]
     d = reference_distances(model, tok, data, a)
@@ -432,17 +439,17 @@ def test_resolve_sharding_and_options(model):
     assert vw.resolve_sharding(model, "lockstep") == "lockstep"
     with pytest.raises(ValueError, match="must be one of"):
         vw.resolve_sharding(model, "zero3")
-    opts = vw.ReplayOptions.from_mapping({"sharding": "gather", "token_budget": None})
+    opts = vw.ReplayConfig.from_mapping({"sharding": "gather", "token_budget": None})
     assert opts.sharding == "gather" and opts.token_budget is None and opts.prefix_sharing is True
     with pytest.raises(ValueError, match=r"unknown key\(s\) 'budget' under algorithm.mrtpo.replay"):
-        vw.ReplayOptions.from_mapping({"budget": 3})
+        vw.ReplayConfig.from_mapping({"budget": 3})
     with pytest.raises(ValueError, match="token_budget=0"):
-        vw.ReplayOptions(token_budget=0)
+        vw.ReplayConfig(token_budget=0)
     cfg = {
         "algorithm": {"mrtpo": {"credit": "reward", "replay": {"chunk_size": 8}}},
         "data": {"apply_chat_template_kwargs": {"enable_thinking": False}},
     }
-    opts = vw.ReplayOptions.from_config(cfg)
+    opts = vw.ReplayConfig.from_config(cfg)
     assert opts.chunk_size == 8 and opts.template_kwargs == {"enable_thinking": False}
 
 
@@ -553,7 +560,7 @@ def test_replay_shard_without_rows(tok, model):
     data = toy_batch(tok).select_idxs(torch.arange(0))  # a DP rank with an empty chunk
     res = vw.replay_shard(model, tok, data, advantages=torch.zeros(0, 5), reward_names=KEYS)
     assert res.distances.shape == (0, 5, data.batch["responses"].shape[1]) and res.stats.forward_passes == 0
-    res = vw.replay_shard(model, tok, data, mode="joint", reward_names=KEYS)
+    res = vw.replay_shard(model, tok, data, kind="joint", reward_names=KEYS)
     assert res.distances.shape == (0, 1, data.batch["responses"].shape[1])
     with pytest.raises(ValueError, match="needs reward_names"):
         vw.replay_shard(model, tok, data)
@@ -595,14 +602,14 @@ def test_cort_replay_shard_equals_naive_relevance(tok, model):
     adv[0, 0], adv[1, :2] = 0.5, torch.tensor([1.0, -1.0])  # row 1: Σ_k Â = 0, skipped like an all-0 row
     adv[3] = torch.tensor([0.2, 0.1, 0.0, -0.4, 0.3])  # Σ = 0.2
     adv[6, 4] = -0.7
-    res = vw.replay_shard(model, tok, data, advantages=adv, mode="logprob", temperature=0.7)
+    res = vw.replay_shard(model, tok, data, advantages=adv, kind="logprob", temperature=0.7)
     ref = naive_cort(model, tok, data, adv, 0.7)
     assert res.distances.shape == (8, 1, data.batch["responses"].shape[1])
     torch.testing.assert_close(res.distances, ref, atol=1e-5, rtol=0)
     ran = [j for j in range(8) if res.distances[j].abs().sum() > 0]
     assert ran == [0, 3, 6] and res.stats.pairs_run == 3  # one joint pass (plus C) per active response
     # the temperature is the sampling one: at tau = 1 the relevance differs
-    at1 = vw.replay_shard(model, tok, data, advantages=adv, mode="logprob")
+    at1 = vw.replay_shard(model, tok, data, advantages=adv, kind="logprob")
     assert (at1.distances - res.distances).abs().max() > 1e-3
     torch.testing.assert_close(at1.distances, naive_cort(model, tok, data, adv, 1.0), atol=1e-5, rtol=0)
 
@@ -618,7 +625,7 @@ def test_cort_through_the_hook_on_workers_equals_the_core(tok, model, monkeypatc
     data.batch["token_level_rewards"] = torch.zeros(data.batch["response_mask"].shape)
     wg = fake_worker_group(model, tok, dp, sp, monkeypatch)
     cfg = {"mrtpo": {"credit": "cort", "credit_beta": 0.5}}
-    va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distance_fn=vw.make_worker_distance_fn(wg))
+    va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distances_for=vw.make_worker_distances_for(wg))
     a = gdpo_advantages(data)
     skipped = a.sum(1).abs() <= adv_mod.ACTIVE_TOL
     mask = data.batch["response_mask"]
@@ -640,10 +647,10 @@ def test_cort_through_the_hook_on_workers_equals_the_core(tok, model, monkeypatc
     torch.testing.assert_close(data.batch["advantages"], expected, atol=1e-5, rtol=1e-5)
     flat = a.sum(1, keepdim=True) * mask
     assert (data.batch["advantages"] - flat).abs().max() > 1e-3  # redistributed within responses
-    # an explicit option overrides the batch's temperature; the in-process distance_fn agrees
-    d_opt = vw.make_worker_distance_fn(wg, {"temperature": 1.0})(data, a, "logprob")
+    # an explicit option overrides the batch's temperature; the in-process replay agrees
+    d_opt = vw.make_worker_distances_for(wg, {"temperature": 1.0})(data)("logprob", a)
     torch.testing.assert_close(d_opt, naive_cort(model, tok, data, a, 1.0), atol=1e-5, rtol=0)
-    d_local = va.make_distance_fn(model, tok)(data, a, "logprob")
+    d_local = va.make_distances_for(model, tok)(data)("logprob", a)
     torch.testing.assert_close(d_local, rel, atol=1e-5, rtol=0)
 
 
@@ -652,11 +659,11 @@ def test_cort_temperature_option_from_verl_config():
         "algorithm": {"mrtpo": {"credit": "cort"}},
         "actor_rollout_ref": {"rollout": {"temperature": 0.6}},
     }
-    assert vw.ReplayOptions.from_config(cfg).temperature == 0.6
+    assert vw.ReplayConfig.from_config(cfg).temperature == 0.6
     cfg["algorithm"]["mrtpo"]["replay"] = {"temperature": 0.9}
-    assert vw.ReplayOptions.from_config(cfg).temperature == 0.9
+    assert vw.ReplayConfig.from_config(cfg).temperature == 0.9
     with pytest.raises(ValueError, match=r"algorithm.mrtpo.replay.temperature=0 must be a positive number"):
-        vw.ReplayOptions(temperature=0)
+        vw.ReplayConfig(temperature=0)
 
 
 def test_entry_point_selects_the_legacy_trainer_and_says_why(monkeypatch, tmp_path, capsys):

@@ -72,11 +72,11 @@ def main() -> None:
         body_calls, root_calls = count_calls(tr.model.model), count_calls(tr.model)
 
         # replay (credit="reward") in both modes
-        want, _ = ref._replay(out, scored, adv, None)
+        want, _ = ref._replay(out, scored, adv, None, "reward")
         for mode in ("gather", "lockstep"):
             tr.args.replay_sharding, tr._sharding = mode, None
             before = body_calls[0]
-            got, stats = tr._replay(out, scored, adv, None)
+            got, stats = tr._replay(out, scored, adv, None, "reward")
             res[f"replay/{mode}"] = {
                 "max_diff": float((got - want).abs().max()),
                 "max_distance": float(want.max()),
@@ -86,13 +86,11 @@ def main() -> None:
 
         # CoRT: relevance of the sampled tokens, C vs C_-all, through the replay engine (lockstep: rank 1,
         # with nothing to replay, pads with dummy body calls)
-        mask = out["completion_mask"].bool()
-        active = adv.abs() > 0
         tr.args.replay_sharding, tr._sharding = "lockstep", None
         before, before_body = root_calls[0], body_calls[0]
         # (the allocation of the relevance is local arithmetic of mrtpo.step, the same on both)
-        rel, _ = tr._cort(out, scored, adv, active, mask, None)
-        rel_r, _ = ref._cort(out, scored, adv, active, mask, None)
+        rel, _ = tr._replay(out, scored, adv, None, "logprob")
+        rel_r, _ = ref._replay(out, scored, adv, None, "logprob")
         res["cort"] = {
             "rel_diff": float((rel - rel_r).abs().max()),
             "max_rel": float(rel_r.max()),

@@ -36,6 +36,7 @@ from torch import Tensor
 
 from mrtpo.distance import DEFAULT_CHUNK_SIZE, js_distance, js_distance_from_hidden
 from mrtpo.registry import Registry
+from mrtpo.replay.service import REPLAY_KINDS
 
 __all__ = [
     "CREDIT_MODES",
@@ -70,13 +71,6 @@ WeightsFn = Callable[[Tensor | None, Tensor, torch.Generator | None], Tensor]
 
 CreditMode = WeightsFn  # the former name of the weights signature
 
-REPLAYS = ("none", "reward", "joint", "logprob", "teacher_gap")
-"""What a credit scheme needs from replay: nothing; one JS distance row per reward (C vs C_-k,
-[N, K, T]); one shared row (C vs C_-all, [N, 1, T]); the sampled-token log-probability relevance
-|log pi(y_t | C) - log pi(y_t | C_-all)| ([N, 1, T], CoRT); or the signed sampled-token gap between
-teacher and student, log pi(y_t | C) - log pi(y_t | rollout prompt) ([N, 1, T], RLSD: 0 where C is the
-rollout prompt)."""
-
 TokenAdvantagesFn = Callable[[Tensor, "Tensor | None", Tensor, float, Mapping[str, Any]], Tensor]
 """A scheme's own token advantages: ``(advantages [N, K], distances [N, K', T] | None, mask [N, T],
 strength, options) -> [N, T]`` (0 on padding)."""
@@ -91,7 +85,10 @@ class CreditScheme:
 
     Attributes:
         name: registry name (``credit`` in configs).
-        replay: what it needs from replay, one of :data:`REPLAYS`.
+        replay: what it needs from replay: "none", or a replay kind of
+            :data:`mrtpo.replay.REPLAY_KINDS` ("reward": one JS row per reward, [N, K, T]; "joint": one
+            shared JS row, C vs C_-all; "logprob": CoRT's sampled-token log-probability gap to C_-all;
+            "teacher_gap": RLSD's signed gap to the rollout prompt; or a kind a user registered).
         weights: its :data:`WeightsFn` (token weights of mean 1; :func:`allocate` mixes them with β).
         token_level: False for the response-level scheme ``none`` (engines then hand their loss one
             advantage per response instead of [N, T]).
@@ -168,8 +165,8 @@ def register_scheme(
         def squared(distances, mask, generator):  # [N, K, T] -> [N, K, T], mean 1 over valid tokens
             return token_weights(distances**2, mask, mode="reward")
     """
-    if replay not in REPLAYS:
-        raise ValueError(f"replay={replay!r} must be one of {', '.join(REPLAYS)}")
+    if replay != "none" and replay not in REPLAY_KINDS:
+        raise ValueError(f"replay={replay!r} must be 'none' or a replay kind: {', '.join(REPLAY_KINDS)}")
 
     def deco(fn: WeightsFn) -> WeightsFn:
         CREDIT_SCHEMES.register(name)(

@@ -3,7 +3,8 @@
 One function, :func:`credit_step`, does what every training engine needs after scoring a batch
 (docs/design.md §3 and §5): the response-level advantages ``Â = advantages.compute(method, r, groups)``
 ``[N, K]``; the pairs worth replaying (``|Â[j, k]| > ACTIVE_TOL``); the replay the credit scheme asks for,
-through a callable the engine supplies; and the token advantages ``S = credit.allocate(Â, d, mask, β,
+through a callable the engine supplies (:data:`mrtpo.replay.DistanceFn`, which calls
+:func:`mrtpo.replay.for_scheme`); and the token advantages ``S = credit.allocate(Â, d, mask, β,
 scheme)`` ``[B, T]``. The TRL trainer and the verl adapter only translate their data into this call and
 back, so a credit scheme registered with :func:`mrtpo.credit.register_scheme` works in both.
 
@@ -15,7 +16,7 @@ K' distance rows per response (K, or 1 for a shared row), T response tokens.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,15 +26,7 @@ from torch import Tensor
 from mrtpo import advantages as adv_mod
 from mrtpo import credit
 from mrtpo.losses import linear_ramp
-
-DistanceFn = Callable[[str, Tensor, Tensor], Tensor]
-"""``distances(replay, advantages [B, K], active [B, K] bool) -> [B, K', T]``.
-
-``replay`` is the scheme's :attr:`~mrtpo.credit.CreditScheme.replay` ("reward": ``[B, K, T]`` JS
-distances of C vs C_-k; "joint": ``[B, 1, T]`` of C vs C_-all; "logprob": ``[B, 1, T]`` CoRT
-relevance; "teacher_gap": ``[B, 1, T]`` RLSD's signed gap log pi(y_t | C) - log pi(y_t | rollout)).
-Pairs (rows for a shared row) that are not ``active`` may be skipped (left 0); the shared-row replays
-("joint", "logprob", "teacher_gap") need only the rows whose response advantage Σ_k Â[j, k] is not 0."""
+from mrtpo.replay import DistanceFn
 
 
 @dataclass
@@ -134,7 +127,7 @@ def credit_step(
             raise ValueError(
                 f"credit mode {scheme.name!r} needs {scheme.replay!r} replay distances [B, K', T]; none were given"
             )
-        d = distances(scheme.replay, local, active) if callable(distances) else distances
+        d = distances(scheme.replay, local) if callable(distances) else distances
     if scheme.strength is not None:
         strength = scheme.strength(step, float(credit_beta), opts)
     else:

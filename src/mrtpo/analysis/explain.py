@@ -163,6 +163,9 @@ def _display_tokens(tokens: list[str], response: str | None) -> list[str]:
     return out
 
 
+_UNSHUFFLED = {"shuffled": "reward", "scaled_shuffled": "scaled"}
+
+
 def credit_view(
     record: dict[str, Any] | SampleRecord, *, credit_beta: float | None = DEFAULT_BETA, where: str = "record"
 ) -> CreditView:
@@ -213,6 +216,17 @@ def credit_view(
     d = torch.from_numpy(dist)[None]  # [1, K', T]
     mask = torch.ones(1, t_len, dtype=torch.bool)  # [1, T]
     core_mode = "uniform" if mode == "none" else mode  # no distances: w = 1
+    # the record's own scheme (a plug-in's too) when its weights come from these rows; a shuffled scheme's
+    # random permutation cannot be redrawn, so its unshuffled counterpart is shown
+    own_name = _UNSHUFFLED.get(rec.credit, rec.credit)
+    if mode != "none" and own_name in credit.CREDIT_SCHEMES:
+        own = credit.scheme(own_name)
+        if (
+            own.token_advantages is None
+            and own.replay != "none"
+            and (own.replay == "reward") == (mode == "reward")
+        ):
+            core_mode = own.name
     total = credit.allocate(a, d, mask, beta=beta, mode=core_mode)[0]  # [T]
     per_reward = torch.zeros(k, t_len, dtype=torch.float64)  # [K, T]
     for j in range(k):
@@ -230,7 +244,11 @@ def credit_view(
         if mode == "none":
             same_setting = rec_credit in (None, "none", "uniform")
         else:
-            same_setting = (rec_beta is None or float(rec_beta) == beta) and rec_credit in (None, mode)
+            same_setting = (rec_beta is None or float(rec_beta) == beta) and rec_credit in (
+                None,
+                mode,
+                core_mode,
+            )
         if same_setting:
             note = f"logged token advantages: max |logged − S| = {diff:.3g}"
         else:
@@ -760,16 +778,17 @@ def live_record(
     *,
     method: str = "gdpo",
     credit_beta: float = DEFAULT_BETA,
-    mode: str = "reward",
+    credit: str = "reward",
     rewards: Sequence[float] | None = None,
     progress: bool = False,
-    **replay_options: Any,
+    replay_options: Any = None,
 ) -> dict[str, Any]:
     """Replay ``response`` on ``model`` with ``example``'s verifiers and return a samples.jsonl record.
 
     The response is tokenized without special tokens (offsets give the display pieces and the checked
     tokens); contexts come from :func:`mrtpo.replay.build_contexts` (the tokenizer's chat template);
-    pairs with ``advantages[k] == 0`` are skipped, as in training (null distance rows).
+    the replay is the credit scheme's, through :func:`mrtpo.replay.for_scheme` as in training (the
+    rows its replay kind skips are null distance rows).
 
     Args:
         model, tokenizer: a Hugging Face causal LM and its tokenizer.
@@ -779,14 +798,17 @@ def live_record(
         advantages: [K] response-level advantages Â.
         method: name of the method that gave ``advantages`` (shown).
         credit_beta: β for the record's ``token_advantages``.
-        mode: ``reward`` (one replay per reward) or ``joint``.
+        credit: a credit scheme of :data:`mrtpo.credit.CREDIT_SCHEMES` whose weights mix with β (built-in
+            or a plug-in's): its replay kind gives the distances, :func:`mrtpo.credit.allocate` the token
+            advantages.
         rewards: [K] reward values (default: scored by the verifiers).
         progress: tqdm bar over replay micro-batches.
-        replay_options: options of :func:`mrtpo.replay.replay` (``token_budget``, ``chunk_size``, ...).
+        replay_options: :class:`mrtpo.replay.ReplayOptions` (None: the defaults).
     """
     import torch
 
-    from mrtpo import credit, replay
+    from mrtpo import credit as credit_mod
+    from mrtpo import replay
     from mrtpo.analysis.localization import checked_token_mask, token_pieces, tokenize_with_offsets
 
     names = [v.name for v in verifiers]
@@ -796,15 +818,22 @@ def live_record(
     ids, offsets = tokenize_with_offsets(tokenizer, response)
     if not ids:
         raise ValueError("the response is empty after tokenization; nothing to explain")
+    scheme = credit_mod.scheme(credit)
+    if scheme.replay == "none" or scheme.token_advantages is not None:
+        raise ValueError(
+            f"credit {credit!r} does not redistribute Â with replay weights and β (its replay is "
+            f"{scheme.replay!r}); explain shows schemes whose weights come from a replay, e.g. reward, joint"
+        )
     ctx = replay.build_contexts(tokenizer, example.segments, names)
     a = torch.tensor([adv], dtype=torch.float32)  # [1, K]
-    reqs = replay.make_requests([ctx], [ids], mode=mode, advantages=a)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    res = replay.replay(model, reqs, progress=progress, pad_id=pad, **replay_options)
-    d = res.distances[:, :, : len(ids)].float().cpu()  # [1, K', T]
+    res = replay.for_scheme(
+        model, [ctx], [ids], a, scheme, options=replay_options, pad_id=pad, progress=progress
+    )
+    d = res.distances.float().cpu()  # [1, K', T]
     ones = torch.ones(1, len(ids), dtype=torch.bool)  # [1, T]
-    s = credit.allocate(a, d, ones, beta=credit_beta, mode=mode)[0]  # [T]
-    skipped = [c is None for c in reqs[0].others]
+    s = credit_mod.allocate(a, d, ones, beta=credit_beta, mode=scheme.name)[0]  # [T]
+    skipped = [not bool(r) for r in res.replayed[0]]
     rows = [None if skip else d[0, i].tolist() for i, skip in enumerate(skipped)]
     checked = {}
     for v in verifiers:
@@ -831,7 +860,7 @@ def live_record(
         rewards=[float(r) for r in rewards],
         advantages=adv,
         method=method,
-        credit=mode,
+        credit=scheme.name,
         credit_beta=float(credit_beta),
         distances=rows,
         token_advantages=s.tolist(),

@@ -265,8 +265,8 @@ def logit_error(model, hidden, projection: str, chunk: int = 256) -> float:
     float32 with TF32 off (the quantity of the error bound of :data:`mrtpo.replay.PROJECTION_DTYPES`)."""
     import torch
 
-    from mrtpo import replay as R
     from mrtpo.head import head_of, row_chunks
+    from mrtpo.replay.measures import _matmul_precision
 
     head = head_of(model)
     w = head.weight.detach()
@@ -274,9 +274,9 @@ def logit_error(model, hidden, projection: str, chunk: int = 256) -> float:
     with torch.no_grad():
         for rows in row_chunks(hidden.shape[0], chunk):
             h = hidden[rows]
-            with R._matmul_precision("float32"):
+            with _matmul_precision("float32"):
                 z = head.logits(h, w, None, "float32")
-            with R._matmul_precision(projection):
+            with _matmul_precision(projection):
                 z2 = head.logits(h, w, None, projection)
             worst = max(worst, float((z2 - z).abs().max()))
     return worst
@@ -344,7 +344,7 @@ class PeakMemory:
 def _run_rows(cfg: BenchConfig, full: list[int], loo: list[list[int]], responses: list[list[int]]):
     """The rows mrtpo's replay runs (``context + y[:-1]`` for ``C`` unless reused and every ``C_-k`` not
     skipped) and the prefix they all share: ``(rows, prefix)``."""
-    from mrtpo.replay import _common_prefix
+    from mrtpo.replay.engine import _common_prefix
 
     skipped = cfg.skipped()
     rows, ctx_lens = [], []
@@ -399,7 +399,7 @@ def fpe_seconds(model, full: list[int], response: list[int], device: str, repeat
     """Wall time of 1 FPE: one no-grad forward of the decoder body over ``full + response`` (median)."""
     import torch
 
-    from mrtpo.replay import _decoder
+    from mrtpo.replay.model import _decoder
 
     body = _decoder(model)
     ids = torch.tensor([full + response], device=device)  # [1, L + T]

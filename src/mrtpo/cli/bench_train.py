@@ -215,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
             self.times.append(clock() - self.t0 - spent)
 
     class TimedMRTPO(MRTPOTrainer):
-        """Times the replay (``_replay`` / ``_cort``) with the bench clock; after each ``_replay`` it times
+        """Times the replay (``_replay``, every replay kind) with the bench clock; after each ``_replay`` it times
         one FPE of the batch (:func:`batch_fpe_seconds`), left out of the step time."""
 
         replay_times: list[float]
@@ -234,20 +234,6 @@ def run(args: argparse.Namespace) -> int:
                 t1 = clock()
                 self.fpe_times.append(batch_fpe_seconds(self._unwrapped(), out, clock))
                 self.excluded += clock() - t1
-
-        def _cort(self, *a, **kw):
-            t0 = clock()
-            try:
-                return super()._cort(*a, **kw)
-            finally:
-                self.replay_times.append(clock() - t0)
-
-        def _teacher_gap(self, *a, **kw):
-            t0 = clock()
-            try:
-                return super()._teacher_gap(*a, **kw)
-            finally:
-                self.replay_times.append(clock() - t0)
 
     common = dict(
         per_device_train_batch_size=args.batch,

@@ -15,7 +15,6 @@ from trl import GRPOConfig
 from mrtpo import advantages as adv_registry
 from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
-from mrtpo.integrations.trl import sharding as sharding_mod
 from mrtpo.losses import DIVERGENCES
 
 LOSSES = ("policy", "opsd")
@@ -200,26 +199,29 @@ class MRTPOConfig(GRPOConfig):
         if self.cort_ramp_steps < 0:
             raise ValueError(f"cort_ramp_steps={self.cort_ramp_steps} must be >= 0")
         _rlsd_check(self)
-        if self.replay_token_budget < 1 or self.replay_chunk_size < 1:
-            raise ValueError(
-                f"replay_token_budget={self.replay_token_budget} and replay_chunk_size={self.replay_chunk_size} "
-                "must be >= 1"
-            )
         if self.log_samples < 0:
             raise ValueError(f"log_samples={self.log_samples} must be >= 0")
-        if self.replay_projection_dtype not in replay_mod.PROJECTION_DTYPES:
+        if self.replay_sharding not in replay_mod.SHARDING_SETTINGS:
             raise ValueError(
-                f"replay_projection_dtype={self.replay_projection_dtype!r} must be one of "
-                f"{', '.join(replay_mod.PROJECTION_DTYPES)}"
+                f"replay_sharding={self.replay_sharding!r} must be one of {', '.join(replay_mod.SHARDING_SETTINGS)}"
             )
-        if self.replay_distance_kernel not in ("auto", "eager", "fused"):
-            raise ValueError(
-                f"replay_distance_kernel={self.replay_distance_kernel!r} must be one of auto, eager, fused"
+        self.replay_options()  # the replay_* fields, checked by mrtpo.replay.ReplayOptions
+
+    def replay_options(self, sharding: str = "none") -> replay_mod.ReplayOptions:
+        """The ``replay_*`` fields as :class:`mrtpo.replay.ReplayOptions`, with ``sharding`` the mode
+        resolved for this run (``replay_sharding`` may be "auto"); an invalid field raises ValueError
+        naming it."""
+        try:
+            return replay_mod.ReplayOptions(
+                token_budget=self.replay_token_budget,
+                chunk_size=self.replay_chunk_size,
+                prefix_sharing=self.replay_prefix_sharing,
+                projection_dtype=self.replay_projection_dtype,
+                distance_kernel=self.replay_distance_kernel,
+                sharding=sharding,
             )
-        if self.replay_sharding not in sharding_mod.SETTINGS:
-            raise ValueError(
-                f"replay_sharding={self.replay_sharding!r} must be one of {', '.join(sharding_mod.SETTINGS)}"
-            )
+        except ValueError as e:
+            raise ValueError(f"replay_{e}") from None
 
 
 def _rlsd_check(cfg: MRTPOConfig) -> None:

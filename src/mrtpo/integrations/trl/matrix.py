@@ -406,13 +406,15 @@ class _Checker:
         tr = self.tr
         replay, loss = tr._replay, tr._compute_loss
 
-        def checked_replay(out, scored, adv_local, captured, mode="reward", measure="js"):
-            d, stats = replay(out, scored, adv_local, captured, mode, measure=measure)
+        def checked_replay(out, scored, adv_local, captured, kind):
+            d, stats = replay(out, scored, adv_local, captured, kind)
             self.replays += 1
-            if measure == "logprob":
+            if kind == "logprob":
                 self._check_cort(scored, d, stats)
+            elif kind in ("reward", "joint"):
+                self._check_distances(scored, d, stats, kind)
             else:
-                self._check_distances(scored, d, stats, mode)
+                raise ValueError(f"the matrix has no float32 reference for replay kind {kind!r}")
             return d, stats
 
         def checked_loss(model, inputs):

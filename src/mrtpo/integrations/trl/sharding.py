@@ -24,10 +24,10 @@ from typing import Any
 import torch
 
 from mrtpo import replay as replay_mod
+from mrtpo.replay.sharding import _fsdp_modules
 
 logger = logging.getLogger(__name__)
 
-SETTINGS = ("auto", "gather", "lockstep", "none")
 GATHER_MARGIN = 0.8
 """``auto`` gathers when the extra memory of the gathered model plus a float32 copy of the LM head is
 at most this share of the free device memory (the rest is left for the replay's activations)."""
@@ -38,7 +38,7 @@ def engine(model: Any) -> str:
 
     ``model`` is the trainer's wrapped model (``model_wrapped``) or the module itself."""
     module = getattr(model, "module", model)  # DeepSpeedEngine / DDP wrap the module
-    if replay_mod._fsdp_modules(module):
+    if _fsdp_modules(module):
         return "fsdp2"
     if torch.distributed.is_available():
         try:
@@ -90,8 +90,10 @@ def resolve(setting: str, model: Any, device: torch.device) -> tuple[str, str]:
     forward while summoned); otherwise "gather" when :func:`gather_bytes` fits in
     :data:`GATHER_MARGIN` of the smallest free device memory over the processes, else "lockstep".
     """
-    if setting not in SETTINGS:
-        raise ValueError(f"replay_sharding={setting!r} must be one of {', '.join(SETTINGS)}")
+    if setting not in replay_mod.SHARDING_SETTINGS:
+        raise ValueError(
+            f"replay_sharding={setting!r} must be one of {', '.join(replay_mod.SHARDING_SETTINGS)}"
+        )
     kind = engine(model)
     if setting != "auto":
         if setting == "gather" and kind == "fsdp1":

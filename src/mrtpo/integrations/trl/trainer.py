@@ -9,8 +9,8 @@ changes three seams:
 2. ``_generate_and_score_completions``: after TRL's own pass, replaces TRL's advantages with those
    of the core's credit step, ``mrtpo.step.credit_step``: ``Â = mrtpo.advantages.compute(method,
    rewards [N, K], group_ids [N]) -> [N, K]``, this process's rows, the replay the credit scheme asks
-   for (:meth:`MRTPOTrainer._replay` for distances, :meth:`MRTPOTrainer._cort` for CoRT's relevance)
-   and the allocation, handing TRL's loss advantages ``[B, T]``; with a response-level scheme
+   for (:meth:`MRTPOTrainer._replay` hands the core's :func:`mrtpo.replay.for_scheme` TRL's batch, its
+   rollout pass and its sharding) and the allocation, handing TRL's loss advantages ``[B, T]``; with a response-level scheme
    (``credit="none"``) TRL gets the row sums ``[B]``;
 3. ``_compute_loss``: only for the OPSD baseline (``loss="opsd"``), a self-distillation divergence
    (``mrtpo.losses``) instead of the policy-gradient surrogate.
@@ -268,8 +268,6 @@ class MRTPOTrainer(GRPOTrainer):
         )
         self._scored: _Scored | None = None
         self._captured: list[torch.Tensor] | None = None
-        self._warned_prompt = False
-        self._warned_precision = False
         self._reuse_ok = not _has_dropout(self._unwrapped())
         self._sharding: str | None = None  # resolved at the first replay (the model is wrapped by then)
         self.last_batch: dict[str, Any] = {}
@@ -444,13 +442,8 @@ class MRTPOTrainer(GRPOTrainer):
         bounds = torch.tensor(self.reward_bounds, dtype=torch.float32)  # [K, 2]
         stats: list[dict[str, Any]] = []
 
-        def distances(replay: str, adv_local: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-            if replay == "teacher_gap":
-                d, st = self._teacher_gap(out, scored, adv_local, mask, captured)
-            elif replay == "logprob":
-                d, st = self._cort(out, scored, adv_local, active, mask, captured)
-            else:
-                d, st = self._replay(out, scored, adv_local * active, captured, replay)
+        def distances(kind: str, adv_local: torch.Tensor) -> torch.Tensor:  # mrtpo.replay.DistanceFn
+            d, st = self._replay(out, scored, adv_local, captured, kind)
             stats.append(st)
             return d
 
@@ -520,132 +513,67 @@ class MRTPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ replay
 
     def _contexts(self, examples: list[Example]) -> list[replay_mod.Contexts]:
-        """Replay contexts per example, tokenized once per distinct prompt for the run (the cache is keyed
-        by the prompt's segments, so a repeated prompt, a later epoch or the G responses of one prompt
-        reuse them; it is cleared when it reaches 4096 prompts)."""
-        cache: dict[tuple, replay_mod.Contexts] = self.__dict__.setdefault("_context_cache", {})
-        out = []
-        for ex in examples:
-            key = tuple(ex.segments)
-            ctx = cache.get(key)
-            if ctx is None:
-                if len(cache) >= 4096:
-                    cache.clear()
-                ctx = cache[key] = replay_mod.build_contexts(
-                    self.processing_class, ex.segments, self.reward_names, **(self.chat_template_kwargs or {})
-                )
-            out.append(ctx)
-        return out
+        """Replay contexts per example, from the run's :class:`mrtpo.replay.ContextCache` (one tokenization
+        per distinct prompt)."""
+        cache = self.__dict__.get("_context_cache")
+        if cache is None:
+            cache = self._context_cache = replay_mod.ContextCache(
+                self.processing_class, self.reward_names, self.chat_template_kwargs
+            )
+        return cache([ex.segments for ex in examples])
 
     def _full_ids(self, ex: Example) -> list[int]:
         return replay_mod.tokenize_messages(
             self.processing_class, ex.messages(privileged=True), **(self.chat_template_kwargs or {})
         )
 
-    def _reusable_hidden(self, out, contexts, scored, captured) -> list[torch.Tensor | None] | None:
-        """Per response, the rollout pass's hidden states [T_j, H] when C is the rollout prompt."""
-        if not captured or not self._reuse_ok:
-            return None
-        hidden = torch.cat([h for h, _ in captured], dim=0)  # [B, T, H]
-        # called inside the replay's autocast context: the rollout pass ran in the same precision when
-        # its autocast dtype is the one active now and its hidden states have the dtype the body computes
-        # in (FSDP2's mixed-precision param_dtype, whose sharded master weights stay float32)
-        amp = {a for _, a in captured}
-        if amp != {autocast_dtype(hidden.device)} or (
-            amp == {None} and hidden.dtype != replay_mod.compute_dtype(self._unwrapped())
-        ):
-            if not self._warned_precision:
-                logger.warning(
-                    "replay: the rollout pass ran in another precision than replay; the full context is "
-                    "replayed instead of reused"
-                )
-                self._warned_precision = True
-            return None
-        prompt_ids, prompt_mask = out["prompt_ids"], out["prompt_mask"]
-        res: list[torch.Tensor | None] = []
-        for j, ctx in enumerate(contexts):
-            trl_prompt = prompt_ids[j][prompt_mask[j].bool()].tolist()
-            if tuple(trl_prompt) != ctx.rollout:
-                if not self._warned_prompt:
-                    logger.warning(
-                        "replay: the rollout prompt built from the segments differs from TRL's prompt ids "
-                        "(chat template kwargs?); the full context is replayed instead of reused"
-                    )
-                    self._warned_prompt = True
-                res.append(None)
-                continue
-            t = len(scored.completion_ids[j])
-            res.append(hidden[j, :t] if ctx.full_is_rollout else None)
-        return res
-
-    def _replay(self, out, scored, adv_local, captured, mode="reward", measure="js"):
-        """Distances [B, K', T] (K' = K for mode "reward", 1 for "joint") of the local responses, and the
-        replay stats; pairs whose ``adv_local`` is 0 are skipped. ``measure``: "js" (JS distances) or
-        "logprob" (CoRT's relevance at the sampling temperature)."""
-        contexts = self._contexts(scored.examples)
+    def _replay(self, out, scored, adv_local, captured, kind):
+        """The replay kind ``kind`` of the local responses through :func:`mrtpo.replay.for_scheme`:
+        ``[B, K', T]`` (T: TRL's completion width) and the stats the trainer logs. The rollout pass's
+        hidden states (captured in :meth:`_get_per_token_logps_and_entropies`) are offered for reuse."""
         wrapped = getattr(self, "model_wrapped", None) or self.model
+        rollout = None
+        amp = {a for _, a in captured or []}  # the autocast dtype of each captured micro-batch
+        if captured and self._reuse_ok and len(amp) == 1:
+            pm = out["prompt_mask"].bool()
+            rollout = replay_mod.RolloutPass(
+                torch.cat([h for h, _ in captured], dim=0),  # [B, T, H]
+                [out["prompt_ids"][j][pm[j]].tolist() for j in range(pm.shape[0])],
+                amp.pop(),
+            )
+        a = self.args
         # the forwards run in the policy's own precision (accelerate's autocast for TRL's bf16 / fp16, as
         # its own forwards); the projection and distances are float32 (mrtpo.replay)
         with (
             self.accelerator.autocast(),
             sharding_mod.replay_context(self._replay_sharding(), wrapped, self.accelerator) as sharding,
         ):
-            full_hidden = self._reusable_hidden(out, contexts, scored, captured)
-            reqs = replay_mod.make_requests(
-                contexts,
-                scored.completion_ids,
-                mode=mode,
-                advantages=adv_local.cpu(),
-                full_hidden=full_hidden,
-            )
-            res = replay_mod.replay(
+            res = replay_mod.for_scheme(
                 self._unwrapped(),
-                reqs,
-                token_budget=self.args.replay_token_budget,
-                prefix_sharing=self.args.replay_prefix_sharing,
-                chunk_size=self.args.replay_chunk_size,
-                pad_id=self._tokenizer.pad_token_id or 0,
-                sharding=sharding,
-                projection_dtype=self.args.replay_projection_dtype,
-                measure=measure,
+                self._contexts(scored.examples),
+                scored.completion_ids,
+                adv_local.cpu(),
+                kind,
+                width=out["completion_ids"].shape[1],
+                rollout=rollout,
+                options=a.replay_options(sharding),
                 temperature=self.temperature,
-                distance_kernel=self.args.replay_distance_kernel,
+                pad_id=self._tokenizer.pad_token_id or 0,
             )
-        t = out["completion_ids"].shape[1]
-        d = torch.zeros(len(reqs), res.distances.shape[1], t, device=self.accelerator.device)  # [B, K', T]
-        d[:, :, : res.distances.shape[2]] = res.distances.to(d.device)
+        d = res.distances.to(self.accelerator.device)  # [B, K', T]
+        st = res.stats
         stats = {
-            "fpe": res.stats.fpe_per_response,
-            "limit_fpe": res.stats.limit_fpe_per_response,
-            "seconds": res.stats.seconds,
-            "skipped": res.stats.pairs_skipped,
-            "pairs": len(reqs) * res.distances.shape[1],
-            "replayed": torch.tensor([[o is not None for o in r.others] for r in reqs], device=d.device),
-            "full_reused": res.stats.full_reused,
-            "full_total": res.stats.full_reused + res.stats.full_run,
-            "forwards": res.stats.forward_passes + res.stats.padding_passes,
+            "fpe": st.fpe_per_response,
+            "limit_fpe": st.limit_fpe_per_response,
+            "seconds": st.seconds,
+            "skipped": st.pairs_skipped,
+            "pairs": d.shape[0] * d.shape[1],
+            "replayed": res.replayed.to(d.device),
+            "full_reused": st.full_reused,
+            "full_total": st.full_reused + st.full_run,
+            "forwards": st.forward_passes + st.padding_passes,
         }
         return d, stats
-
-    def _cort(self, out, scored, adv_local, active, mask, captured):
-        """CoRT relevance [B, 1, T] of the responses whose response advantage is not 0, and stats: the
-        replay engine's sampled-token log-probability gap to the joint context at the sampling
-        temperature (``measure="logprob"``), the one CoRT relevance of the project (verl's workers
-        compute the same)."""
-        resp_adv = adv_local.sum(1, keepdim=True)  # [B, 1]
-        run = resp_adv.abs() > adv_registry.ACTIVE_TOL  # [B, 1]
-        return self._replay(out, scored, adv_local * run, captured, "joint", measure="logprob")
-
-    def _teacher_gap(self, out, scored, adv_local, mask, captured):
-        """RLSD's gap ``log pi(y_t | C) - log pi(y_t | rollout prompt)`` [B, 1, T] and stats: the replay
-        engine's signed sampled-token log-probability gap (``mode="rollout"``, ``measure="signed_logprob"``)
-        at the sampling temperature, for the responses whose response advantage is not 0. A response whose
-        full context is its rollout prompt has no privileged information (teacher = student): gap 0, not
-        run. verl's workers compute the same."""
-        resp_adv = adv_local.sum(1, keepdim=True)  # [B, 1]
-        run = resp_adv.abs() > adv_registry.ACTIVE_TOL  # [B, 1]
-        gap, stats = self._replay(out, scored, adv_local * run, captured, "rollout", measure="signed_logprob")
-        return gap * mask[:, None, :].to(gap.dtype), stats
 
     def _log_rlsd_metrics(self, mode, res, stats, mask):
         """replay/{fpe, seconds, skipped}; rlsd/lambda, rlsd/gap_mean, rlsd/weight_mean over the replayed

@@ -29,13 +29,13 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
    other estimator goes to verl's own function unchanged. :func:`install` registers the estimators and
    puts the hook into ``verl.trainer.ppo.ray_trainer`` (now, or right after that module is imported).
    ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl.plugin`` makes every verl process call it.
-5. **Replay** (:func:`replay_distances`): distances ``[N, K, T]`` of a DataProto's responses with a
-   Hugging Face causal LM (:func:`mrtpo.replay.replay`), contexts built from the examples in
-   ``extra_info``; for ``credit=cort`` CoRT's relevance ``[N, 1, T]`` (``mode="logprob"``: the sampled
-   tokens' log-probability gap between C and C_-all at the sampling temperature); for ``credit=rlsd`` RLSD's
-   signed gap ``log pi(y_t | C) - log pi(y_t | rollout prompt)`` (``mode="teacher_gap"``). In verl's loop it runs after the old log-probs (the policy that sampled) and before
-   ``compute_advantage``; the hook calls a ``distance_fn`` given to :func:`install` and stores the
-   result as ``batch["mrtpo_distances"]``. :func:`make_distance_fn` builds one for a model held by the
+5. **Replay** (:func:`replay_distances`): the replay kind of the credit scheme on a DataProto's
+   responses, through the core's :func:`mrtpo.replay.for_scheme` (the same service as the TRL trainer's),
+   contexts built from the examples in ``extra_info``: JS distances ``[N, K, T]`` for ``credit=reward``,
+   CoRT's relevance ``[N, 1, T]`` for ``credit=cort`` (kind ``logprob``), RLSD's signed gap for
+   ``credit=rlsd`` (kind ``teacher_gap``). In verl's loop it runs after the old log-probs (the policy that
+   sampled) and before ``compute_advantage``; the hook calls the ``distances_for`` given to :func:`install`
+   and stores the result as ``batch["mrtpo_distances"]``. :func:`make_distances_for` builds one for a model held by the
    calling process; :mod:`mrtpo.integrations.verl.worker` one that replays on verl's actor workers
    (installed by :mod:`mrtpo.integrations.verl.main`); see docs/verl.md.
 
@@ -75,7 +75,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -141,7 +141,7 @@ class VerlMRTPOConfig:
             "method). 'reward' (MRTPO), 'joint', 'shuffled', 'cort' (CoRT: the relevance "
             "|log π(y_t|C) - log π(y_t|C_-all)| at the sampling temperature) and 'rlsd' (RLSD: the gap "
             "log π(y_t|C) - log π(y_t|rollout prompt)) need batch['mrtpo_distances'] (replay, see "
-            "install(distance_fn=...); python -m mrtpo.integrations.verl.main installs it); 'uniform' is w = 1 "
+            "install(distances_for=...); python -m mrtpo.integrations.verl.main installs it); 'uniform' is w = 1 "
             "(equals 'none' up to rounding). The default is 'none' here because verl's own entry point "
             "(verl.trainer.main_ppo) computes no distances."
         },
@@ -192,7 +192,7 @@ class VerlMRTPOConfig:
         default_factory=dict,
         metadata={
             "help": "Options of the replay on verl's actor workers (mrtpo.integrations.verl.main): sharding, "
-            "token_budget, chunk_size, prefix_sharing, template_kwargs; see verl_worker.ReplayOptions."
+            "token_budget, chunk_size, prefix_sharing, projection_dtype, distance_kernel, template_kwargs, temperature; see mrtpo.integrations.verl.worker.ReplayConfig."
         },
     )
 
@@ -506,7 +506,7 @@ def credit_step(
     if credit_mod.scheme(cfg.credit).replay != "none" and distances is None:
         raise ValueError(
             f"algorithm.mrtpo.credit={cfg.credit!r} needs batch['{DISTANCES_KEY}'] ([N, K', T] replay distances); "
-            "give mrtpo.integrations.verl.adapter.install() a distance_fn, or set algorithm.mrtpo.credit=none for the "
+            "give mrtpo.integrations.verl.adapter.install() a distances_for, or set algorithm.mrtpo.credit=none for the "
             "response-level method"
         )
     return step_mod.credit_step(
@@ -663,10 +663,10 @@ def _check_version() -> None:
 # The compute_advantage hook
 # --------------------------------------------------------------------------------------------------
 
-DistanceFn = Callable[[Any, Tensor, str], Tensor]
-"""``distance_fn(data, advantages [N, K], mode) -> distances [N, K', T]``; mode is the credit scheme's
-replay (:data:`mrtpo.credit.REPLAYS`: "reward", "joint", "logprob" for CoRT's relevance, "teacher_gap" for
-RLSD's gap)."""
+DistancesFor = Callable[[Any], replay_mod.DistanceFn]
+"""``distances_for(data) -> DistanceFn``: the replay of one verl batch (a ``DataProto``), as the core's
+:data:`mrtpo.replay.DistanceFn` ``(kind, advantages [N, K]) -> [N, K', T]`` (kind: the credit scheme's
+replay kind, :data:`mrtpo.replay.REPLAY_KINDS`)."""
 
 
 def compute_advantage(
@@ -679,14 +679,14 @@ def compute_advantage(
     config: Any = None,
     *,
     original: Callable[..., Any] | None = None,
-    distance_fn: DistanceFn | None = None,
+    distances_for: DistancesFor | None = None,
     step_fn: Callable[[], int] | None = None,
 ) -> Any:
     """verl's ``ray_trainer.compute_advantage`` with the DataProto passed on to ``mrtpo_*`` estimators.
 
     For an ``mrtpo_*`` name: when the credit mode needs distances, ``batch["mrtpo_distances"]`` is absent
-    and ``distance_fn`` is given, the hook computes Â (to skip pairs with Â = 0) and stores
-    ``distance_fn(data, Â, mode)``; then it calls the estimator with ``non_tensor_batch`` and ``batch``
+    and ``distances_for`` is given, the hook computes Â (to skip pairs with Â = 0) and stores
+    ``distances_for(data)(kind, Â)``; then it calls the estimator with ``non_tensor_batch`` and ``batch``
     and writes ``batch["advantages"]`` and ``batch["returns"]`` ((bs, response_length)). Every other
     name goes to ``original`` (verl's own function) with the same arguments.
 
@@ -696,7 +696,7 @@ def compute_advantage(
         adv_estimator: estimator name or verl ``AdvantageEstimator``.
         gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config: as verl's function.
         original: verl's ``compute_advantage`` (required for non-mrtpo names).
-        distance_fn: see :data:`DistanceFn`.
+        distances_for: see :data:`DistancesFor`.
         step_fn: the trainer's optimizer step, 0-based (a scheduled credit scheme: RLSD's λ).
             :class:`mrtpo.integrations.verl.main.MRTPORayPPOTrainer` gives ``global_steps - 1``; without
             it ``data.meta_info["global_steps"] - 1`` when present. A scheduled scheme with neither
@@ -730,10 +730,11 @@ def compute_advantage(
             "the mrtpo estimators need non_tensor_batch['uid'] (the prompt group of every response)"
         )
     fetch = None
-    if DISTANCES_KEY not in batch and distance_fn is not None:
+    if DISTANCES_KEY not in batch and distances_for is not None:
+        of_batch = distances_for(data)
 
-        def fetch(replay: str, adv: Tensor, active: Tensor) -> Tensor:
-            d = distance_fn(data, adv, replay)  # [N, K', T]
+        def fetch(kind: str, adv: Tensor) -> Tensor:  # mrtpo.replay.DistanceFn
+            d = of_batch(kind, adv)  # [N, K', T]
             batch[DISTANCES_KEY] = d.to(device=batch["response_mask"].device, dtype=torch.float32)
             return batch[DISTANCES_KEY]
 
@@ -782,12 +783,12 @@ HOOKED_MODULES = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils")
 the v1 trainer reaches it through the second, but does not put reward_extra_info into the batch)."""
 
 
-def _hook(module: Any, distance_fn: DistanceFn | None, step_fn: Callable[[], int] | None = None) -> None:
+def _hook(module: Any, distances_for: DistancesFor | None, step_fn: Callable[[], int] | None = None) -> None:
     current = getattr(module, "compute_advantage", None)
     if current is None:
         return
     orig = getattr(current, "__mrtpo_original__", current)
-    hooked = functools.partial(compute_advantage, original=orig, distance_fn=distance_fn, step_fn=step_fn)
+    hooked = functools.partial(compute_advantage, original=orig, distances_for=distances_for, step_fn=step_fn)
     hooked.__mrtpo_original__ = orig  # type: ignore[attr-defined]
     module.compute_advantage = hooked
 
@@ -839,15 +840,15 @@ def after_import(name: str, callback: Callable[[Any], None]) -> None:
 
 
 def install(
-    distance_fn: DistanceFn | None = None,
+    distances_for: DistancesFor | None = None,
     modules: Sequence[str] = HOOKED_MODULES,
     step_fn: Callable[[], int] | None = None,
 ) -> list[str]:
     """Register the ``mrtpo_*`` estimators and hook :func:`compute_advantage` into verl.
 
     Replaces the module-level ``compute_advantage`` of each of ``modules`` (now if imported, otherwise
-    right after its import) by :func:`compute_advantage` bound to verl's original and ``distance_fn``.
-    Calling it again rebinds ``distance_fn`` and ``step_fn`` (the trainer's 0-based optimizer step, for
+    right after its import) by :func:`compute_advantage` bound to verl's original and ``distances_for``.
+    Calling it again rebinds ``distances_for`` and ``step_fn`` (the trainer's 0-based optimizer step, for
     scheduled credit schemes; see :func:`compute_advantage`) (the original is kept). Must run in the process that
     computes advantages (verl's TaskRunner); ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl.plugin``
     arranges that for every verl process.
@@ -863,7 +864,7 @@ def install(
     import_plugins()
     names = register_estimators()
     for mod in modules:
-        after_import(mod, functools.partial(_hook, distance_fn=distance_fn, step_fn=step_fn))
+        after_import(mod, functools.partial(_hook, distances_for=distances_for, step_fn=step_fn))
     return names
 
 
@@ -894,55 +895,41 @@ def replay_distances(
     tokenizer: Any,
     data: Any,
     *,
+    kind: str = "reward",
     reward_names: Sequence[str] | None = None,
     advantages: Tensor | None = None,
-    mode: Literal["reward", "joint", "logprob", "teacher_gap"] = "reward",
-    token_budget: int | None = replay_mod.DEFAULT_TOKEN_BUDGET,
-    chunk_size: int = replay_mod.DEFAULT_CHUNK_SIZE,
-    prefix_sharing: bool = True,
+    options: replay_mod.ReplayOptions | None = None,
     template_kwargs: Mapping[str, Any] | None = None,
-    progress: bool = False,
-    sharding: str = "none",
     temperature: float = 1.0,
+    progress: bool = False,
 ) -> replay_mod.ReplayResult:
-    """Replay distances of a DataProto's responses: ``[N, K, T]`` (``[N, 1, T]`` for ``joint`` and
-    ``logprob``).
-
-    ``mode="logprob"`` is CoRT's relevance ``|log pi_tau(y_t | C) - log pi_tau(y_t | C_-all)|`` of the
-    sampled tokens at the sampling temperature ``temperature`` (:func:`mrtpo.replay.replay` with
-    ``measure="logprob"``), computed only for the responses whose response advantage
-    ``Σ_k Â[j, k]`` is not 0 (``|.| > 1e-8``; the rows of the others are 0), as the TRL trainer does.
-    ``mode="teacher_gap"`` is RLSD's signed gap ``log pi_tau(y_t | C) - log pi_tau(y_t | rollout prompt)``
-    (``measure="signed_logprob"``) for the same rows; a prompt without privileged segments gives 0
-    without a pass. Both passes run here (verl's ``old_log_probs`` are not read).
+    """The replay kind ``kind`` of a DataProto's responses through :func:`mrtpo.replay.for_scheme`:
+    ``[N, K', T]`` (K' = K for "reward", 1 for the shared-row kinds), T the batch's response width.
 
     Contexts come from the examples in ``non_tensor_batch["extra_info"]`` (tokenized with ``tokenizer``'s
     chat template and ``template_kwargs``, which must match verl's ``data.apply_chat_template_kwargs``);
-    responses are ``batch["responses"][j, :L_j]`` with ``L_j`` valid tokens (``attention_mask``). Pairs
-    with ``|Â[j, k]| <= 1e-8`` are skipped (distance 0). A response whose rollout prompt, rebuilt from the
-    segments, differs from verl's ``prompts`` row is still replayed; a warning names how many differ.
+    responses are ``batch["responses"][j, :L_j]`` with ``L_j`` valid tokens (``attention_mask``). Which
+    pairs run is the kind's rule (:mod:`mrtpo.replay.service`). Every pass runs here (verl's
+    ``old_log_probs`` are not read). A response whose rollout prompt, rebuilt from the segments, differs
+    from verl's ``prompts`` row is still replayed; a warning names how many differ.
 
     Args:
         model: a Hugging Face causal LM (the policy that sampled, e.g. the actor before its update).
         tokenizer: its tokenizer (``pad_token_id`` pads replay micro-batches).
         data: verl ``DataProto`` (``batch`` with ``responses``, ``prompts``, ``attention_mask``).
+        kind: a replay kind (:data:`mrtpo.replay.REPLAY_KINDS`), the credit scheme's ``replay``.
         reward_names: the K reward names in column order (None: the task's ``reward_names``).
         advantages: [N, K] response-level advantages (skipping), or None (every pair runs).
-        mode: "reward" (leave-one-out per reward), "joint" (all rewards' segments removed at once) or
-            "logprob" (CoRT's relevance against the joint context).
-        token_budget, chunk_size, prefix_sharing, progress: options of :func:`mrtpo.replay.replay`.
-        sharding: :func:`mrtpo.replay.replay`'s parameter sharding (passed on only when not "none"):
-            "gather" / "lockstep" for a model sharded over the process group (collective: every rank
-            calls, also with zero rows).
-        temperature: the sampling temperature of the ``logprob`` mode (verl's
+        options: :class:`mrtpo.replay.ReplayOptions` (its ``sharding`` is collective when not "none":
+            every rank calls, also with zero rows).
+        template_kwargs: chat-template kwargs of the contexts.
+        temperature: the sampling temperature of the log-probability kinds (verl's
             ``actor_rollout_ref.rollout.temperature``).
+        progress: tqdm bar over replay micro-batches.
 
     Returns:
-        :class:`mrtpo.replay.ReplayResult` with ``distances: [N, K', T] float32`` padded to the batch's
-        response width T.
+        :class:`mrtpo.replay.ReplayResult` with ``distances: [N, K', T] float32`` on the CPU.
     """
-    if mode not in replay_mod.REPLAY_MODES:
-        raise ValueError(f"mode must be one of {', '.join(replay_mod.REPLAY_MODES)}; got {mode!r}")
     batch, ntb = data.batch, data.non_tensor_batch
     infos = _extra_infos(ntb, "replay_distances")
     examples = [example_from_extra_info(info) for info in infos]
@@ -953,14 +940,7 @@ def replay_distances(
     n = len(responses)
     if len(examples) != n:
         raise ValueError(f"non_tensor_batch['extra_info'] has {len(examples)} rows; expected N={n}")
-    kwargs = dict(template_kwargs or {})
-    cache: dict[str, replay_mod.Contexts] = {}
-    contexts = []
-    for ex in examples:
-        key = json.dumps(ex.to_dict(), sort_keys=True, default=str)
-        if key not in cache:
-            cache[key] = replay_mod.build_contexts(tokenizer, ex.segments, names, **kwargs)
-        contexts.append(cache[key])
+    contexts = replay_mod.ContextCache(tokenizer, names, template_kwargs)([ex.segments for ex in examples])
     if "prompts" in batch and "attention_mask" in batch:
         prompts = batch["prompts"].detach().cpu()
         pmask = batch["attention_mask"][:, : prompts.shape[1]].detach().cpu().bool()
@@ -972,36 +952,20 @@ def replay_distances(
                 differ,
                 n,
             )
-    active = None
-    if advantages is not None:
-        adv = torch.as_tensor(advantages).detach().cpu().float()
-        if tuple(adv.shape) != (n, len(names)):
-            raise ValueError(
-                f"advantages has shape {tuple(adv.shape)}; expected [N, K] = [{n}, {len(names)}]"
-            )
-        active = adv * (adv.abs() > adv_registry.ACTIVE_TOL)  # [N, K], 0 where the pair is skipped
-        if mode in ("logprob", "teacher_gap"):  # a response runs when Σ_k Â[j, k] is not 0
-            active = adv * (adv.sum(1, keepdim=True).abs() > adv_registry.ACTIVE_TOL)  # [N, K]
-    request_mode = {"logprob": "joint", "teacher_gap": "rollout"}.get(mode, mode)
-    reqs = replay_mod.make_requests(contexts, responses, mode=request_mode, advantages=active)
     pad = getattr(tokenizer, "pad_token_id", None)
-    shard_kw: dict[str, Any] = {} if sharding == "none" else {"sharding": sharding}
-    if mode in ("logprob", "teacher_gap"):
-        measure = "logprob" if mode == "logprob" else "signed_logprob"
-        shard_kw.update(measure=measure, temperature=temperature)
-    res = replay_mod.replay(
+    res = replay_mod.for_scheme(
         model,
-        reqs,
-        token_budget=token_budget,
-        prefix_sharing=prefix_sharing,
-        chunk_size=chunk_size,
+        contexts,
+        responses,
+        advantages,
+        kind,
+        width=t,
+        options=options,
+        temperature=temperature,
         pad_id=0 if pad is None else int(pad),
         progress=progress,
-        **shard_kw,
     )
-    d = torch.zeros(n, res.distances.shape[1], t, dtype=torch.float32)  # [N, K', T]
-    d[:, :, : res.distances.shape[2]] = res.distances.cpu()
-    return replay_mod.ReplayResult(d, res.lengths, res.stats)
+    return replay_mod.ReplayResult(res.distances.cpu(), res.lengths, res.stats, res.replayed)
 
 
 def batch_temperature(data: Any, default: float = 1.0) -> float:
@@ -1011,29 +975,35 @@ def batch_temperature(data: Any, default: float = 1.0) -> float:
     return default if value is None else float(value)
 
 
-def make_distance_fn(model: Any, tokenizer: Any, **replay_options: Any) -> DistanceFn:
-    """A :data:`DistanceFn` for :func:`install` that replays with ``model`` in the calling process.
+def make_distances_for(
+    model: Any,
+    tokenizer: Any,
+    *,
+    options: replay_mod.ReplayOptions | None = None,
+    template_kwargs: Mapping[str, Any] | None = None,
+    temperature: float | None = None,
+    progress: bool = False,
+) -> DistancesFor:
+    """A :data:`DistancesFor` for :func:`install` that replays with ``model`` in the calling process.
 
-    ``replay_options`` go to :func:`replay_distances` (``token_budget``, ``chunk_size``,
-    ``prefix_sharing``, ``template_kwargs``, ``progress``, ``temperature``). The ``logprob`` replay
-    (CoRT) runs at ``temperature`` if given, else at the batch's ``meta_info["temperature"]`` (verl's
-    trainer sets it to ``actor_rollout_ref.rollout.temperature``), else 1. The replay stats of the last
-    call are in ``data.meta_info["mrtpo/replay"]``.
+    The log-probability kinds (CoRT, RLSD) run at ``temperature`` if given, else at the batch's
+    ``meta_info["temperature"]`` (verl's trainer sets it to ``actor_rollout_ref.rollout.temperature``),
+    else 1. The replay stats of the last call are in ``data.meta_info["mrtpo/replay"]``.
     """
 
-    def distance_fn(data: Any, advantages: Tensor, mode: str) -> Tensor:
-        if mode not in replay_mod.REPLAY_MODES:
-            raise ValueError(
-                f"make_distance_fn computes the replays {', '.join(replay_mod.REPLAY_MODES)}; a scheme with "
-                f"replay {mode!r} needs a distance_fn that computes it"
-            )
-        opts = dict(replay_options)
-        if opts.get("temperature") is None:
-            opts["temperature"] = batch_temperature(data)
-        res = replay_distances(model, tokenizer, data, advantages=advantages, mode=mode, **opts)
-        meta = getattr(data, "meta_info", None)
-        if isinstance(meta, dict):
-            meta["mrtpo/replay"] = res.stats.as_dict()
-        return res.distances
+    def distances_for(data: Any) -> replay_mod.DistanceFn:
+        tau = temperature if temperature is not None else batch_temperature(data)
 
-    return distance_fn
+        def distances(kind: str, advantages: Tensor) -> Tensor:
+            res = replay_distances(
+                model, tokenizer, data, kind=kind, advantages=advantages, options=options,
+                template_kwargs=template_kwargs, temperature=tau, progress=progress,
+            )  # fmt: skip
+            meta = getattr(data, "meta_info", None)
+            if isinstance(meta, dict):
+                meta["mrtpo/replay"] = res.stats.as_dict()
+            return res.distances
+
+        return distances
+
+    return distances_for

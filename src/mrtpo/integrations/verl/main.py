@@ -11,7 +11,7 @@ task_runner_class=...)``):
 - the actor role (``ActorRollout`` / ``ActorRolloutRef``) is mapped to
   :class:`mrtpo.integrations.verl.worker.MRTPOActorRolloutRefWorker` (verl's worker plus ``mrtpo_replay``);
 - the trainer is :class:`MRTPORayPPOTrainer`, verl's ``RayPPOTrainer`` whose ``init_workers`` ends with
-  ``mrtpo.integrations.verl.adapter.install(distance_fn=make_worker_distance_fn(actor_rollout_wg, options))``, so
+  ``mrtpo.integrations.verl.adapter.install(distances_for=make_worker_distances_for(actor_rollout_wg, options))``, so
   the ``compute_advantage`` hook of the driver gets the distances from the workers.
 
 verl's ``TaskRunner.run`` builds ``RayPPOTrainer`` by its module-level name in
@@ -43,7 +43,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.utils import Role
 
 from mrtpo.integrations.verl import adapter as va
-from mrtpo.integrations.verl.worker import MRTPOActorRolloutRefWorker, ReplayOptions, make_worker_distance_fn
+from mrtpo.integrations.verl.worker import MRTPOActorRolloutRefWorker, ReplayConfig, make_worker_distances_for
 from mrtpo.plugins import ENV_VAR as PLUGINS_ENV_VAR
 from mrtpo.plugins import env_plugins, import_plugins, split_plugin_args
 
@@ -54,15 +54,15 @@ ACTOR_ROLES = (Role.ActorRollout, Role.ActorRolloutRef)
 
 class MRTPORayPPOTrainer(RayPPOTrainer):
     """verl's ``RayPPOTrainer``; after ``init_workers`` the ``compute_advantage`` hook replays on the actor
-    worker group (:func:`mrtpo.integrations.verl.worker.make_worker_distance_fn`)."""
+    worker group (:func:`mrtpo.integrations.verl.worker.make_worker_distances_for`)."""
 
     def init_workers(self) -> None:
         super().init_workers()
-        options = ReplayOptions.from_config(self.config)
-        self.mrtpo_distance_fn = make_worker_distance_fn(self.actor_rollout_wg, options)
+        options = ReplayConfig.from_config(self.config)
+        self.mrtpo_distances_for = make_worker_distances_for(self.actor_rollout_wg, options)
         # the step of RLSD's λ schedule: verl's global_steps counts from 1 and is current during the step
         # (fit() sets it; before that, None: the batch's meta_info or a refusal decides)
-        va.install(distance_fn=self.mrtpo_distance_fn, step_fn=self._mrtpo_step)
+        va.install(distances_for=self.mrtpo_distances_for, step_fn=self._mrtpo_step)
         logger.info("mrtpo: compute_advantage replays on the actor workers (%s)", options)
 
     def _mrtpo_step(self) -> int | None:
@@ -112,7 +112,7 @@ def check_config(config: Any) -> None:
     if va._get(va._get(config, "trainer"), "use_v1", False):
         raise ValueError(f"trainer.use_v1=True: {LEGACY_WHY}; set trainer.use_v1=False")
     va.VerlMRTPOConfig.from_algorithm(va._get(config, "algorithm"))  # the mrtpo node parses
-    ReplayOptions.from_config(config)  # and so do its replay options
+    ReplayConfig.from_config(config)  # and so do its replay options
 
 
 class _MRTPOTaskRunner(main_ppo_v0.TaskRunner.__ray_actor_class__):
@@ -128,7 +128,7 @@ class _MRTPOTaskRunner(main_ppo_v0.TaskRunner.__ray_actor_class__):
 
     def run(self, config: Any) -> None:
         check_config(config)
-        va.install()  # estimators and hook in this process (the distance_fn comes with init_workers)
+        va.install()  # estimators and hook in this process (the distances_for comes with init_workers)
         with _trainer_class(MRTPORayPPOTrainer):
             super().run(config)
 

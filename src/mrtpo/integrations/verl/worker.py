@@ -13,9 +13,9 @@ workers, sharded by the FSDP engine. This module runs replay where the weights a
   distances (``reward``, ``joint``) or CoRT's relevance (``logprob``: the sampled tokens' log-probability
   gap between C and C_-all at the sampling temperature).
 - :func:`replay_shard`: the pure part, testable without Ray or a GPU: one chunk's distances with
-  :func:`mrtpo.integrations.verl.adapter.replay_distances` (which builds the requests with
-  :func:`mrtpo.replay.make_requests` and runs :func:`mrtpo.replay.replay`, as the TRL path does).
-- :func:`make_worker_distance_fn`: the driver side, a ``distance_fn`` for
+  :func:`mrtpo.integrations.verl.adapter.replay_distances` (the core's :func:`mrtpo.replay.for_scheme`,
+  as the TRL path).
+- :func:`make_worker_distances_for`: the driver side, a ``distances_for`` for
   :func:`mrtpo.integrations.verl.adapter.install` that sends the rows to a worker group and returns the
   distances in the batch's row order.
 
@@ -64,14 +64,14 @@ logger = logging.getLogger(__name__)
 ADVANTAGES_KEY = "mrtpo_advantages"
 """``batch[ADVANTAGES_KEY]``: [N, K] response-level advantages sent to the workers (pairs with Â = 0 skip)."""
 
-MODE_KEY = "mrtpo_mode"
-"""``meta_info[MODE_KEY]``: "reward", "joint", "logprob" or "teacher_gap" (:data:`mrtpo.replay.REPLAY_MODES`)."""
+KIND_KEY = "mrtpo_replay_kind"
+"""``meta_info[KIND_KEY]``: the replay kind (:data:`mrtpo.replay.REPLAY_KINDS`), the credit scheme's ``replay``."""
 
 TEMPERATURE_KEY = "mrtpo_temperature"
 """``meta_info[TEMPERATURE_KEY]``: the sampling temperature of the ``logprob`` replay."""
 
 OPTIONS_KEY = "mrtpo_replay_options"
-"""``meta_info[OPTIONS_KEY]``: :class:`ReplayOptions` as a dict."""
+"""``meta_info[OPTIONS_KEY]``: :class:`ReplayConfig` as a dict."""
 
 REWARD_NAMES_KEY = "mrtpo_reward_names"
 """``meta_info[REWARD_NAMES_KEY]``: the K reward names (segment names) in column order."""
@@ -79,7 +79,6 @@ REWARD_NAMES_KEY = "mrtpo_reward_names"
 METRIC_PREFIX = "mrtpo/replay/"
 """Replay stats come back as ``meta_info["metrics"][METRIC_PREFIX + stat]`` (one value per DP shard)."""
 
-SHARDINGS = ("auto", "none", "gather", "lockstep")
 _SENT_KEYS = ("prompts", "responses", "attention_mask")
 
 
@@ -89,18 +88,17 @@ _SENT_KEYS = ("prompts", "responses", "attention_mask")
 
 
 @dataclass
-class ReplayOptions:
-    """Options of the worker replay, read from ``algorithm.mrtpo.replay`` of verl's config.
+class ReplayConfig:
+    """The worker replay's config node, ``algorithm.mrtpo.replay`` of verl's config.
 
     Attributes:
         sharding: "auto" (FSDP2: "gather"; an unsharded module: "none"), "gather", "lockstep" or "none"
-            (see :func:`resolve_sharding`).
-        token_budget: rows x padded length of one replay micro-batch (None: no bound).
-        chunk_size: response rows projected onto the vocabulary at a time.
-        prefix_sharing: run the common prefix of a micro-batch once.
+            (:data:`mrtpo.replay.SHARDING_SETTINGS`; see :func:`resolve_sharding`).
+        token_budget, chunk_size, prefix_sharing, projection_dtype, distance_kernel: the fields of
+            :class:`mrtpo.replay.ReplayOptions` (checked there).
         template_kwargs: chat-template kwargs; must equal verl's ``data.apply_chat_template_kwargs``
             (the task runner fills them from there when this is empty).
-        temperature: sampling temperature of CoRT's ``logprob`` replay; None: verl's
+        temperature: sampling temperature of the log-probability kinds (CoRT, RLSD); None: verl's
             ``actor_rollout_ref.rollout.temperature`` (filled by the task runner), else the batch's
             ``meta_info["temperature"]``, else 1.
     """
@@ -109,30 +107,18 @@ class ReplayOptions:
     token_budget: int | None = replay_mod.DEFAULT_TOKEN_BUDGET
     chunk_size: int = replay_mod.DEFAULT_CHUNK_SIZE
     prefix_sharing: bool = True
+    projection_dtype: str = "float32"
+    distance_kernel: str = "auto"
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     temperature: float | None = None
 
     def __post_init__(self) -> None:
-        if self.sharding not in SHARDINGS:
+        if self.sharding not in replay_mod.SHARDING_SETTINGS:
             raise ValueError(
-                f"algorithm.mrtpo.replay.sharding={self.sharding!r} must be one of {', '.join(SHARDINGS)}"
+                f"algorithm.mrtpo.replay.sharding={self.sharding!r} must be one of "
+                f"{', '.join(replay_mod.SHARDING_SETTINGS)}"
             )
-        if self.token_budget is not None and (
-            isinstance(self.token_budget, bool)
-            or not isinstance(self.token_budget, int)
-            or self.token_budget <= 0
-        ):
-            raise ValueError(
-                f"algorithm.mrtpo.replay.token_budget={self.token_budget!r} must be a positive integer or null"
-            )
-        if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size <= 0:
-            raise ValueError(
-                f"algorithm.mrtpo.replay.chunk_size={self.chunk_size!r} must be a positive integer"
-            )
-        if not isinstance(self.prefix_sharing, bool):
-            raise ValueError(
-                f"algorithm.mrtpo.replay.prefix_sharing={self.prefix_sharing!r} must be true or false"
-            )
+        self.options("none")  # the engine options, checked by mrtpo.replay.ReplayOptions
         if not isinstance(self.template_kwargs, dict):
             raise ValueError(
                 f"algorithm.mrtpo.replay.template_kwargs must be a mapping; got {self.template_kwargs!r}"
@@ -146,8 +132,22 @@ class ReplayOptions:
                 f"algorithm.mrtpo.replay.temperature={self.temperature!r} must be a positive number or null"
             )
 
+    def options(self, sharding: str) -> replay_mod.ReplayOptions:
+        """:class:`mrtpo.replay.ReplayOptions` with ``sharding`` the mode resolved for the module."""
+        try:
+            return replay_mod.ReplayOptions(
+                token_budget=self.token_budget,
+                chunk_size=self.chunk_size,
+                prefix_sharing=self.prefix_sharing,
+                projection_dtype=self.projection_dtype,
+                distance_kernel=self.distance_kernel,
+                sharding=sharding,
+            )
+        except ValueError as e:
+            raise ValueError(f"algorithm.mrtpo.replay.{e}") from None
+
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None) -> ReplayOptions:
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> ReplayConfig:
         """From a dict / DictConfig (None: defaults); unknown keys raise ValueError listing the known ones."""
         values = va._plain(values) if values is not None else {}
         if not isinstance(values, dict):
@@ -162,7 +162,7 @@ class ReplayOptions:
         return cls(**values)
 
     @classmethod
-    def from_config(cls, config: Any) -> ReplayOptions:
+    def from_config(cls, config: Any) -> ReplayConfig:
         """From verl's whole config: ``algorithm.mrtpo.replay``, template kwargs defaulting to
         ``data.apply_chat_template_kwargs``."""
         mrtpo_cfg = va.VerlMRTPOConfig.from_algorithm(va._get(config, "algorithm"))
@@ -192,8 +192,8 @@ def resolve_sharding(module: Any, requested: str = "auto") -> str:
     """
     from verl.utils.fsdp_utils import fsdp_version
 
-    if requested not in SHARDINGS:
-        raise ValueError(f"sharding={requested!r} must be one of {', '.join(SHARDINGS)}")
+    if requested not in replay_mod.SHARDING_SETTINGS:
+        raise ValueError(f"sharding={requested!r} must be one of {', '.join(replay_mod.SHARDING_SETTINGS)}")
     version = fsdp_version(module)
     if version == 1:
         raise ValueError(
@@ -271,14 +271,11 @@ def replay_shard(
     tokenizer: Any,
     data: DataProto,
     *,
+    kind: str = "reward",
     advantages: Tensor | None = None,
-    mode: Literal["reward", "joint", "logprob", "teacher_gap"] = "reward",
     reward_names: list[str] | None = None,
-    sharding: str = "none",
+    options: replay_mod.ReplayOptions | None = None,
     split_over_sp: bool = True,
-    token_budget: int | None = replay_mod.DEFAULT_TOKEN_BUDGET,
-    chunk_size: int = replay_mod.DEFAULT_CHUNK_SIZE,
-    prefix_sharing: bool = True,
     template_kwargs: Mapping[str, Any] | None = None,
     temperature: float = 1.0,
 ) -> replay_mod.ReplayResult:
@@ -288,7 +285,7 @@ def replay_shard(
     and restored afterwards. With ``split_over_sp`` and a group of size S > 1, this rank replays only
     its contiguous part of the rows (rows ``r*m .. r*m + m - 1``, ``m = ceil(n / S)``) and the parts
     are all-gathered over the group, so each peer returns all n rows; the stats are summed over the
-    peers. Collective when S > 1 or ``sharding`` is not "none": every rank of the group calls it.
+    peers. Collective when S > 1 or ``options.sharding`` is not "none": every rank of the group calls it.
 
     Args:
         model: the Hugging Face causal LM (the actor's module; FSDP2-wrapped with sharding "gather" /
@@ -298,35 +295,30 @@ def replay_shard(
             left-padded, ``batch["responses"]`` [n, T] right-padded, ``batch["attention_mask"]``
             [n, P + T], ``non_tensor_batch["extra_info"]`` (the examples, see
             :mod:`mrtpo.integrations.verl.data`).
-        advantages: [n, K] response-level advantages (pairs with ``|Â| <= 1e-8`` are skipped); None:
+        kind: the replay kind (:data:`mrtpo.replay.REPLAY_KINDS`).
+        advantages: [n, K] response-level advantages (which pairs run); None:
             ``batch["mrtpo_advantages"]`` if present, else every pair runs.
-        mode: "reward" (K leave-one-out contexts), "joint" (one context without every reward's segments)
-            or "logprob" (CoRT's relevance ``|log pi(y_t | C) - log pi(y_t | C_-all)|`` at ``temperature``,
-            only for rows whose response advantage ``Σ_k Â[j, k]`` is not 0) or "teacher_gap" (RLSD's
-            ``log pi(y_t | C) - log pi(y_t | rollout prompt)``, the same rows).
         reward_names: the K reward names in column order (None: ``meta_info["mrtpo_reward_names"]``,
             else the task of the first row).
-        sharding: passed to :func:`mrtpo.replay.replay` when not "none".
+        options: :class:`mrtpo.replay.ReplayOptions` (sharding resolved).
         split_over_sp: share the rows among the peers of the Ulysses group (else every peer replays all).
-        token_budget, chunk_size, prefix_sharing, template_kwargs, temperature: as
-            :func:`mrtpo.integrations.verl.adapter.replay_distances`.
+        template_kwargs, temperature: as :func:`mrtpo.integrations.verl.adapter.replay_distances`.
 
     Returns:
-        :class:`mrtpo.replay.ReplayResult` with ``distances: [n, K', T] float32`` on the CPU (K' = K, or 1
-        for joint) and ``lengths: [n]`` the valid response lengths.
+        :class:`mrtpo.replay.ReplayResult` with ``distances: [n, K', T] float32`` on the CPU and
+        ``lengths: [n]`` the valid response lengths.
     """
     if not isinstance(data, DataProto):
         raise TypeError(
             f"replay_shard needs a verl DataProto (padded prompts/responses and extra_info); got {type(data).__name__}"
         )
-    if mode not in replay_mod.REPLAY_MODES:
-        raise ValueError(f"mode must be one of {', '.join(replay_mod.REPLAY_MODES)}; got {mode!r}")
+    spec = replay_mod.replay_kind(kind)
     missing = [k for k in _SENT_KEYS if k not in data.batch]
     if missing:
         raise ValueError(f"replay_shard: batch has no {missing} (keys: {sorted(data.batch.keys())})")
     n = len(data)
     names = _reward_names(data, reward_names)
-    kk = len(names) if mode == "reward" else 1
+    kk = spec.rows(len(names))
     t = int(data.batch["responses"].shape[1])
     if advantages is None and ADVANTAGES_KEY in data.batch:
         advantages = data.batch[ADVANTAGES_KEY]
@@ -336,12 +328,11 @@ def replay_shard(
         )
     p = int(data.batch["prompts"].shape[1])
     lengths = data.batch["attention_mask"][:, p:].sum(1).long().cpu()  # [n]
-    options = dict(
-        token_budget=token_budget,
-        chunk_size=chunk_size,
-        prefix_sharing=prefix_sharing,
+    kw = dict(
+        kind=kind,
+        reward_names=names,
+        options=options,
         template_kwargs=template_kwargs,
-        sharding=sharding,
         temperature=temperature,
     )
 
@@ -349,20 +340,14 @@ def replay_shard(
         group = sp_group if split_over_sp else None
         size = dist.get_world_size(group) if group is not None else 1
         if size == 1:
-            adv = advantages if n else None  # no rows: no requests (a collective replay still runs)
-            res = va.replay_distances(
-                model, tokenizer, data, reward_names=names, advantages=adv, mode=mode, **options
-            )
-            d = res.distances if n else torch.zeros(0, kk, t)
-            return replay_mod.ReplayResult(d, lengths, res.stats)
+            res = va.replay_distances(model, tokenizer, data, advantages=advantages, **kw)
+            return replay_mod.ReplayResult(res.distances, lengths, res.stats, res.replayed)
         rank = dist.get_rank(group)
         m = math.ceil(n / size)
         lo, hi = min(rank * m, n), min(rank * m + m, n)
         part = data.select_idxs(torch.arange(lo, hi, dtype=torch.long))
-        adv = None if advantages is None or hi == lo else advantages[lo:hi]
-        res = va.replay_distances(
-            model, tokenizer, part, reward_names=names, advantages=adv, mode=mode, **options
-        )
+        adv = None if advantages is None else advantages[lo:hi]
+        res = va.replay_distances(model, tokenizer, part, advantages=adv, **kw)
         dev = _group_device(group)
         buf = torch.zeros(m, kk, t, dtype=torch.float32, device=dev)  # [m, K', T]
         if hi > lo:
@@ -398,30 +383,26 @@ class MRTPOActorRolloutRefWorker(ActorRolloutRefWorker):
     def mrtpo_replay(self, data: DataProto) -> DataProto | None:
         """Replay this DP rank's chunk with the actor's current weights; ``batch["mrtpo_distances"]``.
 
-        ``data`` (from :func:`make_worker_distance_fn`): ``prompts``, ``responses``, ``attention_mask``,
-        ``mrtpo_advantages`` [n, K]; ``non_tensor_batch["extra_info"]``; ``meta_info`` with the mode,
-        the sampling temperature, the reward names and :class:`ReplayOptions`. Returns a DataProto on the SP-rank-0 worker of each
+        ``data`` (from :func:`make_worker_distances_for`): ``prompts``, ``responses``, ``attention_mask``,
+        ``mrtpo_advantages`` [n, K]; ``non_tensor_batch["extra_info"]``; ``meta_info`` with the replay
+        kind, the sampling temperature, the reward names and :class:`ReplayConfig`. Returns a DataProto on the SP-rank-0 worker of each
         DP rank (the ones verl collects) and None on the others, like ``compute_log_prob``.
         """
         if self.actor is None:
             raise RuntimeError(f"mrtpo_replay needs a worker with the actor role; this one is {self.role!r}")
         engine = self.actor.engine
         module = _engine_module(engine)
-        opts = ReplayOptions.from_mapping(data.meta_info.get(OPTIONS_KEY))
-        sharding = resolve_sharding(module, opts.sharding)
+        cfg = ReplayConfig.from_mapping(data.meta_info.get(OPTIONS_KEY))
         tokenizer = self.actor.model_config.tokenizer
         with engine.eval_mode():
             res = replay_shard(
                 module,
                 tokenizer,
                 data,
-                mode=data.meta_info.get(MODE_KEY, "reward"),
-                sharding=sharding,
-                token_budget=opts.token_budget,
-                chunk_size=opts.chunk_size,
-                prefix_sharing=opts.prefix_sharing,
-                template_kwargs=opts.template_kwargs,
-                temperature=float(data.meta_info.get(TEMPERATURE_KEY) or opts.temperature or 1.0),
+                kind=data.meta_info.get(KIND_KEY, "reward"),
+                options=cfg.options(resolve_sharding(module, cfg.sharding)),
+                template_kwargs=cfg.template_kwargs,
+                temperature=float(data.meta_info.get(TEMPERATURE_KEY) or cfg.temperature or 1.0),
             )
         if not engine.is_mp_src_rank_with_outputs():
             return None
@@ -437,8 +418,8 @@ class MRTPOActorRolloutRefWorker(ActorRolloutRefWorker):
 def worker_batch(
     data: DataProto,
     advantages: Tensor,
-    mode: str,
-    options: ReplayOptions,
+    kind: str,
+    options: ReplayConfig,
     reward_names: list[str] | None = None,
 ) -> DataProto:
     """The DataProto :meth:`MRTPOActorRolloutRefWorker.mrtpo_replay` takes: the rows of ``data`` (same
@@ -451,7 +432,7 @@ def worker_batch(
     tensors[ADVANTAGES_KEY] = torch.as_tensor(advantages).detach().float().cpu()
     infos = va._extra_infos(data.non_tensor_batch, "MRTPO worker replay")
     temperature = options.temperature if options.temperature is not None else va.batch_temperature(data)
-    meta = {MODE_KEY: mode, OPTIONS_KEY: options.as_dict(), TEMPERATURE_KEY: float(temperature)}
+    meta = {KIND_KEY: kind, OPTIONS_KEY: options.as_dict(), TEMPERATURE_KEY: float(temperature)}
     meta[REWARD_NAMES_KEY] = (
         list(reward_names)
         if reward_names is not None
@@ -478,25 +459,28 @@ def sum_metrics(meta_info: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def make_worker_distance_fn(
-    worker_group: Any, options: ReplayOptions | Mapping[str, Any] | None = None
-) -> va.DistanceFn:
-    """A :data:`mrtpo.integrations.verl.DistanceFn` that replays on ``worker_group`` (verl's
+def make_worker_distances_for(
+    worker_group: Any, options: ReplayConfig | Mapping[str, Any] | None = None
+) -> va.DistancesFor:
+    """A :data:`mrtpo.integrations.verl.adapter.DistancesFor` that replays on ``worker_group`` (verl's
     ``actor_rollout_wg`` of :class:`MRTPOActorRolloutRefWorker`).
 
     The batch goes through the same dispatch as ``compute_log_prob``, so its size must be divisible by
     the actor's data-parallel size (verl's trainer already requires it). The summed replay stats are
     in ``data.meta_info["mrtpo/replay"]``.
     """
-    opts = options if isinstance(options, ReplayOptions) else ReplayOptions.from_mapping(options)
+    opts = options if isinstance(options, ReplayConfig) else ReplayConfig.from_mapping(options)
 
-    def distance_fn(data: Any, advantages: Tensor, mode: str) -> Tensor:
-        out = worker_group.mrtpo_replay(worker_batch(data, advantages, mode, opts))
-        d = out.batch[va.DISTANCES_KEY]
-        if d.shape[0] != len(data):
-            raise RuntimeError(f"mrtpo_replay returned {d.shape[0]} rows for a batch of {len(data)}")
-        if isinstance(getattr(data, "meta_info", None), dict):
-            data.meta_info["mrtpo/replay"] = sum_metrics(out.meta_info)
-        return d
+    def distances_for(data: Any) -> replay_mod.DistanceFn:
+        def distances(kind: str, advantages: Tensor) -> Tensor:
+            out = worker_group.mrtpo_replay(worker_batch(data, advantages, kind, opts))
+            d = out.batch[va.DISTANCES_KEY]
+            if d.shape[0] != len(data):
+                raise RuntimeError(f"mrtpo_replay returned {d.shape[0]} rows for a batch of {len(data)}")
+            if isinstance(getattr(data, "meta_info", None), dict):
+                data.meta_info["mrtpo/replay"] = sum_metrics(out.meta_info)
+            return d
 
-    return distance_fn
+        return distances
+
+    return distances_for

@@ -1,0 +1,304 @@
+"""Replay for a credit scheme: the one service every engine (TRL, verl's workers, ``mrtpo explain``) calls.
+
+A credit scheme names the replay it needs (:attr:`mrtpo.credit.CreditScheme.replay`); that name is a
+*replay kind*, registered here. A kind is one function, ``others(contexts, advantages [K]) -> [K']``,
+which gives, for one response, the contexts compared with its full context ``C`` (``None`` skips the
+pair: its row stays 0 and runs nothing), and a measure of :data:`mrtpo.replay.measures.MEASURES`. The
+built-in kinds:
+
+========================  ======================================  ==============================  =====
+kind                      compared with ``C``                     runs when                       K'
+========================  ======================================  ==============================  =====
+``reward`` (MRTPO)        ``C_-k`` for each reward k, JS          ``|Â[j, k]| > ACTIVE_TOL``      K
+``joint``                 ``C_-all``, JS                          some ``|Â[j, k]| > ACTIVE_TOL``  1
+``logprob`` (CoRT)        ``C_-all``, ``|log-prob gap|``          ``|Σ_k Â[j, k]| > ACTIVE_TOL``  1
+``teacher_gap`` (RLSD)    the rollout prompt, signed gap          ``|Σ_k Â[j, k]| > ACTIVE_TOL``  1
+========================  ======================================  ==============================  =====
+
+:func:`for_scheme` owns everything between a batch and :func:`mrtpo.replay.replay`: which pairs run, the
+requests and measure of the kind, the reuse of the rollout pass's hidden states (checked: same prompt
+ids, no privileged segment, same precision), and the padding of the distances to the batch's response
+width. A new kind is one function and one :func:`register_replay`; every engine then runs it.
+
+Core module: torch, the standard library and mrtpo core modules only.
+
+Notation: B responses, K rewards, K' rows per response, T the batch's response width, H hidden size.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from mrtpo.advantages import ACTIVE_TOL
+from mrtpo.head import autocast_dtype
+from mrtpo.registry import Registry
+from mrtpo.replay.contexts import Contexts
+from mrtpo.replay.engine import replay
+from mrtpo.replay.measures import MEASURES
+from mrtpo.replay.options import ReplayOptions
+from mrtpo.replay.requests import ReplayRequest, ReplayResult
+from mrtpo.replay.sharding import compute_dtype
+
+logger = logging.getLogger(__name__)
+
+OthersFn = Callable[[Contexts, Tensor], list[Sequence[int] | None]]
+"""``others(contexts, advantages) -> [K']``: for one response, the contexts compared with its full
+context (``None``: skip that row), from its prompt's :class:`~mrtpo.replay.contexts.Contexts` and its
+response-level advantages ``[K]`` float32."""
+
+DistanceFn = Callable[[str, Tensor], Tensor]
+"""``distances(kind, advantages [B, K]) -> [B, K', T]``: what an engine gives :func:`mrtpo.step.credit_step`
+(and verl's hook) so that a scheme's replay runs when the advantages are known. ``kind`` is the scheme's
+replay kind; an engine's function calls :func:`for_scheme` with its model and batch."""
+
+
+@dataclass(frozen=True)
+class ReplayKind:
+    """A registered replay kind.
+
+    Attributes:
+        name: what a credit scheme's ``replay`` names.
+        others: :data:`OthersFn`.
+        measure: what is compared per token (:data:`mrtpo.replay.measures.MEASURES`).
+        per_reward: K' = K rows per response (else 1).
+    """
+
+    name: str
+    others: OthersFn
+    measure: str = "js"
+    per_reward: bool = False
+
+    def rows(self, k: int) -> int:
+        """K' for K rewards."""
+        return k if self.per_reward else 1
+
+
+REPLAY_KINDS: Registry[ReplayKind] = Registry("replay kind")
+
+
+def register_replay(
+    name: str, *, measure: str = "js", per_reward: bool = False
+) -> Callable[[OthersFn], OthersFn]:
+    """Decorator: register ``others`` as the replay kind ``name`` (then a credit scheme may name it).
+
+    Example (JS distances to the rollout prompt for the responses whose response advantage is not 0)::
+
+        @register_replay("rollout_js")
+        def rollout_js(ctx, adv):  # Contexts, [K] -> [1]
+            return [ctx.rollout if abs(float(adv.sum())) > ACTIVE_TOL else None]
+
+    Raises:
+        ValueError: the name is taken, or ``measure`` is unknown.
+    """
+    if measure not in MEASURES:
+        raise ValueError(f"measure={measure!r} must be one of {', '.join(MEASURES)}")
+
+    def deco(fn: OthersFn) -> OthersFn:
+        REPLAY_KINDS.register(name)(ReplayKind(name, fn, measure, per_reward))
+        return fn
+
+    return deco
+
+
+def replay_kind(name: str) -> ReplayKind:
+    """The kind registered as ``name``; an unknown name raises ValueError listing the known ones."""
+    try:
+        return REPLAY_KINDS.get(name)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
+
+
+def _runs(a: float) -> bool:
+    return abs(a) > ACTIVE_TOL
+
+
+@register_replay("reward", per_reward=True)
+def _leave_one_out(ctx: Contexts, adv: Tensor) -> list[Sequence[int] | None]:
+    return [c if _runs(a) else None for c, a in zip(ctx.leave_one_out, adv.tolist())]
+
+
+@register_replay("joint")
+def _joint(ctx: Contexts, adv: Tensor) -> list[Sequence[int] | None]:
+    return [ctx.joint if any(_runs(a) for a in adv.tolist()) else None]
+
+
+@register_replay("logprob", measure="logprob")
+def _cort(ctx: Contexts, adv: Tensor) -> list[Sequence[int] | None]:
+    return [ctx.joint if _runs(float(adv.sum())) else None]
+
+
+@register_replay("teacher_gap", measure="signed_logprob")
+def _teacher_gap(ctx: Contexts, adv: Tensor) -> list[Sequence[int] | None]:
+    return [ctx.rollout if _runs(float(adv.sum())) else None]
+
+
+@dataclass
+class RolloutPass:
+    """The engine's rollout pass, whose hidden states may stand in for the full context's pass.
+
+    Attributes:
+        hidden: ``[B, T, H]`` (or ``[B]`` tensors ``[T_j, H]``) last hidden states (after the final
+            norm) at the positions that predict each response token.
+        prompts: ``[B]`` the prompt ids that pass ran on (the engine's own, padding removed).
+        autocast: the autocast dtype active during that pass (None: none).
+    """
+
+    hidden: Tensor | Sequence[Tensor]
+    prompts: Sequence[Sequence[int]]
+    autocast: torch.dtype | None = None
+
+
+@dataclass
+class _Reuse:
+    hidden: list[Tensor | None] | None
+    prompt_mismatch: int = 0
+    precision_mismatch: bool = False
+
+
+def _reusable(
+    model: Any, contexts: Sequence[Contexts], responses: Sequence[Sequence[int]], rollout: RolloutPass
+) -> _Reuse:
+    """Per response, the rollout pass's hidden states ``[T_j, H]`` where they equal what replay would
+    compute for ``C``: ``C`` is the rollout prompt (no privileged segment), the engine's prompt ids are
+    the contexts' rollout prompt, and the pass ran in the precision replay runs in now (called inside
+    the replay's autocast context)."""
+    n = len(responses)
+    if len(rollout.prompts) != n or len(rollout.hidden) != n:
+        raise ValueError(
+            f"rollout pass has {len(rollout.hidden)} hidden-state rows and {len(rollout.prompts)} prompts; "
+            f"expected one per response (B={n})"
+        )
+    if n == 0:
+        return _Reuse([])
+    first = rollout.hidden[0]
+    if rollout.autocast != autocast_dtype(first.device) or (
+        rollout.autocast is None and first.dtype != compute_dtype(model)
+    ):
+        return _Reuse(None, precision_mismatch=True)
+    out: list[Tensor | None] = []
+    mismatch = 0
+    for j, ctx in enumerate(contexts):
+        if tuple(int(x) for x in rollout.prompts[j]) != ctx.rollout:
+            mismatch += 1
+            out.append(None)
+        else:
+            out.append(rollout.hidden[j][: len(responses[j])] if ctx.full_is_rollout else None)
+    return _Reuse(out, prompt_mismatch=mismatch)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, msg: str, *args: Any) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning(msg, *args)
+
+
+def for_scheme(
+    model: Any,
+    contexts: Sequence[Contexts],
+    responses: Sequence[Sequence[int]],
+    advantages: Tensor | None,
+    scheme: Any,
+    *,
+    width: int | None = None,
+    rollout: RolloutPass | None = None,
+    options: ReplayOptions | None = None,
+    temperature: float = 1.0,
+    pad_id: int = 0,
+    progress: bool = False,
+) -> ReplayResult:
+    """The replay a credit scheme asks for, on B responses: distances ``[B, K', T]``.
+
+    Args:
+        model: a Hugging Face causal LM (the policy that sampled). Under sharding, call it on every
+            process (collective), also with B = 0.
+        contexts: ``[B]`` the contexts of each response's prompt
+            (:class:`~mrtpo.replay.contexts.ContextCache` builds them once per prompt).
+        responses: ``[B]`` response token ids (T_j valid tokens each).
+        advantages: ``[B, K]`` response-level advantages Â (which pairs run, per the kind); None: every
+            pair runs.
+        scheme: a :class:`mrtpo.credit.CreditScheme` (its ``replay``) or a replay kind's name.
+        width: T, the batch's padded response width (default: the longest response).
+        rollout: the engine's rollout pass (:class:`RolloutPass`) whose hidden states replace the full
+            context's pass where valid; None: ``C`` runs.
+        options: :class:`~mrtpo.replay.options.ReplayOptions` (token budget, chunk size, prefix sharing,
+            projection dtype, kernel, sharding).
+        temperature: sampling temperature of the log-probability measures.
+        pad_id: right-padding id of the micro-batches.
+        progress: tqdm bar over micro-batches.
+
+    Returns:
+        :class:`~mrtpo.replay.requests.ReplayResult`: ``distances [B, K', width] float32`` (0 at padding
+        and skipped rows), ``lengths [B]``, ``stats``, and ``replayed [B, K'] bool`` (rows that were
+        measured; False where the kind skipped them).
+
+    Raises:
+        ValueError: an unknown kind, mismatched lengths or shapes, a kind that returns a wrong number of
+            rows.
+    """
+    kind = replay_kind(getattr(scheme, "replay", scheme))
+    opts = options or ReplayOptions()
+    n = len(responses)
+    if len(contexts) != n:
+        raise ValueError(f"contexts has {len(contexts)} entries; expected one per response (B={n})")
+    adv = None if advantages is None else torch.as_tensor(advantages).detach().float().cpu()  # [B, K]
+    if n:
+        k = len(contexts[0].reward_names)
+    else:  # no responses here (a collective replay still runs): K from the advantages' shape
+        k = adv.shape[-1] if adv is not None and adv.dim() == 2 else 0
+    if adv is None:
+        adv = torch.ones(n, k)
+    elif adv.dim() != 2 or tuple(adv.shape) != (n, k):
+        raise ValueError(f"advantages has shape {tuple(adv.shape)}; expected [B, K] = [{n}, {k}]")
+    kk = kind.rows(k)
+    if n and rollout is not None:
+        reuse = _reusable(model, contexts, responses, rollout)
+        if reuse.precision_mismatch:
+            _warn_once(
+                "precision",
+                "replay: the rollout pass ran in another precision than replay; the full context is replayed "
+                "instead of reused",
+            )
+        if reuse.prompt_mismatch:
+            _warn_once(
+                "prompt",
+                "replay: %d of %d rollout prompts built from the segments differ from the engine's prompt ids "
+                "(chat template kwargs?); their full context is replayed instead of reused",
+                reuse.prompt_mismatch,
+                n,
+            )
+        hidden = reuse.hidden
+    else:
+        hidden = None
+    reqs = []
+    for j, ctx in enumerate(contexts):
+        others = list(kind.others(ctx, adv[j]))
+        if len(others) != kk:
+            raise ValueError(
+                f"replay kind {kind.name!r} gave {len(others)} contexts for response {j}; expected K' = {kk}"
+            )
+        h = None if hidden is None else hidden[j]
+        reqs.append(ReplayRequest(list(responses[j]), ctx.full, others, len(ctx.rollout), h))
+    res = replay(
+        model, reqs, token_budget=opts.token_budget, prefix_sharing=opts.prefix_sharing,
+        chunk_size=opts.chunk_size, pad_id=pad_id, progress=progress, sharding=opts.sharding,
+        projection_dtype=opts.projection_dtype, measure=kind.measure, temperature=temperature,
+        distance_kernel=opts.distance_kernel, prefix_min_saved=opts.prefix_min_saved,
+    )  # fmt: skip
+    t = max((len(r) for r in responses), default=0) if width is None else int(width)
+    d = torch.zeros(n, kk, t, dtype=torch.float32, device=res.distances.device)  # [B, K', T]
+    w = min(t, res.distances.shape[-1]) if n else 0
+    if n:
+        d[:, :, :w] = res.distances[:, :, :w].float()
+    replayed = torch.tensor([[o is not None for o in r.others] for r in reqs], dtype=torch.bool).reshape(
+        n, kk
+    )
+    return ReplayResult(d, res.lengths, res.stats, replayed)
