@@ -78,7 +78,10 @@ def add_arguments(parser) -> None:
     )
     live.add_argument("--method", default="gdpo", help="response-level advantage method (default: gdpo)")
     live.add_argument(
-        "--credit", default="reward", choices=["reward", "joint"], help="replay mode (default: reward)"
+        "--credit",
+        default="reward",
+        choices=["reward", "joint"],
+        help="credit scheme of the MRTPO columns (default: reward)",
     )
     live.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
     live.add_argument("--top-p", type=float, default=1.0)
@@ -222,7 +225,7 @@ def _explain_live(args):
             adv,
             method=args.method,
             credit_beta=beta,
-            mode=args.credit,
+            credit=args.credit,
             rewards=rewards,
             progress=True,
         )
