@@ -141,7 +141,7 @@ def test_estimator_equals_core_allocate(method, credit):
     else:
         gen = None
         if credit == "shuffled":
-            gen = va._shuffle_generator(va.VerlMRTPOConfig(seed=3), uids)
+            gen = va._shuffle_generator(3, uids)
         dist = None if credit == "uniform" else d
         ref = credit_mod.allocate(a, dist, mask, beta=0.7, credit=credit, generator=gen)
     torch.testing.assert_close(adv, ref.float(), atol=1e-6, rtol=1e-6)

@@ -291,7 +291,7 @@ class MRTPOTrainer(GRPOTrainer):
         lo = torch.tensor([b[0] for b in self.reward_bounds])
         hi = torch.tensor([b[1] for b in self.reward_bounds])
         credit_step(
-            replace(mc, credit="none"),
+            replace(mc, credit="none", credit_options={}),
             torch.stack([lo, hi]),  # [2, K]
             [0, 0],
             torch.ones(2, 1, dtype=torch.bool),

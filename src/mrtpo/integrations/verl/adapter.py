@@ -103,7 +103,7 @@ RENAMED_KEYS = {"beta": "credit_beta"}
 that names the new one)."""
 
 DISTANCES_KEY = "mrtpo_distances"
-"""``batch[DISTANCES_KEY]``: replay distances [N, K', T] float32 read by credit modes that need them."""
+"""``batch[DISTANCES_KEY]``: replay distances [N, K', T] float32 read by credit schemes that need them."""
 
 EXAMPLE_KEY = "mrtpo_example"
 """``extra_info[EXAMPLE_KEY]``: the example (``Example.to_dict()``) as JSON text or a dict."""
@@ -576,7 +576,7 @@ def make_estimator(method: str) -> EstimatorFn:
     - index: (bs,) group ids (``uid``);
     - config: verl's algorithm config; its ``mrtpo`` node is :class:`VerlMRTPOConfig`;
     - non_tensor_batch: per-reward score arrays and ``extra_info``;
-    - batch: tensors; ``batch["mrtpo_distances"]`` (bs, K', response_length) for distance credit modes.
+    - batch: tensors; ``batch["mrtpo_distances"]`` (bs, K', response_length) for credit schemes that replay.
 
     Returns ``advantages == returns``, (bs, response_length) in the dtype of ``token_level_rewards``,
     exactly 0 where ``response_mask`` is 0.
@@ -685,7 +685,7 @@ def compute_advantage(
 ) -> Any:
     """verl's ``ray_trainer.compute_advantage`` with the DataProto passed on to ``mrtpo_*`` estimators.
 
-    For an ``mrtpo_*`` name: when the credit mode needs distances, ``batch["mrtpo_distances"]`` is absent
+    For an ``mrtpo_*`` name: when the credit scheme needs distances, ``batch["mrtpo_distances"]`` is absent
     and ``distance_fn`` is given, the hook computes Â (to skip pairs with Â = 0) and stores
     ``distance_fn(data, Â, mode)``; then it calls the estimator with ``non_tensor_batch`` and ``batch``
     and writes ``batch["advantages"]`` and ``batch["returns"]`` ((bs, response_length)). Every other
