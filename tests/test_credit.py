@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrtpo.credit import CREDIT_MODES, allocate, token_weights
+from mrtpo.credit import CREDIT_SCHEMES, allocate, token_weights
 
 INF = float("inf")
 NAN = float("nan")
@@ -22,7 +22,7 @@ NAN = float("nan")
 
 
 def loop_allocate(adv, dist, mask, beta):
-    """Slow reference of allocate (modes reward / joint) written straight from docs/design.md §5."""
+    """Slow reference of allocate (schemes reward / joint) written straight from docs/design.md §5."""
     n, k = adv.shape
     t_len = mask.shape[1]
     out = torch.zeros(n, t_len, dtype=torch.float64)
@@ -54,8 +54,8 @@ def random_batch(seed, n=6, k=3, t=9, joint=False):
 # --------------------------------------------------------------------------------------------------
 
 
-def test_modes_registry():
-    assert CREDIT_MODES.names() == [
+def test_schemes_registry():
+    assert CREDIT_SCHEMES.names() == [
         "cort",
         "joint",
         "none",
@@ -68,7 +68,7 @@ def test_modes_registry():
     ]
     from mrtpo.credit import scheme
 
-    replays = {name: scheme(name).replay for name in CREDIT_MODES.names()}
+    replays = {name: scheme(name).replay for name in CREDIT_SCHEMES.names()}
     assert replays == {
         "cort": "logprob",
         "joint": "joint",
@@ -80,8 +80,8 @@ def test_modes_registry():
         "shuffled": "reward",
         "uniform": "none",
     }
-    assert [n for n in CREDIT_MODES.names() if not scheme(n).token_level] == ["none"]
-    assert [n for n in CREDIT_MODES.names() if scheme(n).ramped] == ["cort"]
+    assert [n for n in CREDIT_SCHEMES.names() if not scheme(n).token_level] == ["none"]
+    assert [n for n in CREDIT_SCHEMES.names() if scheme(n).ramped] == ["cort"]
 
 
 def test_hand_computed_single_reward():
@@ -111,7 +111,7 @@ def test_hand_computed_joint_and_zero_row():
     # β = 0.4: S = 4·(0.6 + 0.4·w) = [4·0.6, 4·1.6, 4·0.8] = [2.4, 6.4, 3.2]
     d = torch.tensor([[[0.0, 0.5, 0.1]]])
     mask = torch.ones(1, 3)
-    s = allocate(torch.tensor([[1.0, 3.0]]), d, mask, beta=0.4, mode="joint")
+    s = allocate(torch.tensor([[1.0, 3.0]]), d, mask, beta=0.4, credit="joint")
     assert s[0].tolist() == pytest.approx([2.4, 6.4, 3.2])
     # an all-zero row falls back to w = 1: S = Σ Â on every valid token
     w = token_weights(torch.zeros(1, 2, 3), mask)
@@ -125,34 +125,34 @@ def test_hand_computed_joint_and_zero_row():
 def test_allocate_matches_loop_reference(seed, joint):
     adv, dist, mask = random_batch(seed, joint=joint)
     beta = [0.0, 0.3, 0.5, 1.0][seed]
-    s = allocate(adv, dist, mask, beta=beta, mode="joint" if joint else "reward")
+    s = allocate(adv, dist, mask, beta=beta, credit="joint" if joint else "reward")
     assert s.dtype == torch.float64
     assert torch.allclose(s, loop_allocate(adv, dist, mask, beta), atol=1e-12)
 
 
-@pytest.mark.parametrize("mode", ["reward", "joint", "shuffled", "uniform"])
-def test_invariants_every_mode(mode):
+@pytest.mark.parametrize("name", ["reward", "joint", "shuffled", "uniform"])
+def test_invariants_every_scheme(name):
     for seed in range(3):
-        adv, dist, mask = random_batch(10 + seed, n=8, k=3, t=12, joint=mode == "joint")
+        adv, dist, mask = random_batch(10 + seed, n=8, k=3, t=12, joint=name == "joint")
         gen = torch.Generator().manual_seed(seed)
         total = adv.sum(1)  # [N]  Σ_k Â[j, k]
-        s = allocate(adv, dist, mask, beta=0.7, mode=mode, generator=gen)
+        s = allocate(adv, dist, mask, beta=0.7, credit=name, generator=gen)
         assert s.shape == (8, 12)
         assert (s[~mask] == 0).all()  # padding gets exactly 0
         mean_valid = s.sum(1) / mask.sum(1)
         assert torch.allclose(mean_valid, total, atol=1e-12)  # credit redistributed, never created
-        s0 = allocate(adv, dist, mask, beta=0.0, mode=mode, generator=gen)
+        s0 = allocate(adv, dist, mask, beta=0.0, credit=name, generator=gen)
         expected0 = torch.where(mask, total[:, None].expand(8, 12), torch.zeros(()))
         assert torch.equal(s0, expected0)  # β = 0: the response-level advantage on every valid token
 
 
-@pytest.mark.parametrize("mode", ["reward", "joint", "uniform"])
-def test_extra_padding_columns_change_nothing(mode):
-    adv, dist, mask = random_batch(20, joint=mode == "joint")
-    s = allocate(adv, dist, mask, beta=0.5, mode=mode)
+@pytest.mark.parametrize("name", ["reward", "joint", "uniform"])
+def test_extra_padding_columns_change_nothing(name):
+    adv, dist, mask = random_batch(20, joint=name == "joint")
+    s = allocate(adv, dist, mask, beta=0.5, credit=name)
     dist_pad = torch.cat([dist, torch.full((*dist.shape[:2], 4), 7.0)], dim=2)
     mask_pad = torch.cat([mask, torch.zeros(mask.shape[0], 4, dtype=torch.bool)], dim=1)
-    s_pad = allocate(adv, dist_pad, mask_pad, beta=0.5, mode=mode)
+    s_pad = allocate(adv, dist_pad, mask_pad, beta=0.5, credit=name)
     assert torch.equal(s_pad[:, : mask.shape[1]], s)
     assert (s_pad[:, mask.shape[1] :] == 0).all()
 
@@ -160,9 +160,9 @@ def test_extra_padding_columns_change_nothing(mode):
 def test_uniform_equals_beta_zero_and_needs_no_distances():
     adv, dist, mask = random_batch(21)
     ref = allocate(adv, dist, mask, beta=0.0)
-    assert torch.allclose(allocate(adv, None, mask, beta=0.8, mode="uniform"), ref, atol=1e-12)
-    assert torch.allclose(allocate(adv, dist, mask, beta=0.8, mode="uniform"), ref, atol=1e-12)
-    w = token_weights(None, mask, mode="uniform")
+    assert torch.allclose(allocate(adv, None, mask, beta=0.8, credit="uniform"), ref, atol=1e-12)
+    assert torch.allclose(allocate(adv, dist, mask, beta=0.8, credit="uniform"), ref, atol=1e-12)
+    w = token_weights(None, mask, credit="uniform")
     assert w.shape == (mask.shape[0], 1, mask.shape[1])
     assert torch.equal(w[:, 0], mask.float())
 
@@ -170,9 +170,9 @@ def test_uniform_equals_beta_zero_and_needs_no_distances():
 def test_shuffled_permutes_within_valid_tokens():
     _adv, dist, mask = random_batch(30, n=8, k=3, t=10)
     w_reward = token_weights(dist, mask)
-    w1 = token_weights(dist, mask, mode="shuffled", generator=torch.Generator().manual_seed(5))
-    w2 = token_weights(dist, mask, mode="shuffled", generator=torch.Generator().manual_seed(5))
-    w3 = token_weights(dist, mask, mode="shuffled", generator=torch.Generator().manual_seed(6))
+    w1 = token_weights(dist, mask, credit="shuffled", generator=torch.Generator().manual_seed(5))
+    w2 = token_weights(dist, mask, credit="shuffled", generator=torch.Generator().manual_seed(5))
+    w3 = token_weights(dist, mask, credit="shuffled", generator=torch.Generator().manual_seed(6))
     assert torch.equal(w1, w2)  # reproducible with a seeded generator
     assert not torch.equal(w1, w3)
     assert not torch.equal(w1, w_reward)
@@ -192,7 +192,7 @@ def test_shuffled_draws_every_permutation():
     gen = torch.Generator().manual_seed(0)
     seen = Counter()
     for _ in range(300):
-        w = token_weights(d, mask, mode="shuffled", generator=gen)[0, 0]
+        w = token_weights(d, mask, credit="shuffled", generator=gen)[0, 0]
         assert w[3].item() == 0
         seen[tuple(round(x, 6) for x in w[:3].tolist())] += 1
     assert len(seen) == 6  # w = [1/3, 2/3, 2] in every order
@@ -208,17 +208,17 @@ def test_zero_advantage_pairs_are_ignored():
     )
     adv = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
     mask = torch.ones(2, 3)
-    for mode in ("reward", "shuffled"):
-        s = allocate(adv, d, mask, mode=mode, generator=torch.Generator().manual_seed(0))
+    for name in ("reward", "shuffled"):
+        s = allocate(adv, d, mask, credit=name, generator=torch.Generator().manual_seed(0))
         assert torch.isfinite(s).all()
         assert s[1].tolist() == [0.0, 0.0, 0.0]
     # mean 0.2 → w = [0.5, 1.5, 1]; S = 0.5 + 0.5·w = [0.75, 1.25, 1.0]
     assert allocate(adv, d, mask)[0].tolist() == pytest.approx([0.75, 1.25, 1.0])
     # joint: the shared row is ignored only when all of the response's advantages are 0
-    s = allocate(adv, d[:, :1], mask, mode="joint")
+    s = allocate(adv, d[:, :1], mask, credit="joint")
     assert s[1].tolist() == [0.0, 0.0, 0.0]
     with pytest.raises(ValueError, match=r"response 1, reward 0, token 0"):
-        allocate(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), d[:, :1], mask, mode="joint")
+        allocate(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), d[:, :1], mask, credit="joint")
 
 
 def test_allocation_errors():
@@ -235,12 +235,12 @@ def test_allocation_errors():
         allocate(adv, torch.zeros(4, 3, 7), mask, beta=-0.1)
     with pytest.raises(
         ValueError,
-        match=r"unknown credit mode 'rewards'; known: cort, joint, none, reward, rlsd, scaled, scaled_shuffled, shuffled, uniform",
+        match=r"unknown credit scheme 'rewards'; known: cort, joint, none, reward, rlsd, scaled, scaled_shuffled, shuffled, uniform",
     ):
-        allocate(adv, torch.zeros(4, 3, 7), mask, mode="rewards")
-    with pytest.raises(ValueError, match=r"mode 'joint' takes one shared distance row"):
-        allocate(adv, torch.zeros(4, 3, 7), mask, mode="joint")
-    with pytest.raises(ValueError, match=r"credit mode 'reward' needs distances"):
+        allocate(adv, torch.zeros(4, 3, 7), mask, credit="rewards")
+    with pytest.raises(ValueError, match=r"scheme 'joint' takes one shared distance row"):
+        allocate(adv, torch.zeros(4, 3, 7), mask, credit="joint")
+    with pytest.raises(ValueError, match=r"credit scheme 'reward' needs distances"):
         allocate(adv, None, mask)
     with pytest.raises(ValueError, match=r"mask has shape \(3, 7\); expected \(N, T\) with N = 4"):
         allocate(adv, torch.zeros(4, 3, 7), mask[:3])
@@ -332,12 +332,12 @@ def test_conservation_at_float32_extremes_every_scheme(data):
     beta = data.draw(st.sampled_from([0.0, 0.5, 1.0]))
     count = mask.sum(1).double()  # [N]
     has = count > 0
-    for name in CREDIT_MODES.names():
-        if CREDIT_MODES.get(name).token_advantages is not None:
+    for name in CREDIT_SCHEMES.names():
+        if CREDIT_SCHEMES.get(name).token_advantages is not None:
             continue  # RLSD: its own token advantages, not a redistribution (tests/test_rlsd.py)
         d = _grid(data, DIST_VALUES, n, _scheme_rows(name, k), t)
         assert d.dtype == torch.float32 and adv.dtype == torch.float32
-        s = allocate(adv, d, mask, beta=beta, mode=name, generator=torch.Generator().manual_seed(0))
+        s = allocate(adv, d, mask, beta=beta, credit=name, generator=torch.Generator().manual_seed(0))
         assert torch.isfinite(s).all(), name
         assert (s[~mask] == 0).all()
         got = s.double().sum(1) / count.clamp(min=1)  # [N]  token mean of S
@@ -346,7 +346,7 @@ def test_conservation_at_float32_extremes_every_scheme(data):
         # float32 rounding: relative 1e-5 of Σ|Â| (T <= 12 tokens), plus the subnormal spacing
         close = (got - want).abs() <= 1e-5 * scale + 1e-43
         assert bool(close[has].all()), (name, got, want)
-        w = token_weights(d, mask, mode=name, generator=torch.Generator().manual_seed(0))
+        w = token_weights(d, mask, credit=name, generator=torch.Generator().manual_seed(0))
         mean_w = w.double().sum(-1) / count.clamp(min=1)[:, None]  # [N, K']
         assert torch.allclose(mean_w[has], torch.ones_like(mean_w[has]), atol=1e-5), name
 
@@ -363,12 +363,12 @@ def test_a_scheme_that_destroys_credit_is_refused():
 
     try:
         mask = torch.ones(1, 2, dtype=torch.bool)
-        ok = allocate(torch.ones(1, 1), torch.tensor([[[1.0, 3.0]]]), mask, mode="naive_test_only")
+        ok = allocate(torch.ones(1, 1), torch.tensor([[[1.0, 3.0]]]), mask, credit="naive_test_only")
         assert ok[0].tolist() == pytest.approx([0.75, 1.25])  # w = [0.5, 1.5]; S = 0.5 + 0.5·w
         with pytest.raises(
             ValueError, match=r"credit scheme 'naive_test_only': the weights of response 0, row 0 average 0"
         ):
-            allocate(torch.ones(1, 1), torch.tensor([[[F32_MAX, F32_MAX]]]), mask, mode="naive_test_only")
+            allocate(torch.ones(1, 1), torch.tensor([[[F32_MAX, F32_MAX]]]), mask, credit="naive_test_only")
     finally:
         credit.CREDIT_SCHEMES.remove("naive_test_only")
 
@@ -383,7 +383,7 @@ def test_scaled_weights_hand_computed():
     d = torch.tensor([[[0.1, 0.3, 0.2, 0.4], [1.0, 0.0, 0.0, 0.0]], [[0.02, 0.01, 0.0, 9.0], [0.0] * 4]])
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool)
     d = torch.where(mask[:, None, :], d, torch.zeros(()))
-    w = token_weights(d, mask, mode="scaled")
+    w = token_weights(d, mask, credit="scaled")
     assert w[0, 0].tolist() == pytest.approx([0.76, 1.08, 0.92, 1.24])
     assert w[0, 1].tolist() == pytest.approx([4.0, 0.0, 0.0, 0.0])
     assert w[1, 0].tolist() == pytest.approx([1.02, 1.0, 0.98, 0.0])
@@ -394,13 +394,13 @@ def test_scaled_weights_hand_computed():
     assert ((w * valid).sum(-1) / valid.sum(-1)).flatten().tolist() == pytest.approx([1.0] * 4)
     # the token advantage is MRTPO's with a per-row strength beta * m: S = A ((1 - 0.5 m) + 0.5 m w)
     adv = torch.tensor([[1.0, 0.0], [-2.0, 0.0]])
-    s = allocate(adv, d, mask, beta=0.5, mode="scaled")
-    ref = allocate(adv[:1], d[:1], mask[:1], beta=0.5 * 0.4, mode="reward")
+    s = allocate(adv, d, mask, beta=0.5, credit="scaled")
+    ref = allocate(adv[:1], d[:1], mask[:1], beta=0.5 * 0.4, credit="reward")
     assert s[0].tolist() == pytest.approx(ref[0].tolist())
     assert s.sum(-1).tolist() == pytest.approx([4 * 1.0, 3 * -2.0])  # mean S = Σ_k Â over valid tokens
     # scaled_shuffled: the same weights permuted within each row's valid tokens
     g = torch.Generator().manual_seed(3)
-    p = token_weights(d, mask, mode="scaled_shuffled", generator=g)
+    p = token_weights(d, mask, credit="scaled_shuffled", generator=g)
     for j in range(2):
         for k in range(2):
             n = int(mask[j].sum())

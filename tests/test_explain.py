@@ -49,7 +49,7 @@ S = [0.2, 0.6, 0.4, 0.8]
 
 def test_credit_view_hand_computed_and_equal_to_core():
     v = credit_view(_record(), credit_beta=0.5)
-    assert v.mode == "reward"
+    assert v.credit == "reward"
     assert v.weights[0].tolist() == pytest.approx([0.4, 1.2, 0.8, 1.6])
     assert v.token_level[0].tolist() == pytest.approx(START)
     assert v.token_level[1].tolist() == pytest.approx(WRAP)
@@ -107,7 +107,7 @@ def test_skipped_and_joint_rows():
     # joint: one distance row shared by both rewards; w = [0.4, 1.2, 0.8, 1.6] for both, so
     # S = ΣÂ·(0.5 + 0.5·w) = 0.5·[0.7, 1.1, 0.9, 1.3]
     j = credit_view(_record(distances=[[0.1, 0.3, 0.2, 0.4]], credit="joint"), credit_beta=0.5)
-    assert j.mode == "joint"
+    assert j.credit == "joint"
     assert j.token_total.tolist() == pytest.approx([0.35, 0.55, 0.45, 0.65])
     assert j.token_level[1].tolist() == pytest.approx([-0.5 * x for x in START])
 
@@ -129,7 +129,7 @@ def test_display_tokens_spell_the_response():
 def test_record_without_replay():
     # a response-level run writes "distances": null; the token level is then the response level
     v = credit_view(_record(distances=None, credit="uniform", token_advantages=[0.5] * 4), credit_beta=0.5)
-    assert v.mode == "none" and v.skipped == [True, True]
+    assert v.credit == "none" and v.skipped == [True, True]
     assert v.token_total.tolist() == v.response_total.tolist() == [0.5] * 4
     assert v.token_level.tolist() == v.response_level.tolist()
     assert v.logged_note == "logged token advantages: max |logged − S| = 0"

@@ -80,7 +80,9 @@ def test_custom_scheme_through_allocate():
     # d = [0.1, 0.3, 0, 0.4]: d² = [0.01, 0.09, 0, 0.16], mean 0.065 → w = [2/13, 18/13, 0, 32/13]
     # Â = 2, β = 0.5: S = 2 (0.5 + 0.5 w) = 1 + w
     d = torch.tensor([[[0.1, 0.3, 0.0, 0.4]]], dtype=torch.float64)
-    s = credit.allocate(torch.tensor([[2.0]], dtype=torch.float64), d, torch.ones(1, 4), mode="user_squared")
+    s = credit.allocate(
+        torch.tensor([[2.0]], dtype=torch.float64), d, torch.ones(1, 4), credit="user_squared"
+    )
     torch.testing.assert_close(
         s[0], torch.tensor([1 + 2 / 13, 1 + 18 / 13, 1.0, 1 + 32 / 13], dtype=torch.float64)
     )

@@ -13,6 +13,7 @@ CORE = [
     "mrtpo.credit",
     "mrtpo.losses",
     "mrtpo.records",
+    "mrtpo.method",
     "mrtpo.step",
     "mrtpo.replay",
     "mrtpo.replay.service",

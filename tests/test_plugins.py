@@ -63,7 +63,7 @@ USER_EXT = textwrap.dedent(
     @credit.register_scheme("squared", replay="reward")
     def squared(distances, mask, generator):  # [N, K, T], [N, T] -> weights [N, K, T]
         _log("scheme", shape=list(distances.shape))
-        return credit.token_weights(distances**2, mask, mode="reward")
+        return credit.token_weights(distances**2, mask, credit="reward")
     '''
 )
 
@@ -297,7 +297,7 @@ def test_verl_entry_points_import_plugins(tmp_path, user_ext, monkeypatch, capsy
     verl_main.check_config(cfg)  # imported again from $MRTPO_PLUGINS
     monkeypatch.setenv("MRTPO_PLUGINS", "")
     credit.CREDIT_SCHEMES.remove("squared")
-    with pytest.raises(ValueError, match=r"algorithm.mrtpo.credit='squared' must be one of"):
+    with pytest.raises(ValueError, match=r"algorithm.mrtpo.credit='squared' is unknown; known: "):
         verl_main.check_config(cfg)
 
 

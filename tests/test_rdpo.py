@@ -142,7 +142,7 @@ def test_rdpo_with_mrtpo_credit_conserves_the_row_sum():
     adv = A.compute("rdpo", r, [0, 0, 0, 1, 1, 1], reward_min=[0, 0], reward_max=[1, 1])
     d = torch.rand(6, 2, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     mask = torch.ones(6, 5, dtype=torch.bool)
-    s = credit.allocate(adv, d, mask, beta=0.5, mode="reward")
+    s = credit.allocate(adv, d, mask, beta=0.5, credit="reward")
     torch.testing.assert_close(s.mean(1), adv.sum(1), atol=1e-12, rtol=0)
 
 

@@ -16,6 +16,7 @@ import torch
 
 from mrtpo import advantages, credit, replay
 from mrtpo.advantages import ACTIVE_TOL
+from mrtpo.method import MethodConfig
 from mrtpo.prompt import Segment
 from mrtpo.step import credit_step
 
@@ -167,7 +168,7 @@ USER_KIND = textwrap.dedent(
 
     @credit.register_scheme("first_reward", replay="first_reward")
     def first_reward_weights(distances, mask, generator):  # [N, 1, T] -> weights of mean 1
-        return credit.token_weights(distances, mask, mode="joint")
+        return credit.token_weights(distances, mask, credit="joint")
     """
 )
 
@@ -200,15 +201,8 @@ def test_a_new_replay_kind_is_one_function_and_one_registration(tiny_model, tiny
     def distances(kind, adv):  # what an engine hands the credit step (mrtpo.replay.DistanceFn)
         return replay.for_scheme(tiny_model, [ctx] * 3, RESPONSES, adv, kind, width=4).distances
 
-    res = credit_step(
-        rewards,
-        [0] * 3,
-        mask,
-        method="grpo",
-        credit_mode="first_reward",
-        credit_beta=0.6,
-        distances=distances,
-    )
+    config = MethodConfig(method="grpo", credit="first_reward", credit_beta=0.6)  # validates the new scheme
+    res = credit_step(config, rewards, [0] * 3, mask, distances=distances)
     a = advantages.compute("grpo", rewards, [0] * 3).float()
     assert (a[:, 0].abs() > ACTIVE_TOL).all()
     ref = torch.zeros(3, 1, 4)
@@ -216,7 +210,7 @@ def test_a_new_replay_kind_is_one_function_and_one_registration(tiny_model, tiny
         ref[j, 0, : len(resp)] = naive_js(tiny_model, ctx.full, ctx.leave_one_out[0], resp).float()
     torch.testing.assert_close(res.distances, ref, atol=2e-5, rtol=0)
     torch.testing.assert_close(
-        res.token_advantages, credit.allocate(a, ref, mask, beta=0.6, mode="joint"), atol=1e-5, rtol=0
+        res.token_advantages, credit.allocate(a, ref, mask, beta=0.6, credit="joint"), atol=1e-5, rtol=0
     )
     # redistributed, never created: each row's token advantages sum to (Σ_k Â) x valid tokens
     torch.testing.assert_close(res.token_advantages.sum(1), a.sum(1) * mask.sum(1), atol=1e-5, rtol=0)

@@ -10,6 +10,7 @@ import torch
 
 from mrtpo import credit, replay
 from mrtpo import step as step_mod
+from mrtpo.method import MethodConfig
 
 
 def test_weights_hand_values():
@@ -75,10 +76,8 @@ def test_credit_step_runs_the_scheme_with_its_options_and_schedule():
         return gap
 
     opts = {"eps": 0.1, "warmup_steps": 4}
-    res = step_mod.credit_step(
-        rewards, [0] * 4, mask, method="grpo", credit_mode="rlsd", credit_beta=0.8,
-        credit_options=opts, distances=fn, step=2,
-    )  # fmt: skip
+    cfg = MethodConfig(method="grpo", credit="rlsd", credit_beta=0.8, credit_options=opts)
+    res = step_mod.credit_step(cfg, rewards, [0] * 4, mask, distances=fn, step=2)
     assert seen == ["teacher_gap"] and res.credit_beta == pytest.approx(0.4)  # 0.8 * 2 / 4
     assert res.credit_options == {"eps": 0.1, "negative_only": False, "warmup_steps": 4, "decay_steps": 0}
     expect = credit.rlsd_token_advantages(res.local, gap, mask, lam=0.4, eps=0.1)
@@ -86,15 +85,11 @@ def test_credit_step_runs_the_scheme_with_its_options_and_schedule():
     with pytest.raises(
         ValueError, match="unknown option 'clip' for credit scheme 'rlsd'; its options: decay_steps"
     ):
-        step_mod.credit_step(
-            rewards, [0] * 4, mask, method="grpo", credit_mode="rlsd", credit_options={"clip": 1}
-        )
+        MethodConfig(method="grpo", credit="rlsd", credit_options={"clip": 1})
     with pytest.raises(ValueError, match=r"option eps=-0.1 must be a finite number >= 0"):
-        step_mod.credit_step(
-            rewards, [0] * 4, mask, method="grpo", credit_mode="rlsd", credit_options={"eps": -0.1}
-        )
+        MethodConfig(method="grpo", credit="rlsd", credit_options={"eps": -0.1})
     with pytest.raises(ValueError, match="credit scheme 'rlsd' computes its own token advantages"):
-        credit.allocate(res.local, gap, mask, mode="rlsd")
+        credit.allocate(res.local, gap, mask, credit="rlsd")
 
 
 def _naive_logps(model, ctx, resp, tau):
@@ -178,7 +173,9 @@ def test_rlsd_options_are_refused_with_another_credit(tmp_path):
 
     with pytest.raises(ValueError, match=r"rlsd_eps=0\.1 is an option of credit='rlsd' but credit='reward'"):
         tiny_config(tmp_path, credit="reward", rlsd_eps=0.1)
-    with pytest.raises(ValueError, match="rlsd_decay_steps=-1 must be an integer >= 0"):
+    with pytest.raises(
+        ValueError, match=r"^rlsd options: credit scheme 'rlsd': rlsd_decay_steps=-1 must be an integer >= 0"
+    ):
         tiny_config(tmp_path, credit="rlsd", rlsd_decay_steps=-1)
 
 

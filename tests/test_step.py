@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from mrtpo import advantages, credit
+from mrtpo.method import MethodConfig
 from mrtpo.step import credit_step
 
 REWARDS = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 1.0]])  # [N, K], one group
@@ -20,9 +21,8 @@ def test_reward_scheme_equals_compute_then_allocate_and_calls_replay_once():
         calls.append((replay, adv.clone()))
         return d
 
-    res = credit_step(
-        REWARDS, [0] * 4, MASK, method="grpo", credit_mode="reward", credit_beta=0.3, distances=distances
-    )
+    cfg = MethodConfig(method="grpo", credit="reward", credit_beta=0.3)
+    res = credit_step(cfg, REWARDS, [0] * 4, MASK, distances=distances)
     a = advantages.compute("grpo", REWARDS, [0] * 4).float()
     # GRPO of R = [1, 0, 2, 1] (mean 1, std sqrt(2/3)): Â[0] = [0.5, -0.5] / 0.8165 = [0.6124, -0.6124]
     torch.testing.assert_close(res.advantages, a)
@@ -38,7 +38,7 @@ def test_response_level_scheme_gives_exact_row_sums_and_no_replay():
     def never(*_):
         raise AssertionError("no replay for credit 'none'")
 
-    res = credit_step(REWARDS, [0] * 4, MASK, method="gdpo", credit_mode="none", distances=never)
+    res = credit_step(MethodConfig(method="gdpo", credit="none"), REWARDS, [0] * 4, MASK, distances=never)
     total = res.advantages.sum(1)  # [N]
     assert torch.equal(res.token_advantages, total[:, None] * MASK)  # exactly, not up to rounding
     assert torch.equal(res.response_advantages, total)
@@ -48,16 +48,13 @@ def test_response_level_scheme_gives_exact_row_sums_and_no_replay():
 def test_rows_select_this_process_and_ramped_scheme_uses_the_step():
     rel = torch.ones(2, 1, 4)  # a flat relevance: w = 1, so S = Σ_k Â on valid tokens whatever β
     res = credit_step(
+        MethodConfig(method="grpo", credit="cort", credit_beta=0.5, ramp_steps=40),
         REWARDS,
         [0] * 4,
         MASK[2:],
-        method="grpo",
-        credit_mode="cort",
-        credit_beta=0.5,
         distances=lambda replay, adv: rel,
         rows=slice(2, 4),
         step=10,
-        ramp_steps=40,
     )
     assert res.credit_beta == pytest.approx(0.125)  # 0.5 · 10 / 40
     assert res.local.shape == (2, 2) and torch.equal(res.local, res.advantages[2:])
@@ -66,18 +63,11 @@ def test_rows_select_this_process_and_ramped_scheme_uses_the_step():
 
 def test_whiten_token_uses_lengths_and_errors_name_the_problem():
     lengths = MASK.sum(1).double()
-    res = credit_step(
-        REWARDS,
-        [0] * 4,
-        MASK,
-        method="gdpo",
-        options={"whiten": "token"},
-        lengths=lengths,
-        credit_mode="none",
-    )
+    cfg = MethodConfig(method="gdpo", options={"whiten": "token"}, credit="none")
+    res = credit_step(cfg, REWARDS, [0] * 4, MASK, lengths=lengths)
     ref = advantages.compute("gdpo", REWARDS, [0] * 4, whiten="token", lengths=lengths).float()
     torch.testing.assert_close(res.advantages, ref)
-    with pytest.raises(ValueError, match=r"credit mode 'joint' needs 'joint' replay distances"):
-        credit_step(REWARDS, [0] * 4, MASK, method="gdpo", credit_mode="joint")
-    with pytest.raises(ValueError, match=r"unknown credit mode 'rewrd'; known: cort, joint"):
-        credit_step(REWARDS, [0] * 4, MASK, method="gdpo", credit_mode="rewrd")
+    with pytest.raises(ValueError, match=r"credit scheme 'joint' needs 'joint' replay distances"):
+        credit_step(MethodConfig(method="gdpo", credit="joint"), REWARDS, [0] * 4, MASK)
+    with pytest.raises(ValueError, match=r"^credit='rewrd' is unknown; known: cort, joint"):
+        MethodConfig(method="gdpo", credit="rewrd")

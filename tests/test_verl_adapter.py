@@ -141,9 +141,9 @@ def test_estimator_equals_core_allocate(method, credit):
     else:
         gen = None
         if credit == "shuffled":
-            gen = va._shuffle_generator(va.VerlMRTPOConfig(seed=3), uids)
+            gen = va._shuffle_generator(3, uids)
         dist = None if credit == "uniform" else d
-        ref = credit_mod.allocate(a, dist, mask, beta=0.7, mode=credit, generator=gen)
+        ref = credit_mod.allocate(a, dist, mask, beta=0.7, credit=credit, generator=gen)
     torch.testing.assert_close(adv, ref.float(), atol=1e-6, rtol=1e-6)
     assert torch.equal(adv, ret)
     assert (adv[mask == 0] == 0).all()  # padding gets 0
@@ -203,7 +203,8 @@ def test_user_errors_name_the_field():
     assert va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credit_beta": 0.3}}).credit_beta == 0.3
     with pytest.raises(
         ValueError,
-        match="credit='tokens' must be one of cort, joint, none, reward, rlsd, scaled, scaled_shuffled, shuffled, uniform",
+        match=r"^algorithm\.mrtpo\.credit='tokens' is unknown; known: cort, joint, none, reward, rlsd, scaled, "
+        r"scaled_shuffled, shuffled, uniform$",
     ):
         va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credit": "tokens"}})
     with pytest.raises(ValueError, match=r"needs batch\['mrtpo_distances'\]"):
@@ -485,7 +486,7 @@ def test_replay_distances_joint_and_omegaconf_config(DataProto, toy_tok, toy_mod
         [f"u{j // 3}" for j in range(6)],
         weights=[1, 1, 1, 1, 2],
     ).float()
-    ref = credit_mod.allocate(a, res.distances, mask, beta=0.5, mode="joint")
+    ref = credit_mod.allocate(a, res.distances, mask, beta=0.5, credit="joint")
     torch.testing.assert_close(data.batch["advantages"], ref, atol=1e-6, rtol=1e-6)
 
 

@@ -419,7 +419,7 @@ def test_advantage_step_with_worker_distances_equals_core(tok, model, monkeypatc
     mask = data.batch["response_mask"]
     d = reference_distances(model, tok, data, a)
     torch.testing.assert_close(data.batch[va.DISTANCES_KEY], d, atol=1e-6, rtol=1e-6)
-    expected = credit_mod.allocate(a, d, mask, beta=0.5, mode="reward")
+    expected = credit_mod.allocate(a, d, mask, beta=0.5, credit="reward")
     torch.testing.assert_close(data.batch["advantages"], expected, atol=1e-6, rtol=1e-6)
     # the credit is redistributed within a response (not the flat response advantage), and conserved
     flat = a.sum(1, keepdim=True) * mask
@@ -619,6 +619,7 @@ def test_cort_through_the_hook_on_workers_equals_the_core(tok, model, monkeypatc
     """credit=cort on verl: the worker replay's relevance at the batch's sampling temperature, and the
     token advantages of mrtpo.step (what the TRL trainer computes from its _cort relevance)."""
     from mrtpo import step as step_mod
+    from mrtpo.method import MethodConfig
 
     data = toy_batch(tok, [3, 6, 0, 5, 1, 7, 2, 4])
     data.meta_info["temperature"] = 0.8  # verl's trainer: actor_rollout_ref.rollout.temperature
@@ -634,15 +635,15 @@ def test_cort_through_the_hook_on_workers_equals_the_core(tok, model, monkeypatc
     torch.testing.assert_close(got, rel, atol=1e-5, rtol=0)
     assert (rel[~skipped].sum((1, 2)) > 0).all() and (data.batch[va.DISTANCES_KEY][skipped] == 0).all()
     ref = step_mod.credit_step(
-        rewards_of(data), list(data.non_tensor_batch["uid"]), mask.bool(), method="gdpo",
-        reward_min=[0.0] * 5, reward_max=[1.0] * 5, lengths=mask.sum(1).double(), credit_mode="cort",
-        credit_beta=0.5, distances=got,
+        MethodConfig(method="gdpo", credit="cort", credit_beta=0.5),
+        rewards_of(data), list(data.non_tensor_batch["uid"]), mask.bool(),
+        reward_min=[0.0] * 5, reward_max=[1.0] * 5, lengths=mask.sum(1).double(), distances=got,
     )  # fmt: skip
     # (allocated from the workers' own distances: rel / mean(rel) magnifies their 1e-5 difference from
     # the naive reference where a response's relevance is small)
     torch.testing.assert_close(data.batch["advantages"], ref.token_advantages, atol=1e-5, rtol=1e-5)
     expected = credit_mod.allocate(
-        a, got, mask, beta=0.5, mode="cort"
+        a, got, mask, beta=0.5, credit="cort"
     )  # Σ_k Â · ((1 − β) + β rel / mean rel)
     torch.testing.assert_close(data.batch["advantages"], expected, atol=1e-5, rtol=1e-5)
     flat = a.sum(1, keepdim=True) * mask

@@ -48,7 +48,7 @@ import inspect
 import math
 import numbers
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -351,22 +351,55 @@ def compute(
         ValueError: unknown method (listing the known ones), bad shapes, non-finite rewards, unknown
             or invalid options, missing bounds, a non-finite result (rewards too large).
     """
+    opts = check_options(method, options)
+    return _compute(method, rewards, group_ids, weights, reward_min, reward_max, lengths, opts)
+
+
+def get(name: str) -> AdvantageMethod:
+    """The registered :class:`AdvantageMethod` ``name``; ValueError listing the known names otherwise."""
     try:
-        m = ADVANTAGES.get(method)
+        return ADVANTAGES.get(name)
     except KeyError as e:
         raise ValueError(e.args[0]) from None
+
+
+def check_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of method ``name`` checked against its signature (names and annotated types).
+
+    Returns the options converted to their annotated types (an int ``eps`` becomes a float).
+
+    Raises:
+        ValueError: an unknown method (listing the known ones), an unknown option (listing the method's
+            options) or a value that does not fit the option's annotation (naming the option).
+    """
+    m = get(name)
     params = m.options()
     unknown = sorted(set(options) - set(params))
     if unknown:
         raise ValueError(
-            f"unknown option {', '.join(map(repr, unknown))} for advantage method {method!r}; "
+            f"unknown option {', '.join(map(repr, unknown))} for advantage method {name!r}; "
             f"its options: {', '.join(sorted(params)) or '(none)'}"
         )
     try:
         hints = typing.get_type_hints(m.fn, include_extras=True)
     except Exception:  # annotations that do not resolve: options go unchecked
         hints = {}
-    opts = {k: _check_option(k, v, hints.get(k, Any)) for k, v in options.items()}
+    return {k: _check_option(k, v, hints.get(k, Any)) for k, v in options.items()}
+
+
+def _compute(
+    method: str,
+    rewards: Tensor | Sequence[Sequence[float]],
+    group_ids: Tensor | Sequence[Any],
+    weights: Tensor | Sequence[float] | None,
+    reward_min: Tensor | Sequence[float] | None,
+    reward_max: Tensor | Sequence[float] | None,
+    lengths: Tensor | Sequence[float] | None,
+    opts: Mapping[str, Any],
+) -> Tensor:
+    """:func:`compute` with a method and options already checked (:func:`check_options`; a validated
+    :class:`mrtpo.method.MethodConfig`); the batch itself is still validated (:func:`make_batch`)."""
+    m = ADVANTAGES.get(method)
     b, out_dtype = make_batch(rewards, group_ids, weights, reward_min, reward_max, lengths)
     _check_bounds(method, b, m.needs)
     adv = m.fn(b, **opts)

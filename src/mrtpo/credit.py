@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,12 +40,11 @@ from mrtpo.registry import Registry
 from mrtpo.replay.service import REPLAY_KINDS
 
 __all__ = [
-    "CREDIT_MODES",
     "CREDIT_SCHEMES",
     "DEFAULT_CHUNK_SIZE",
-    "CreditMode",
     "CreditScheme",
     "allocate",
+    "check_strength",
     "js_distance",
     "js_distance_from_hidden",
     "register_scheme",
@@ -69,7 +69,6 @@ WeightsFn = Callable[[Tensor | None, Tensor, torch.Generator | None], Tensor]
 - returns weights [N, K', T] (K' = 1 when distances is None) with mean 1 over each row's valid tokens
   (rows without valid tokens: all 0) and exactly 0 on padding."""
 
-CreditMode = WeightsFn  # the former name of the weights signature
 
 TokenAdvantagesFn = Callable[[Tensor, "Tensor | None", Tensor, float, Mapping[str, Any]], Tensor]
 """A scheme's own token advantages: ``(advantages [N, K], distances [N, K', T] | None, mask [N, T],
@@ -112,8 +111,13 @@ class CreditScheme:
     strength: StrengthFn | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
-    def resolve_options(self, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The defaults updated with ``given``; ValueError naming an unknown or ill-typed option."""
+    def resolve_options(
+        self, given: Mapping[str, Any] | None = None, *, label: str = "option {key}"
+    ) -> dict[str, Any]:
+        """The defaults updated with ``given``; ValueError naming an unknown or ill-typed option.
+
+        ``label`` spells an option in messages as the user wrote it (``"rlsd_{key}"`` for TRL's flat
+        fields)."""
         given = dict(given or {})
         unknown = sorted(set(given) - set(self.options))
         if unknown:
@@ -138,13 +142,14 @@ class CreditScheme:
                 )
                 what = "a finite number >= 0"
             if not ok:
-                raise ValueError(f"credit scheme {self.name!r}: option {key}={value!r} must be {what}")
+                raise ValueError(
+                    f"credit scheme {self.name!r}: {label.format(key=key)}={value!r} must be {what}"
+                )
             out[key] = float(value) if isinstance(default, float) else value
         return out
 
 
-CREDIT_SCHEMES: Registry[CreditScheme] = Registry("credit mode")
-CREDIT_MODES = CREDIT_SCHEMES  # the former name of the registry
+CREDIT_SCHEMES: Registry[CreditScheme] = Registry("credit scheme")
 
 
 def register_scheme(
@@ -163,7 +168,7 @@ def register_scheme(
 
         @register_scheme("squared", replay="reward")
         def squared(distances, mask, generator):  # [N, K, T] -> [N, K, T], mean 1 over valid tokens
-            return token_weights(distances**2, mask, mode="reward")
+            return token_weights(distances**2, mask, credit="reward")
     """
     if replay != "none" and replay not in REPLAY_KINDS:
         raise ValueError(f"replay={replay!r} must be 'none' or a replay kind: {', '.join(REPLAY_KINDS)}")
@@ -206,26 +211,26 @@ def _mean_normalized(distances: Tensor, mask: Tensor) -> Tensor:
     return w * m  # [N, K', T]
 
 
-def _needs_distances(mode: str, distances: Tensor | None) -> Tensor:
+def _needs_distances(credit: str, distances: Tensor | None) -> Tensor:
     if distances is None:
-        raise ValueError(f"credit mode {mode!r} needs distances [N, K', T]; got None")
+        raise ValueError(f"credit scheme {credit!r} needs distances [N, K', T]; got None")
     return distances
 
 
 @register_scheme("reward", replay="reward")
-def _reward_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
+def _reward_weights(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """MRTPO: one distance row per reward, distances [N, K, T]; w = d / mean_valid(d) per (j, k)."""
     return _mean_normalized(_needs_distances("reward", distances), mask)
 
 
 @register_scheme("joint", replay="joint")
-def _joint_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
+def _joint_weights(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """Joint replay: one distance row per response (C vs C without every reward's segments), [N, 1, T],
     shared by all rewards; w = d / mean_valid(d)."""
     d = _needs_distances("joint", distances)
     if d.shape[1] != 1:
         raise ValueError(
-            f"credit mode 'joint' takes one shared distance row per response: distances has shape "
+            f"credit scheme 'joint' takes one shared distance row per response: distances has shape "
             f"{tuple(d.shape)}; expected (N, 1, T) = ({d.shape[0]}, 1, {d.shape[2]})"
         )
     return _mean_normalized(d, mask)
@@ -249,7 +254,7 @@ def _permute_valid(w: Tensor, mask: Tensor, generator: torch.Generator | None) -
 
 
 @register_scheme("shuffled", replay="reward")
-def _shuffled_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
+def _shuffled_weights(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """Control: the MRTPO weights of each (response, reward) row permuted uniformly at random among that
     row's valid tokens (padding stays padding), drawn from ``generator``."""
     w = _mean_normalized(_needs_distances("shuffled", distances), mask)  # [N, K', T]
@@ -287,7 +292,7 @@ def scaled_weights(distances: Tensor, mask: Tensor) -> Tensor:
 
 
 @register_scheme("scaled", replay="reward")
-def _scaled_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
+def _scaled_weights(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """MRTPO with each row's weights shrunk towards 1 by the row's largest distance
     (:func:`scaled_weights`): a reward whose information hardly moves the policy (a non-local
     constraint such as a word count) keeps close to the response-level credit."""
@@ -295,7 +300,7 @@ def _scaled_mode(distances: Tensor | None, mask: Tensor, generator: torch.Genera
 
 
 @register_scheme("scaled_shuffled", replay="reward")
-def _scaled_shuffled_mode(
+def _scaled_shuffled_weights(
     distances: Tensor | None, mask: Tensor, generator: torch.Generator | None
 ) -> Tensor:
     """Control of ``scaled``: its weights permuted at random among each row's valid tokens."""
@@ -305,7 +310,7 @@ def _scaled_shuffled_mode(
 
 
 @register_scheme("uniform", replay="none")
-def _uniform_mode(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
+def _uniform_weights(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """w = 1 on every valid token: the response-level method. Distances are ignored (may be None)."""
     m = mask[:, None, :].to(torch.float32 if distances is None else distances.dtype)  # [N, 1, T]
     if distances is None:
@@ -313,8 +318,8 @@ def _uniform_mode(distances: Tensor | None, mask: Tensor, generator: torch.Gener
     return m.expand(distances.shape).clone()  # [N, K', T]
 
 
-register_scheme("none", replay="none", token_level=False)(_uniform_mode)  # response level: Σ_k Â[j, k]
-register_scheme("cort", replay="logprob", ramped=True)(_joint_mode)  # CoRT: w = rel / mean rel, β ramped
+register_scheme("none", replay="none", token_level=False)(_uniform_weights)  # response level: Σ_k Â[j, k]
+register_scheme("cort", replay="logprob", ramped=True)(_joint_weights)  # CoRT: w = rel / mean rel, β ramped
 
 
 def scheme(name: str) -> CreditScheme:
@@ -325,14 +330,35 @@ def scheme(name: str) -> CreditScheme:
         raise ValueError(e.args[0]) from None
 
 
-def _get_mode(mode: str) -> WeightsFn:
-    s = scheme(mode)
+def _weights_fn(credit: str) -> WeightsFn:
+    """The weights function of scheme ``credit``; ValueError for an unknown scheme or one without mean-1
+    weights (RLSD)."""
+    s = scheme(credit)
     if s.token_advantages is not None:
         raise ValueError(
-            f"credit scheme {mode!r} computes its own token advantages (no mean-1 weights to allocate): call "
-            f"mrtpo.step.credit_step(credit_mode={mode!r}, ...) or CREDIT_SCHEMES.get({mode!r}).token_advantages"
+            f"credit scheme {credit!r} computes its own token advantages (no mean-1 weights to allocate): call "
+            f"mrtpo.step.credit_step with MethodConfig(credit={credit!r}) or "
+            f"CREDIT_SCHEMES.get({credit!r}).token_advantages"
         )
     return s.weights
+
+
+def check_strength(value: Any, label: str = "beta") -> float:
+    """The allocation strength β (RLSD's λ) as a float; ValueError naming ``label`` unless it is a
+    number in [0, 1].
+
+    The one check of β's range: :class:`mrtpo.method.MethodConfig` (every engine's configuration) and
+    the public entry points :func:`allocate` and :func:`rlsd_token_advantages` call it.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{label}={value!r} must be a number in [0, 1]")
+    return float(value)
+
+
+_TRUSTED: ContextVar[bool] = ContextVar("mrtpo_credit_trusted", default=False)
+"""True while :func:`_allocate` runs a scheme's weights function on inputs it has checked: a
+:func:`token_weights` call inside a registered scheme then skips the checks (its result is checked
+once, by :func:`_allocate`)."""
 
 
 def _bool_mask(mask: Tensor) -> Tensor:
@@ -414,7 +440,7 @@ def token_weights(
     distances: Tensor | None,
     mask: Tensor,
     *,
-    mode: str = "reward",
+    credit: str = "reward",
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """Per-token credit weights that average 1 over each (response, reward) row's valid tokens.
@@ -424,23 +450,27 @@ def token_weights(
         w[j, k, t] = d[j, k, t] / mean_{t valid} d[j, k, :]     (w = 1 on valid t if that mean is 0)
         w[j, k, t] = 0                                          on padding (mask[j, t] = 0)
 
-    Modes (:data:`CREDIT_SCHEMES`): ``reward`` (MRTPO, K' = K rows, one per reward); ``joint`` and
+    Schemes (:data:`CREDIT_SCHEMES`): ``reward`` (MRTPO, K' = K rows, one per reward); ``joint`` and
     ``cort`` (K' = 1 shared row); ``shuffled`` (the ``reward`` weights permuted at random among each
     row's valid tokens, using ``generator``; the control of the paper's Table 5); ``uniform`` and
-    ``none`` (w = 1; ``distances`` may be None, then K' = 1). Values of ``distances`` on padding are ignored (may be NaN).
+    ``none`` (w = 1; ``distances`` may be None, then K' = 1). Values of ``distances`` on padding are
+    ignored (may be NaN).
+
+    Called from a registered scheme's weights function while :func:`allocate` runs it, the inputs have
+    been checked and the result is checked by the allocation: the checks here are skipped.
 
     Args:
         distances: [N, K', T] float, Jensen–Shannon distances (finite, >= 0 on valid tokens), or None
             for ``uniform``.
         mask: [N, T] bool or 0/1, 1 on response tokens.
-        mode: credit mode name.
+        credit: credit scheme name.
         generator: torch.Generator for ``shuffled`` (None: the global RNG).
 
     Returns:
         [N, K', T] weights in the dtype of ``distances`` (float32 at least; float32 when None).
 
     Raises:
-        ValueError: unknown mode, shapes that disagree, a non-finite/negative distance on a valid
+        ValueError: unknown scheme, shapes that disagree, a non-finite/negative distance on a valid
             token (naming response, reward, token), or weights of the scheme that are not finite or do
             not average 1 (:func:`_checked_weights`).
 
@@ -448,7 +478,9 @@ def token_weights(
         N responses, K' distance rows per response (K rewards, or 1 shared), T response tokens,
         d the replay distance, w the weight.
     """
-    fn = _get_mode(mode)
+    fn = _weights_fn(credit)
+    if _TRUSTED.get():
+        return fn(distances, mask, generator)
     mask = _bool_mask(mask)
     n, t = mask.shape
     if distances is not None:
@@ -462,7 +494,7 @@ def token_weights(
         mask = mask.to(distances.device)
         dtype = distances.dtype if distances.is_floating_point() else torch.float32
         distances = _valid_distances(distances, mask, torch.promote_types(dtype, torch.float32))
-    return _checked_weights(mode, fn(distances, mask, generator), mask)
+    return _checked_weights(credit, fn(distances, mask, generator), mask)
 
 
 @torch.no_grad()
@@ -472,7 +504,7 @@ def allocate(
     mask: Tensor,
     *,
     beta: float = 0.5,
-    mode: str = "reward",
+    credit: str = "reward",
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """Token-level advantages: each reward's advantage spread over its relevant tokens (MRTPO).
@@ -486,7 +518,7 @@ def allocate(
     redistributed within the response, never created. This holds at any finite input (float32
     distances from subnormal to 3.4e38 included): the built-in schemes normalize overflow-safely
     (:func:`_mean_normalized`), and the weights of every scheme, registered ones included, are checked to
-    average 1 before they are used; β = 0 (or mode ``uniform``) gives exactly the
+    average 1 before they are used; β = 0 (or scheme ``uniform``) gives exactly the
     response-level advantage Σ_k Â[j, k] on every valid token.
 
     Distances with K' = 1 row ([N, 1, T], e.g. ``joint``) are shared by all K rewards. Distance rows of
@@ -494,13 +526,17 @@ def allocate(
     there); with K' = 1 a row is ignored when all of the response's advantages are 0. The result is a
     constant of the policy loss: no gradient flows (``torch.no_grad``).
 
+    This public entry point checks its scheme and β (:func:`check_strength`) and then the tensors;
+    :func:`mrtpo.step.credit_step`, whose :class:`~mrtpo.method.MethodConfig` is validated, checks
+    only the tensors.
+
     Args:
         advantages: [N, K] float, per-reward response-level advantages Â (any method of
             :mod:`mrtpo.advantages`); finite.
         distances: [N, K, T] or [N, 1, T] float, replay distances d (None allowed for ``uniform``).
         mask: [N, T] bool or 0/1, 1 on response tokens.
         beta: allocation strength β in [0, 1] (default 0.5).
-        mode: a registered credit scheme (``reward``, ``joint``, ``shuffled``, ``uniform``, ``none``,
+        credit: a registered credit scheme (``reward``, ``joint``, ``shuffled``, ``uniform``, ``none``,
             ``cort``, or one added with :func:`register_scheme`).
         generator: torch.Generator for ``shuffled``.
 
@@ -508,7 +544,7 @@ def allocate(
         [N, T] token advantages S in the dtype of ``advantages`` (float32 at least); exactly 0 on padding.
 
     Raises:
-        ValueError: β outside [0, 1], unknown mode, shapes that disagree, non-finite advantages, a
+        ValueError: β outside [0, 1], unknown scheme, shapes that disagree, non-finite advantages, a
             non-finite/negative distance on a valid token of a pair with nonzero advantage, or weights of
             the scheme that are not finite or do not average 1 (:func:`_checked_weights`).
 
@@ -516,10 +552,21 @@ def allocate(
         N responses, K rewards, T response tokens; Â per-reward advantages; d Jensen–Shannon distances;
         w token weights (mean 1 per response and reward); β allocation strength; S token advantages.
     """
-    fn = _get_mode(mode)  # validate the name before any other work
-    if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not (0.0 <= float(beta) <= 1.0):
-        raise ValueError(f"beta={beta!r} must be a number in [0, 1]")
-    beta = float(beta)
+    fn = _weights_fn(credit)  # validate the name before any other work
+    return _allocate(advantages, distances, mask, check_strength(beta), credit, fn, generator)
+
+
+def _allocate(
+    advantages: Tensor,
+    distances: Tensor | None,
+    mask: Tensor,
+    beta: float,
+    credit: str,
+    fn: WeightsFn,
+    generator: torch.Generator | None,
+) -> Tensor:
+    """:func:`allocate` for a scheme ``credit`` (weights function ``fn``) and a β in [0, 1] that the
+    caller has checked; the tensors are checked here."""
     if not isinstance(advantages, Tensor):
         advantages = torch.as_tensor(advantages)
     if advantages.dim() != 2:
@@ -558,7 +605,12 @@ def allocate(
     else:
         d = None
 
-    w = _checked_weights(mode, fn(d, mask, generator), mask).to(dtype)  # [N, K', T]
+    trusted = _TRUSTED.set(True)  # a token_weights call inside fn need not check again
+    try:
+        raw = fn(d, mask, generator)
+    finally:
+        _TRUSTED.reset(trusted)
+    w = _checked_weights(credit, raw, mask).to(dtype)  # [N, K', T]
     m = mask.to(dtype)  # [N, T]
     base = adv.sum(dim=1, keepdim=True) * m  # [N, T]  Σ_k Â[j, k] on valid tokens
     if w.shape[1] == 1:
@@ -657,10 +709,17 @@ def rlsd_token_advantages(
         ValueError: λ outside [0, 1], a negative ε, shapes that disagree, non-finite advantages or a
             non-finite gap on a valid token of a response with A_j ≠ 0.
     """
-    if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0.0 <= float(lam) <= 1.0:
-        raise ValueError(f"lam={lam!r} (RLSD's λ, credit_beta) must be a number in [0, 1]")
+    lam = check_strength(lam, "lam")
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not (math.isfinite(eps) and eps >= 0):
         raise ValueError(f"eps={eps!r} (RLSD's clip range) must be a finite number >= 0")
+    return _rlsd_token_advantages(advantages, gap, mask, lam, float(eps), negative_only)
+
+
+def _rlsd_token_advantages(
+    advantages: Tensor, gap: Tensor | None, mask: Tensor, lam: float, eps: float, negative_only: bool
+) -> Tensor:
+    """:func:`rlsd_token_advantages` for a λ and an ε the caller has checked (the tensors are checked
+    here)."""
     adv = torch.as_tensor(advantages)
     if adv.dim() != 2:
         raise ValueError(f"advantages has shape {tuple(adv.shape)}; expected (N, K)")
@@ -689,8 +748,8 @@ def rlsd_token_advantages(
             j, tt = (int(i) for i in bad.nonzero()[0])
             raise ValueError(f"gap[{j}, {tt}] = {g[j, tt].item()} on a valid token of a response with A != 0")
         g = torch.where(live, g.to(dtype), torch.zeros((), dtype=dtype, device=g.device))
-    w = rlsd_weights(g, torch.sign(resp), m, float(eps)).to(dtype)  # [N, T]
-    factor = (1.0 - float(lam)) + float(lam) * w  # [N, T]
+    w = rlsd_weights(g, torch.sign(resp), m, eps).to(dtype)  # [N, T]
+    factor = (1.0 - lam) + lam * w  # [N, T]
     if negative_only:
         factor = torch.where((resp < 0)[:, None], factor, torch.ones_like(factor))
     return resp[:, None] * factor * m.to(dtype)  # [N, T]
@@ -699,13 +758,9 @@ def rlsd_token_advantages(
 def _rlsd_scheme_advantages(
     advantages: Tensor, distances: Tensor | None, mask: Tensor, strength: float, options: Mapping[str, Any]
 ) -> Tensor:
-    return rlsd_token_advantages(
-        advantages,
-        distances,
-        mask,
-        lam=strength,
-        eps=options["eps"],
-        negative_only=options["negative_only"],
+    # options resolved and strength scheduled from a validated MethodConfig: no checks again
+    return _rlsd_token_advantages(
+        advantages, distances, mask, float(strength), float(options["eps"]), bool(options["negative_only"])
     )
 
 

@@ -95,11 +95,11 @@ class CreditView:
             skipped rows).
         method: the response-level method's name (``gdpo``).
         credit_beta: β used for the MRTPO columns.
-        mode: credit mode of the MRTPO columns, ``reward`` or ``joint`` (from K').
+        credit: credit scheme of the MRTPO columns, ``reward`` or ``joint`` (from K'); ``none`` without replay.
         response_level: [K, T] Â[k] on every token.
         response_total: [T] Σ_k Â[k] on every token.
         token_level: [K, T] Â[k] · ((1 − β) + β · w[k, t]).
-        token_total: [T] S = allocate(Â, d, mask, β, mode).
+        token_total: [T] S = allocate(Â, d, mask, β, credit).
         logged: [T] the record's ``token_advantages`` (None when absent).
         logged_note: how ``logged`` compares with ``token_total``.
         checked: reward name -> [T] 0/1 tokens its verifier reads (rewards without spans are absent).
@@ -117,7 +117,7 @@ class CreditView:
     weights: np.ndarray
     method: str
     credit_beta: float
-    mode: str
+    credit: str
     response_level: np.ndarray
     response_total: np.ndarray
     token_level: np.ndarray
@@ -193,16 +193,18 @@ def credit_view(
     k, t_len = len(names), len(tokens)
     rows = rec.distances
     if rows is None:  # a run without replay (response-level credit): nothing to redistribute
-        rows, mode = [None] * k, "none"
+        rows, credit_name = [None] * k, "none"
     else:
-        mode = "reward" if len(rows) == k else "joint"
+        credit_name = "reward" if len(rows) == k else "joint"
     dist = np.zeros((len(rows), t_len), dtype=np.float64)  # [K', T]
     skipped = []
     for i, row in enumerate(rows):
-        if row is None and mode != "none":  # replay skips pairs with |Â| <= ACTIVE_TOL
-            needed = abs(adv[i]) > ACTIVE_TOL if mode == "reward" else any(abs(a) > ACTIVE_TOL for a in adv)
+        if row is None and credit_name != "none":  # replay skips pairs with |Â| <= ACTIVE_TOL
+            needed = (
+                abs(adv[i]) > ACTIVE_TOL if credit_name == "reward" else any(abs(a) > ACTIVE_TOL for a in adv)
+            )
             if needed:
-                which = f"advantages[{i}] = {adv[i]}" if mode == "reward" else f"advantages = {adv}"
+                which = f"advantages[{i}] = {adv[i]}" if credit_name == "reward" else f"advantages = {adv}"
                 raise ValueError(f"{where}: distances[{i}] is null but {which} is not 0")
         if row is not None:
             dist[i] = row
@@ -215,39 +217,39 @@ def credit_view(
     a = torch.tensor([adv], dtype=torch.float64)  # [1, K]
     d = torch.from_numpy(dist)[None]  # [1, K', T]
     mask = torch.ones(1, t_len, dtype=torch.bool)  # [1, T]
-    core_mode = "uniform" if mode == "none" else mode  # no distances: w = 1
+    weights_credit = "uniform" if credit_name == "none" else credit_name  # no distances: w = 1
     # the record's own scheme (a plug-in's too) when its weights come from these rows; a shuffled scheme's
     # random permutation cannot be redrawn, so its unshuffled counterpart is shown
     own_name = _UNSHUFFLED.get(rec.credit, rec.credit)
-    if mode != "none" and own_name in credit.CREDIT_SCHEMES:
+    if credit_name != "none" and own_name in credit.CREDIT_SCHEMES:
         own = credit.scheme(own_name)
         if (
             own.token_advantages is None
             and own.replay != "none"
-            and (own.replay == "reward") == (mode == "reward")
+            and (own.replay == "reward") == (credit_name == "reward")
         ):
-            core_mode = own.name
-    total = credit.allocate(a, d, mask, beta=beta, mode=core_mode)[0]  # [T]
+            weights_credit = own.name
+    total = credit.allocate(a, d, mask, beta=beta, credit=weights_credit)[0]  # [T]
     per_reward = torch.zeros(k, t_len, dtype=torch.float64)  # [K, T]
     for j in range(k):
         only = torch.zeros_like(a)
         only[0, j] = a[0, j]
-        per_reward[j] = credit.allocate(only, d, mask, beta=beta, mode=core_mode)[0]
-    resp_total = credit.allocate(a, None, mask, beta=beta, mode="uniform")[0]  # [T]  Σ_k Â[k]
-    weights = credit.token_weights(d, mask, mode=core_mode)[0]  # [K', T]
+        per_reward[j] = credit.allocate(only, d, mask, beta=beta, credit=weights_credit)[0]
+    resp_total = credit.allocate(a, None, mask, beta=beta, credit="uniform")[0]  # [T]  Σ_k Â[k]
+    weights = credit.token_weights(d, mask, credit=weights_credit)[0]  # [K', T]
 
     logged, note = None, ""
     if rec.token_advantages is not None:
         logged = np.asarray(rec.token_advantages)
         rec_beta, rec_credit = rec.credit_beta, rec.credit
         diff = float(np.abs(logged - total.numpy()).max())
-        if mode == "none":
+        if credit_name == "none":
             same_setting = rec_credit in (None, "none", "uniform")
         else:
             same_setting = (rec_beta is None or float(rec_beta) == beta) and rec_credit in (
                 None,
-                mode,
-                core_mode,
+                credit_name,
+                weights_credit,
             )
         if same_setting:
             note = f"logged token advantages: max |logged − S| = {diff:.3g}"
@@ -273,7 +275,7 @@ def credit_view(
         weights=weights.numpy(),
         method=method,
         credit_beta=beta,
-        mode=mode,
+        credit=credit_name,
         response_level=np.repeat(np.asarray(adv, dtype=np.float64)[:, None], t_len, axis=1),
         response_total=resp_total.numpy(),
         token_level=per_reward.numpy(),
@@ -289,7 +291,7 @@ def credit_view(
                 f"no replay distances in this record (credit {rec.credit!r}): the token-level column "
                 "equals the response level"
             ]
-            if mode == "none"
+            if credit_name == "none"
             else []
         ),
     )
@@ -415,10 +417,10 @@ def _view_html(view: CreditView, index: int) -> str:
         "<th>mean d</th><th>checked tokens</th></tr>"
     )
     for j, name in enumerate(view.reward_names):
-        drow = 0 if view.mode == "joint" else j
+        drow = 0 if view.credit == "joint" else j
         r = "" if view.rewards is None else _fmt(view.rewards[j])
         if view.skipped[drow]:
-            dmax = dmean = "not replayed" if view.mode == "none" else "skipped"
+            dmax = dmean = "not replayed" if view.credit == "none" else "skipped"
         else:
             dmax, dmean = _fmt(view.distances[drow].max()), _fmt(view.distances[drow].mean())
         chk = str(sum(view.checked[name])) + f" / {len(pieces)}" if name in view.checked else "—"
@@ -434,17 +436,17 @@ def _view_html(view: CreditView, index: int) -> str:
     out.append('<div class="grid">')
     out.append('<div class="colhead"></div>')
     dist_head = (
-        "joint replay distance d" if view.mode == "joint" else "replay distance d (shade: d / row max)"
+        "joint replay distance d" if view.credit == "joint" else "replay distance d (shade: d / row max)"
     )
     out.append(f'<div class="colhead">{dist_head}</div>')
     out.append(f'<div class="colhead">{html.escape(method)}: response level, Â[k] on every token</div>')
-    if view.mode == "none":
+    if view.credit == "none":
         out.append('<div class="colhead">token level: no distances, w = 1 (= response level)</div>')
     else:
         out.append(f'<div class="colhead">MRTPO: Â[k]·((1−β)+β·w[k,t]), β={view.credit_beta:g}</div>')
 
     def dist_cell(drow: int, row_name: str, checked: list[int] | None) -> str:
-        if view.mode == "none":
+        if view.credit == "none":
             return '<div class="cell na">not replayed (response-level run)</div>'
         if view.skipped[drow]:
             return '<div class="cell na">skipped by replay (Â = 0): no distance</div>'
@@ -484,19 +486,19 @@ def _view_html(view: CreditView, index: int) -> str:
         return "".join(cells)
 
     for j, name in enumerate(view.reward_names):
-        drow = 0 if view.mode == "joint" else j
+        drow = 0 if view.credit == "joint" else j
         checked = view.checked.get(name)
         r = "" if view.rewards is None else f"r = {_fmt(view.rewards[j])}<br>"
         skip = (
             '<br><span class="dim">replay skipped</span>'
-            if view.skipped[drow] and view.mode != "none"
+            if view.skipped[drow] and view.credit != "none"
             else ""
         )
         out.append(
             f'<div class="label"><b>{html.escape(name)}</b><br>{r}Â = {_signed(view.advantages[j])}{skip}</div>'
         )
-        if view.mode != "joint" or j == 0:
-            out.append(dist_cell(drow, "joint" if view.mode == "joint" else name, checked))
+        if view.credit != "joint" or j == 0:
+            out.append(dist_cell(drow, "joint" if view.credit == "joint" else name, checked))
         else:
             out.append('<div class="cell na">(joint: one distance row, shown above)</div>')
         out.append(adv_cells(name, view.response_level[j], view.token_level[j], checked))
@@ -625,8 +627,8 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
         )
         d_labels = []
         for r in range(v.distances.shape[0]):
-            name = "joint" if v.mode == "joint" else v.reward_names[r]
-            if v.mode == "none":
+            name = "joint" if v.credit == "joint" else v.reward_names[r]
+            if v.credit == "none":
                 d_labels.append(f"{name}  d (not replayed)")
             else:
                 d_labels.append(
@@ -832,7 +834,7 @@ def live_record(
     )
     d = res.distances.float().cpu()  # [1, K', T]
     ones = torch.ones(1, len(ids), dtype=torch.bool)  # [1, T]
-    s = credit_mod.allocate(a, d, ones, beta=credit_beta, mode=scheme.name)[0]  # [T]
+    s = credit_mod.allocate(a, d, ones, beta=credit_beta, credit=scheme.name)[0]  # [T]
     skipped = [not bool(r) for r in res.replayed[0]]
     rows = [None if skip else d[0, i].tolist() for i, skip in enumerate(skipped)]
     checked = {}

@@ -12,10 +12,10 @@ from typing import ClassVar, Literal
 
 from trl import GRPOConfig
 
-from mrtpo import advantages as adv_registry
 from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
 from mrtpo.losses import DIVERGENCES
+from mrtpo.method import MethodConfig
 
 LOSSES = ("policy", "opsd")
 
@@ -169,21 +169,7 @@ class MRTPOConfig(GRPOConfig):
             import json
 
             self.advantage_options = json.loads(self.advantage_options) if self.advantage_options else None
-        opts = self.advantage_options or {}
-        if not isinstance(opts, dict):
-            raise ValueError(f"advantage_options must be a mapping of option names to values, got {opts!r}")
-        if "lengths" in opts:
-            raise ValueError("advantage_options.lengths is set by the trainer (response lengths); remove it")
-        if self.advantage_method not in adv_registry.available():
-            raise ValueError(
-                f"advantage_method={self.advantage_method!r} is unknown; known: {', '.join(adv_registry.available())}"
-            )
-        if self.credit not in credit_mod.CREDIT_SCHEMES:
-            raise ValueError(
-                f"credit={self.credit!r} must be one of {', '.join(credit_mod.CREDIT_SCHEMES.names())}"
-            )
-        if isinstance(self.credit_beta, bool) or not 0.0 <= float(self.credit_beta) <= 1.0:
-            raise ValueError(f"credit_beta={self.credit_beta!r} must be a number in [0, 1]")
+        self.method_config = self._method_config()
         if self.loss not in LOSSES:
             raise ValueError(f"loss={self.loss!r} must be one of {', '.join(LOSSES)}")
         if self.loss == "opsd" and self.credit != "none":
@@ -196,8 +182,6 @@ class MRTPOConfig(GRPOConfig):
             )
         if not 0.0 < float(self.opsd_beta) < 1.0:
             raise ValueError(f"opsd_beta={self.opsd_beta!r} must be in (0, 1)")
-        if self.cort_ramp_steps < 0:
-            raise ValueError(f"cort_ramp_steps={self.cort_ramp_steps} must be >= 0")
         _rlsd_check(self)
         if self.log_samples < 0:
             raise ValueError(f"log_samples={self.log_samples} must be >= 0")
@@ -223,22 +207,43 @@ class MRTPOConfig(GRPOConfig):
         except ValueError as e:
             raise ValueError(f"replay_{e}") from None
 
+    def _method_config(self) -> MethodConfig:
+        """The :class:`~mrtpo.method.MethodConfig` of the flat fields, validated (errors name the flat
+        field): the options of a credit scheme are the fields ``<credit>_<option>`` (``rlsd_eps``)."""
+        scheme_options = (
+            credit_mod.scheme(self.credit).options if self.credit in credit_mod.CREDIT_SCHEMES else {}
+        )
+        return MethodConfig(
+            method=self.advantage_method,
+            options=self.advantage_options or {},
+            weights=self.reward_weights,
+            credit=self.credit,
+            credit_beta=self.credit_beta,
+            credit_options={
+                k: getattr(self, f"{self.credit}_{k}")
+                for k in scheme_options
+                if hasattr(self, f"{self.credit}_{k}")
+            },
+            ramp_steps=self.cort_ramp_steps,
+            seed=self.seed,
+            labels={
+                "method": "advantage_method",
+                "options": "advantage_options",
+                "weights": "reward_weights",
+                "credit_options": f"{self.credit} options",
+                "credit_option": f"{self.credit}_{{key}}",
+                "ramp_steps": "cort_ramp_steps",
+            },
+        )
+
 
 def _rlsd_check(cfg: MRTPOConfig) -> None:
-    """RLSD's options: eps >= 0, steps >= 0; set only with credit='rlsd' (one clear line otherwise)."""
-    eps = cfg.rlsd_eps
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (eps >= 0 and eps < float("inf")):
-        raise ValueError(f"rlsd_eps={eps!r} must be a finite number >= 0")
-    for name in ("rlsd_warmup_steps", "rlsd_decay_steps"):
-        v = getattr(cfg, name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"{name}={v!r} must be an integer >= 0")
-    if not isinstance(cfg.rlsd_negative_only, bool):
-        raise ValueError(f"rlsd_negative_only={cfg.rlsd_negative_only!r} must be true or false")
+    """RLSD's fields are set only with credit='rlsd' (one clear line otherwise); their values are
+    checked by the :class:`~mrtpo.method.MethodConfig` when credit='rlsd'."""
     changed = [
         n
         for n, default in RLSD_DEFAULTS.items()
-        if getattr(cfg, n) != default and not (n == "rlsd_eps" and float(getattr(cfg, n)) == default)
+        if getattr(cfg, n) != default and not (n == "rlsd_eps" and getattr(cfg, n) == default)
     ]
     if changed and cfg.credit != "rlsd":
         raise ValueError(

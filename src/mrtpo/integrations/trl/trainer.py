@@ -72,7 +72,7 @@ Notation: N responses in the gathered batch, B local responses, K rewards, T res
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -80,7 +80,6 @@ from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from mrtpo import advantages as adv_registry
 from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
 from mrtpo.head import autocast_dtype, head_of
@@ -282,28 +281,20 @@ class MRTPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ setup helpers
 
     def _check_advantage_options(self, args: MRTPOConfig) -> None:
-        """Run the method once on a tiny batch so a bad option fails at construction, naming it."""
-        k = len(self.reward_names)
+        """The weights against K, then the method once on a tiny batch, so that what the configuration
+        alone cannot check (the bounds a method needs) fails at construction, naming it."""
+        mc = args.method_config
+        mc.check_rewards(len(self.reward_names), self.reward_names)
         lo = torch.tensor([b[0] for b in self.reward_bounds])
         hi = torch.tensor([b[1] for b in self.reward_bounds])
-        rewards = torch.stack([lo, hi])  # [2, K]
-        opts = dict(args.advantage_options or {})
-        weights = (
-            None if args.reward_weights is None else torch.tensor(args.reward_weights, dtype=torch.float32)
-        )
-        if weights is not None and weights.numel() != k:
-            raise ValueError(
-                f"reward_weights has {weights.numel()} entries; expected K={k} ({self.reward_names})"
-            )
-        adv_registry.compute(
-            args.advantage_method,
-            rewards,
+        credit_step(
+            replace(mc, credit="none", credit_options={}),
+            torch.stack([lo, hi]),  # [2, K]
             [0, 0],
-            weights=weights,
+            torch.ones(2, 1, dtype=torch.bool),
             reward_min=lo,
             reward_max=hi,
             lengths=torch.ones(2),
-            **opts,
         )
 
     def _run_json(self) -> dict[str, Any]:
@@ -449,25 +440,19 @@ class MRTPOTrainer(GRPOTrainer):
 
         # the one credit step of mrtpo.step: Â [N, K] of the gathered batch, replay, token advantages [B, T]
         res = credit_step(
+            a.method_config,  # validated once, by MRTPOConfig (loss='opsd' has credit='none')
             scored.rewards.cpu(),
             torch.arange(n) // g,
             mask,
-            method=a.advantage_method,
-            options=a.advantage_options,
-            weights=None if a.reward_weights is None else torch.tensor(a.reward_weights, dtype=torch.float32),
             reward_min=bounds[:, 0],
             reward_max=bounds[:, 1],
             lengths=gather(lengths_local).cpu(),
-            credit_mode="none" if a.loss == "opsd" else a.credit,
-            credit_beta=a.credit_beta,
-            credit_options={k: getattr(a, f"{scheme.name}_{k}") for k in scheme.options},
             distances=distances,
             rows=rows,
             generator=torch.Generator(device=device).manual_seed(
-                int(a.seed) * 1_000_003 + self.state.global_step * 1009 + pi
+                a.method_config.seed * 1_000_003 + self.state.global_step * 1009 + pi
             ),
             step=self.state.global_step,
-            ramp_steps=a.cort_ramp_steps,
         )
         adv_all, adv_local, active, distances = res.advantages, res.local, res.active, res.distances
 

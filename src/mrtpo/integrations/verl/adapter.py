@@ -19,7 +19,7 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
    returns)``, both ``(bs, response_length)``. It reads the reward matrix ``[N, K]`` from the
    per-reward arrays of ``non_tensor_batch``, computes ``Â = mrtpo.advantages.compute(method, ...)``
    ``[N, K]`` and the token advantages ``[N, T]`` of the credit scheme ``algorithm.mrtpo.credit``
-   through the core's credit step (:func:`credit_step` -> ``mrtpo.step.credit_step``, the function
+   through the core's credit step (:func:`batch_credit` -> ``mrtpo.step.credit_step``, the function
    the TRL trainer calls): ``Σ_k Â[j, k]`` on each valid token for ``none``, the MRTPO token advantage
    ``allocate(Â, distances, response_mask, credit_beta, scheme)`` for the others.
 4. **The hook** (:func:`compute_advantage`, :func:`install`): verl's ``compute_advantage`` passes a
@@ -81,9 +81,9 @@ import torch
 from torch import Tensor
 
 from mrtpo import advantages as adv_registry
-from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
 from mrtpo import step as step_mod
+from mrtpo.method import MethodConfig
 from mrtpo.tasks.base import Example, Task
 from mrtpo.tasks.conditions import apply_conditions, task_conditions
 
@@ -103,7 +103,7 @@ RENAMED_KEYS = {"beta": "credit_beta"}
 that names the new one)."""
 
 DISTANCES_KEY = "mrtpo_distances"
-"""``batch[DISTANCES_KEY]``: replay distances [N, K', T] float32 read by credit modes that need them."""
+"""``batch[DISTANCES_KEY]``: replay distances [N, K', T] float32 read by credit schemes that need them."""
 
 EXAMPLE_KEY = "mrtpo_example"
 """``extra_info[EXAMPLE_KEY]``: the example (``Example.to_dict()``) as JSON text or a dict."""
@@ -117,9 +117,6 @@ TASK_KWARGS_KEY = "mrtpo_task_kwargs"
 RESERVED_KEYS = frozenset({"score", "acc"})
 """Reward-info keys verl itself uses; a reward may not be named after one."""
 
-CREDITS = credit_mod.CREDIT_SCHEMES
-"""The credit schemes ``algorithm.mrtpo.credit`` may name (:func:`mrtpo.credit.register_scheme` adds one)."""
-
 
 # --------------------------------------------------------------------------------------------------
 # Configuration
@@ -131,7 +128,10 @@ class VerlMRTPOConfig:
     """Options of the ``mrtpo_*`` estimators, read from ``algorithm.mrtpo`` of verl's config.
 
     Every field is optional; with no node at all an estimator is the response-level method with
-    default options (``credit="none"``).
+    default options (``credit="none"``). The method fields are validated once, into
+    :attr:`method_config` (a :class:`mrtpo.method.MethodConfig`; its ``method`` comes from the estimator
+    name ``algorithm.adv_estimator=mrtpo_<method>`` in :meth:`from_algorithm`, else from the
+    estimator that is called).
     """
 
     credit: str = field(
@@ -196,32 +196,27 @@ class VerlMRTPOConfig:
         },
     )
 
+    method_config: MethodConfig = field(init=False, repr=False, compare=False)
+    """The validated method configuration of these fields (``method`` None until an estimator names it)."""
+
     def __post_init__(self) -> None:
-        if self.credit not in CREDITS:
-            raise ValueError(f"algorithm.mrtpo.credit={self.credit!r} must be one of {', '.join(CREDITS)}")
-        b = self.credit_beta
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 <= b <= 1:
-            raise ValueError(f"algorithm.mrtpo.credit_beta={b!r} must be a number in [0, 1]")
         if not isinstance(self.replay, dict):
             raise ValueError(
                 f"algorithm.mrtpo.replay must be a mapping of replay options; got {self.replay!r}"
             )
-        if not isinstance(self.options, dict):
-            raise ValueError(
-                f"algorithm.mrtpo.options must be a mapping of option names; got {self.options!r}"
-            )
-        if not isinstance(self.credit_options, dict):
-            raise ValueError(
-                f"algorithm.mrtpo.credit_options must be a mapping of option names; got {self.credit_options!r}"
-            )
-        try:
-            credit_mod.scheme(self.credit).resolve_options(self.credit_options)
-        except ValueError as e:
-            raise ValueError(f"algorithm.mrtpo.credit_options: {e}") from None
-        if "lengths" in self.options:
-            raise ValueError(
-                "algorithm.mrtpo.options.lengths is set by the adapter (token counts of response_mask); remove it"
-            )
+        self.method_config = MethodConfig(
+            method=None,
+            options=self.options,
+            weights=self.weights,
+            credit=self.credit,
+            credit_beta=self.credit_beta,
+            credit_options=self.credit_options,
+            seed=self.seed,
+            labels={
+                name: f"algorithm.{CONFIG_NODE}.{name}"
+                for name in ("options", "weights", "credit", "credit_beta", "credit_options", "seed")
+            },
+        )
         if self.reward_keys is not None:
             if not self.reward_keys or not all(isinstance(k, str) for k in self.reward_keys):
                 raise ValueError(
@@ -229,16 +224,21 @@ class VerlMRTPOConfig:
                 )
             if len(set(self.reward_keys)) != len(self.reward_keys):
                 raise ValueError(f"algorithm.mrtpo.reward_keys has duplicates: {self.reward_keys}")
+            self.method_config.check_rewards(len(self.reward_keys), self.reward_keys)
 
     @classmethod
     def from_algorithm(cls, config: Any) -> VerlMRTPOConfig:
         """Read the ``mrtpo`` node of verl's algorithm config (a DictConfig, an AlgoConfig, a dict or None).
 
-        Unknown keys raise ValueError listing the known ones.
+        Unknown keys raise ValueError listing the known ones. An ``mrtpo_<method>`` estimator name in
+        ``adv_estimator`` sets :attr:`method_config`'s method (its options are then checked here).
         """
         node = _get(config, CONFIG_NODE)
+        estimator = _get(config, "adv_estimator")
+        name = estimator.value if isinstance(estimator, Enum) else estimator
+        method = _method_of(name) if isinstance(name, str) else None
         if node is None:
-            return cls()
+            return cls()._with_method(method)
         values = _plain(node)
         if not isinstance(values, dict):
             raise ValueError(f"algorithm.mrtpo must be a mapping; got {type(node).__name__}")
@@ -247,13 +247,18 @@ class VerlMRTPOConfig:
                 raise ValueError(
                     f"field 'algorithm.{CONFIG_NODE}.{old}' is now 'algorithm.{CONFIG_NODE}.{new}'"
                 )
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls) if f.init}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(
                 f"unknown key(s) {', '.join(map(repr, unknown))} under algorithm.mrtpo; known: {', '.join(sorted(known))}"
             )
-        return cls(**values)
+        return cls(**values)._with_method(method)
+
+    def _with_method(self, method: str | None) -> VerlMRTPOConfig:
+        if method is not None:
+            self.method_config = self.method_config.with_method(method)
+        return self
 
 
 def _get(config: Any, key: str, default: Any = None) -> Any:
@@ -461,7 +466,7 @@ def _columns(cfg: VerlMRTPOConfig, non_tensor_batch: Mapping[str, Any]) -> _Colu
     return _Columns(list(keys), None if lo is None else list(lo), None if hi is None else list(hi))
 
 
-def credit_step(
+def batch_credit(
     method: str,
     response_mask: Tensor,
     index: Sequence[Any] | None,
@@ -503,27 +508,23 @@ def credit_step(
     if response_mask.dim() != 2 or response_mask.shape[0] != n:
         raise ValueError(f"response_mask has shape {tuple(response_mask.shape)}; expected (N={n}, T)")
     mask = response_mask.detach().to("cpu") != 0  # [N, T]
-    if credit_mod.scheme(cfg.credit).replay != "none" and distances is None:
+    mc = cfg.method_config.with_method(method)  # validated once per (configuration, method)
+    if mc.scheme.replay != "none" and distances is None:
         raise ValueError(
             f"algorithm.mrtpo.credit={cfg.credit!r} needs batch['{DISTANCES_KEY}'] ([N, K', T] replay distances); "
             "give mrtpo.integrations.verl.adapter.install() a distances_for, or set algorithm.mrtpo.credit=none for the "
             "response-level method"
         )
     return step_mod.credit_step(
+        mc,
         rewards,
         list(index),
         mask,
-        method=method,
-        options=cfg.options,
-        weights=cfg.weights,
         reward_min=cols.reward_min,
         reward_max=cols.reward_max,
         lengths=mask.sum(1).double(),  # [N]
-        credit_mode=cfg.credit,
-        credit_beta=cfg.credit_beta,
-        credit_options=cfg.credit_options,
         distances=distances,
-        generator=_shuffle_generator(cfg, index),
+        generator=_shuffle_generator(mc.seed, index),
         step=step,
     )
 
@@ -537,12 +538,12 @@ def response_advantages(
 ) -> Tensor:
     """Per-reward response-level advantages ``Â = mrtpo.advantages.compute(method, r, uid) -> [N, K]``.
 
-    The arguments are those of :func:`credit_step`; returns [N, K] float32 on the CPU, columns in
+    The arguments are those of :func:`batch_credit`; returns [N, K] float32 on the CPU, columns in
     reward-key order.
     """
     cfg = config if isinstance(config, VerlMRTPOConfig) else VerlMRTPOConfig.from_algorithm(config)
     cfg = dataclasses.replace(cfg, credit="none")
-    return credit_step(method, response_mask, index, non_tensor_batch, cfg).advantages
+    return batch_credit(method, response_mask, index, non_tensor_batch, cfg).advantages
 
 
 # --------------------------------------------------------------------------------------------------
@@ -555,10 +556,10 @@ EstimatorFn = Callable[..., tuple[Tensor, Tensor]]
 _ESTIMATORS: dict[str, EstimatorFn] = {}
 
 
-def _shuffle_generator(cfg: VerlMRTPOConfig, index: Sequence[Any]) -> torch.Generator:
-    """A generator seeded by ``cfg.seed`` and a CRC of the batch's uids (reproducible, new per batch)."""
+def _shuffle_generator(seed: int, index: Sequence[Any]) -> torch.Generator:
+    """A generator seeded by ``seed`` and a CRC of the batch's uids (reproducible, new per batch)."""
     digest = zlib.crc32("\x1f".join(map(str, index)).encode())
-    return torch.Generator().manual_seed(int(cfg.seed) * 1_000_003 + digest)
+    return torch.Generator().manual_seed(seed * 1_000_003 + digest)
 
 
 def make_estimator(method: str) -> EstimatorFn:
@@ -575,7 +576,7 @@ def make_estimator(method: str) -> EstimatorFn:
     - index: (bs,) group ids (``uid``);
     - config: verl's algorithm config; its ``mrtpo`` node is :class:`VerlMRTPOConfig`;
     - non_tensor_batch: per-reward score arrays and ``extra_info``;
-    - batch: tensors; ``batch["mrtpo_distances"]`` (bs, K', response_length) for distance credit modes.
+    - batch: tensors; ``batch["mrtpo_distances"]`` (bs, K', response_length) for credit schemes that replay.
 
     Returns ``advantages == returns``, (bs, response_length) in the dtype of ``token_level_rewards``,
     exactly 0 where ``response_mask`` is 0.
@@ -609,7 +610,7 @@ def make_estimator(method: str) -> EstimatorFn:
         if batch is not None and DISTANCES_KEY in batch:
             distances = batch[DISTANCES_KEY]
         step = int(kwargs.get("mrtpo_step") or 0)  # from compute_advantage: verl's global step - 1
-        res = credit_step(method, response_mask, index, non_tensor_batch, config, distances, step)
+        res = batch_credit(method, response_mask, index, non_tensor_batch, config, distances, step)
         tok = res.token_advantages.to(device=token_level_rewards.device, dtype=token_level_rewards.dtype)
         return tok, tok
 
@@ -684,7 +685,7 @@ def compute_advantage(
 ) -> Any:
     """verl's ``ray_trainer.compute_advantage`` with the DataProto passed on to ``mrtpo_*`` estimators.
 
-    For an ``mrtpo_*`` name: when the credit mode needs distances, ``batch["mrtpo_distances"]`` is absent
+    For an ``mrtpo_*`` name: when the credit scheme needs distances, ``batch["mrtpo_distances"]`` is absent
     and ``distances_for`` is given, the hook computes Â (to skip pairs with Â = 0) and stores
     ``distances_for(data)(kind, Â)``; then it calls the estimator with ``non_tensor_batch`` and ``batch``
     and writes ``batch["advantages"]`` and ``batch["returns"]`` ((bs, response_length)). Every other
@@ -768,7 +769,7 @@ def _optimizer_step(data: Any, config: Any, step_fn: Callable[[], int | None] | 
     if global_steps is not None:
         return max(0, int(global_steps) - 1)
     cfg = VerlMRTPOConfig.from_algorithm(config) if not isinstance(config, VerlMRTPOConfig) else config
-    opts = credit_mod.scheme(cfg.credit).resolve_options(cfg.credit_options)
+    opts = cfg.method_config.credit_options  # resolved (defaults filled in) by the MethodConfig
     if opts.get("warmup_steps") or opts.get("decay_steps"):
         raise ValueError(
             f"algorithm.mrtpo.credit_options warmup_steps/decay_steps schedule credit={cfg.credit!r} by the "
