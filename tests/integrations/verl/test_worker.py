@@ -542,8 +542,8 @@ def test_entry_point_runs_recipe_through_verl_validation(name, monkeypatch, tmp_
             f"--config-name={name}",
             f"hydra.run.dir={tmp_path}",
             "hydra.output_subdir=null",
-            "hydra/job_logging=disabled",
-            "hydra/hydra_logging=disabled",
+            "hydra/job_logging=none",  # leaves the process's logging as it is ("disabled" would turn off
+            "hydra/hydra_logging=none",  # every existing logger, mrtpo's included, for the later tests)
         ]
     )
     assert seen["cls"] is vm.MRTPOTaskRunner
@@ -680,8 +680,8 @@ def test_entry_point_selects_the_legacy_trainer_and_says_why(monkeypatch, tmp_pa
             "trainer.use_v1=true",
             f"hydra.run.dir={tmp_path}",
             "hydra.output_subdir=null",
-            "hydra/job_logging=disabled",
-            "hydra/hydra_logging=disabled",
+            "hydra/job_logging=none",  # leaves the process's logging as it is ("disabled" would turn off
+            "hydra/hydra_logging=none",  # every existing logger, mrtpo's included, for the later tests)
         ]
     )
     assert seen["cls"] is vm.MRTPOTaskRunner and seen["cfg"].trainer.use_v1 is False
