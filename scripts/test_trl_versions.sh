@@ -31,7 +31,7 @@ for v in "${versions[@]}"; do
   got=$("$env/bin/python" -c "import trl; print(trl.__version__)")
   [ "$got" = "$v" ] || { echo "TRL $v: the environment imports trl $got" >&2; exit 1; }
   echo "== TRL $got"
-  "$env/bin/python" -m pytest -q -p no:cacheprovider ${marker[@]+"${marker[@]}"} tests/test_trl_seams.py \
-    tests/test_trl_trainer.py tests/test_trl_baselines.py tests/test_trl_distributed.py
+  "$env/bin/python" -m pytest -q -p no:cacheprovider ${marker[@]+"${marker[@]}"} tests/integrations/trl/test_seams.py \
+    tests/integrations/trl/test_trainer.py tests/integrations/trl/test_baselines.py tests/integrations/trl/test_distributed.py
   "$env/bin/python" -m mrtpo.integrations.trl.matrix --cells single/bf16/lora/reward ddp/bf16/full/cort
 done

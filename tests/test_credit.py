@@ -334,7 +334,7 @@ def test_conservation_at_float32_extremes_every_scheme(data):
     has = count > 0
     for name in CREDIT_SCHEMES.names():
         if CREDIT_SCHEMES.get(name).token_advantages is not None:
-            continue  # RLSD: its own token advantages, not a redistribution (tests/test_rlsd.py)
+            continue  # RLSD: its own token advantages, not a redistribution (tests/test_credit_rlsd.py)
         d = _grid(data, DIST_VALUES, n, _scheme_rows(name, k), t)
         assert d.dtype == torch.float32 and adv.dtype == torch.float32
         s = allocate(adv, d, mask, beta=beta, credit=name, generator=torch.Generator().manual_seed(0))

@@ -1,23 +1,16 @@
 """Extending mrtpo from outside the package: a credit scheme and an advantage method registered here, in
 user code, and used through ``advantages.compute``, ``credit.allocate`` and one training step of
-``MRTPOTrainer`` (the tiny model and task of test_trl_trainer)."""
+``MRTPOTrainer`` (the tiny model and task of tests/integrations/trl/test_trainer.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Literal
 
 import pytest
 import torch
 
 from mrtpo import advantages, credit
-
-HERE = Path(__file__).parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-from test_trl_trainer import make_trainer  # noqa: E402
+from tests.integrations.trl.test_trainer import make_trainer
 
 # ------------------------------------------------------------------ the user's code
 

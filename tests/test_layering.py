@@ -1,7 +1,12 @@
-"""The core imports only torch and the standard library; the CLI imports heavy code lazily."""
+"""The core imports only torch and the standard library; the CLI imports heavy code lazily; no two modules
+of the package import each other, even inside functions."""
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 CORE = [
     "mrtpo.registry",
@@ -48,3 +53,72 @@ def test_each_engine_is_its_own_room():
     assert not [m for m in trl_side if m.startswith(("mrtpo.integrations.verl", "verl"))]
     verl_side = _loaded_after("import mrtpo.integrations.verl.adapter")
     assert not [m for m in verl_side if m.startswith(("mrtpo.integrations.trl", "trl"))]
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the modules under ``root`` it imports anywhere in its text (top level or in a function);
+    ``from pkg import name`` counts as an import of ``pkg.name`` when that is a module, else of ``pkg``."""
+    files = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                out |= {a.name for a in node.names if a.name in files}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                for a in node.names:
+                    out.add(f"{base}.{a.name}" if f"{base}.{a.name}" in files else base)
+        graph[name] = (out & files.keys()) - {name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_sees_a_lazy_import_cycle(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    from pkg.c import g\n")
+    (pkg / "c.py").write_text("def g():\n    from . import a\n")
+    (pkg / "d.py").write_text("from pkg import a\n")  # imports into the cycle, is not part of it
+    assert _import_graph(tmp_path)["pkg.b"] == {"pkg.c"}
+    assert _cycles(_import_graph(tmp_path)) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
+def test_no_import_cycles_in_the_package():
+    assert _cycles(_import_graph(SRC)) == []

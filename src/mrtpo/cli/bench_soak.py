@@ -10,7 +10,7 @@ last step, their growth, and the run folder's size by part beside the forecast t
 prints. The exit code is 1 when the growth exceeds ``--max-growth`` percent (a leak), else 0. The run
 folder is a temporary one, removed at the end, unless ``--run-dir`` is given. Overrides are those of
 ``mrtpo train``. It takes minutes (about 1 s a step on one CPU thread for the tiny recipe): it is a
-command, not a test (``tests/test_bench_soak.py`` runs a few steps of it).
+command, not a test (``tests/cli/test_bench_soak.py`` runs a few steps of it).
 """
 
 from __future__ import annotations

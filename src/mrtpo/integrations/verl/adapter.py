@@ -42,7 +42,7 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
 Configuration: the optional node ``algorithm.mrtpo`` (:class:`VerlMRTPOConfig`), e.g.
 ``+algorithm.mrtpo.credit=reward +algorithm.mrtpo.credit_beta=0.5 +algorithm.mrtpo.options.whiten=token``.
 
-Conventions that differ from verl's built-in estimators (each tested in tests/test_verl_adapter.py):
+Conventions that differ from verl's built-in estimators (each tested in tests/integrations/verl/test_adapter.py):
 
 - ``mrtpo_grpo`` (weights 1) equals verl's ``grpo`` (``norm_adv_by_std_in_grpo=True``): both use the
   unbiased group std plus eps = 1e-6, and mean 0 / std 1 for a group of one. mrtpo sets a group whose

@@ -74,7 +74,7 @@ _upstream_log = logging.getLogger("mrtpo.tasks.instruct.upstream")
 _reported: set[tuple[str, str]] = set()
 
 #: NLTK resource -> instruction ids whose checker needs it (see :mod:`nltk_fallback` for the fallbacks).
-#: Derived by running every checker without NLTK data (tests/test_instruct_checkers.py re-derives it).
+#: Derived by running every checker without NLTK data (tests/tasks/instruct/test_checkers.py re-derives it).
 NLTK_DATA_USERS: dict[str, tuple[str, ...]] = {
     "punkt_tab": (
         "change_case:capital_word_frequency",

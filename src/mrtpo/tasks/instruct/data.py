@@ -33,7 +33,7 @@ Formats (``fmt="auto"`` tells them apart per row):
   the full one (zero distance, so its advantage is spread uniformly).
 - **MulDimIF** (``conversations``, ``constraints`` as ``[category, sub-type, sentence]``): one slot per
   constraint, checked by :mod:`mrtpo.tasks.instruct.muldimif` (instruction ids ``muldimif:{category}_{sub-type}``);
-  each sentence is located in the prompt (:func:`mrtpo.tasks.instruct.muldimif.locate_sentence`).
+  :func:`from_muldimif_row` locates each sentence in the prompt (:func:`locate_sentence`).
 - **mrtpo** rows written by ``Example.to_dict`` (e.g. a saved synthetic set).
 
 Segments are joined with a blank line (:func:`mrtpo.prompt.assemble`), so a prompt cut at sentence
@@ -57,7 +57,7 @@ from typing import Any, Literal
 
 from mrtpo.prompt import Segment
 from mrtpo.tasks.base import Example
-from mrtpo.tasks.instruct import checkers
+from mrtpo.tasks.instruct import checkers, muldimif
 from mrtpo.tasks.instruct.nltk_fallback import ABBREVIATIONS
 
 Span = tuple[int, int]
@@ -438,6 +438,80 @@ def from_hir_row(row: Mapping[str, Any], *, index: int, max_constraints: int) ->
     return ex
 
 
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 2}
+
+
+def locate_sentence(prompt: str, sentence: str) -> tuple[int, int] | None:
+    """Where a constraint sentence is stated in ``prompt``: the prompt sentences covering its last
+    verbatim occurrence (any case, trailing punctuation ignored; the last, since Example-pattern prompts
+    show worked examples before the question), else the prompt sentence sharing the most words with it
+    (the later one on ties) if it holds at least 60% of the constraint's words longer than two letters,
+    else None."""
+    spans = sentence_spans(prompt)
+    target = sentence.strip().rstrip(".!?。").strip()
+    at = prompt.lower().rfind(target.lower()) if len(target) >= 8 else -1  # the last: after any examples
+    if at >= 0:
+        covering = [s for s in spans if s[0] < at + len(target) and s[1] > at]
+        if covering:
+            return covering[0][0], covering[-1][1]
+    want = _words(sentence)
+    if not want:
+        return None
+    best, best_share = None, 0.0
+    for span in spans:
+        share = len(want & _words(prompt[span[0] : span[1]])) / len(want)
+        if share > 0 and share >= best_share:  # ties: the later sentence
+            best, best_share = span, share
+    return best if best_share >= 0.6 else None
+
+
+def from_muldimif_row(row: Any, *, index: int, max_constraints: int) -> Example:
+    """A MulDimIF row (``id``, ``conversations``, ``constraints``, ...) as an ``instruct`` example: one
+    reward slot per constraint, constraint k's sentence the prompt segment tagged ``c{k}`` (located by
+    :func:`locate_sentence`; ``meta["located"][k]`` is False when it is not found, and then it has no
+    segment). ``meta`` also holds ``constraints`` (the triples), ``constraint_pattern`` and ``difficulty``.
+    Only single-turn rows (an optional system message, then one user message) are supported."""
+    where = f"row {index} (id {row.get('id', index)!r})" if isinstance(row, dict) else f"row {index}"
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected an object")
+    conv = row.get("conversations")
+    cons = row.get("constraints")
+    if not isinstance(conv, list) or not conv or not isinstance(cons, list) or not cons:
+        raise ValueError(f"{where}: MulDimIF rows need non-empty 'conversations' and 'constraints'")
+    system = [m for m in conv if isinstance(m, dict) and m.get("role") == "system"]
+    turns = [m for m in conv if isinstance(m, dict) and m.get("role") != "system"]
+    if turns and turns[-1].get("role") == "assistant":
+        turns = turns[:-1]  # a row that already holds a reply
+    if len(turns) != 1 or turns[0].get("role") != "user":
+        raise ValueError(f"{where}: only single-turn MulDimIF rows can be training rows ({len(turns)} turns)")
+    for k, c in enumerate(cons):
+        if not isinstance(c, (list, tuple)) or len(c) != 3 or not all(isinstance(x, str) for x in c):
+            raise ValueError(f"{where}: constraint {k} must be [category, sub-type, sentence], got {c!r}")
+        if muldimif.type_key(c) not in muldimif.CONSTRAINT_TYPES:
+            raise ValueError(
+                f"{where}: unknown instruction id '{muldimif.ID_PREFIX}{muldimif.type_key(c)}' (constraint {k})"
+            )
+    if len(cons) > max_constraints:
+        raise ValueError(f"{where}: {len(cons)} constraints; max_constraints={max_constraints}")
+    prompt = str(turns[0].get("content", ""))
+    spans = [locate_sentence(prompt, c[2]) for c in cons]
+    segments = [Segment(str(m.get("content", "")), role="system") for m in system if m.get("content")]
+    segments += segments_from_spans(prompt, spans)
+    ex = Example(id=str(row.get("id", index)), segments=segments)
+    ex.meta = {
+        "instruction_ids": [muldimif.ID_PREFIX + muldimif.type_key(c) for c in cons],
+        "kwargs": [{} for _ in cons],
+        "constraints": [list(c) for c in cons],
+        "prompt": prompt,
+        "source": "muldimif",
+        "located": [s is not None for s in spans],
+        "constraint_pattern": str(row.get("constraint_pattern", "")),
+        "difficulty": str(row.get("difficulty", "")),
+    }
+    return ex
+
+
 def rows_to_examples(
     rows: Iterable[Mapping[str, Any]],
     *,
@@ -478,9 +552,7 @@ def rows_to_examples(
             elif kind == "ifeval":
                 ex = from_ifeval_row(row, index=index, max_constraints=max_constraints)
             elif kind == "muldimif":
-                from mrtpo.tasks.instruct.muldimif import example_from_row
-
-                ex = example_from_row(row, index=index, max_constraints=max_constraints)
+                ex = from_muldimif_row(row, index=index, max_constraints=max_constraints)
             else:
                 ex = from_hir_row(row, index=index, max_constraints=max_constraints)
         except ValueError as e:

@@ -33,6 +33,7 @@ from typing import Any
 
 from mrtpo.registry import Registry
 from mrtpo.tasks.base import Verdict, Verifier
+from mrtpo.tasks.instruct import nltk_fallback
 
 Check = Callable[[str, str], bool]
 
@@ -784,8 +785,6 @@ _PUNCT_NAMES = {"period": ".", "question mark": "?", "exclamation mark": "!", "s
 
 
 def _sentences(text: str) -> list[str]:
-    from mrtpo.tasks.instruct import nltk_fallback
-
     return nltk_fallback.sent_tokenize(text)
 
 
@@ -1685,88 +1684,10 @@ def check_others_content(sentence: str, text: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------
-# MulDimIF rows as training examples of the ``instruct`` task
+# Instruction ids and the ``instruct`` task's verifier
 
 #: prefix of the instruction ids of MulDimIF constraints in an example's ``meta["instruction_ids"]``
 ID_PREFIX = "muldimif:"
-
-
-def _words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 2}
-
-
-def locate_sentence(prompt: str, sentence: str) -> tuple[int, int] | None:
-    """Where a constraint sentence is stated in ``prompt``: the prompt sentences covering its last
-    verbatim occurrence (any case, trailing punctuation ignored; the last, since Example-pattern prompts
-    show worked examples before the question), else the prompt sentence sharing the most words with it
-    (the later one on ties) if it holds at least 60% of the constraint's words longer than two letters,
-    else None."""
-    from mrtpo.tasks.instruct.data import sentence_spans
-
-    spans = sentence_spans(prompt)
-    target = sentence.strip().rstrip(".!?。").strip()
-    at = prompt.lower().rfind(target.lower()) if len(target) >= 8 else -1  # the last: after any examples
-    if at >= 0:
-        covering = [s for s in spans if s[0] < at + len(target) and s[1] > at]
-        if covering:
-            return covering[0][0], covering[-1][1]
-    want = _words(sentence)
-    if not want:
-        return None
-    best, best_share = None, 0.0
-    for span in spans:
-        share = len(want & _words(prompt[span[0] : span[1]])) / len(want)
-        if share > 0 and share >= best_share:  # ties: the later sentence
-            best, best_share = span, share
-    return best if best_share >= 0.6 else None
-
-
-def example_from_row(row: Any, *, index: int, max_constraints: int):
-    """A MulDimIF row (``id``, ``conversations``, ``constraints``, ...) as an ``instruct`` example: one
-    reward slot per constraint, constraint k's sentence the prompt segment tagged ``c{k}`` (located by
-    :func:`locate_sentence`; ``meta["located"][k]`` is False when it is not found, and then it has no
-    segment). ``meta`` also holds ``constraints`` (the triples), ``constraint_pattern`` and ``difficulty``.
-    Only single-turn rows (an optional system message, then one user message) are supported."""
-    from mrtpo.prompt import Segment
-    from mrtpo.tasks.base import Example
-    from mrtpo.tasks.instruct.data import segments_from_spans
-
-    where = f"row {index} (id {row.get('id', index)!r})" if isinstance(row, dict) else f"row {index}"
-    if not isinstance(row, dict):
-        raise ValueError(f"{where}: expected an object")
-    conv = row.get("conversations")
-    cons = row.get("constraints")
-    if not isinstance(conv, list) or not conv or not isinstance(cons, list) or not cons:
-        raise ValueError(f"{where}: MulDimIF rows need non-empty 'conversations' and 'constraints'")
-    system = [m for m in conv if isinstance(m, dict) and m.get("role") == "system"]
-    turns = [m for m in conv if isinstance(m, dict) and m.get("role") != "system"]
-    if turns and turns[-1].get("role") == "assistant":
-        turns = turns[:-1]  # a row that already holds a reply
-    if len(turns) != 1 or turns[0].get("role") != "user":
-        raise ValueError(f"{where}: only single-turn MulDimIF rows can be training rows ({len(turns)} turns)")
-    for k, c in enumerate(cons):
-        if not isinstance(c, (list, tuple)) or len(c) != 3 or not all(isinstance(x, str) for x in c):
-            raise ValueError(f"{where}: constraint {k} must be [category, sub-type, sentence], got {c!r}")
-        if type_key(c) not in CONSTRAINT_TYPES:
-            raise ValueError(f"{where}: unknown instruction id '{ID_PREFIX}{type_key(c)}' (constraint {k})")
-    if len(cons) > max_constraints:
-        raise ValueError(f"{where}: {len(cons)} constraints; max_constraints={max_constraints}")
-    prompt = str(turns[0].get("content", ""))
-    spans = [locate_sentence(prompt, c[2]) for c in cons]
-    segments = [Segment(str(m.get("content", "")), role="system") for m in system if m.get("content")]
-    segments += segments_from_spans(prompt, spans)
-    ex = Example(id=str(row.get("id", index)), segments=segments)
-    ex.meta = {
-        "instruction_ids": [ID_PREFIX + type_key(c) for c in cons],
-        "kwargs": [{} for _ in cons],
-        "constraints": [list(c) for c in cons],
-        "prompt": prompt,
-        "source": "muldimif",
-        "located": [s is not None for s in spans],
-        "constraint_pattern": str(row.get("constraint_pattern", "")),
-        "difficulty": str(row.get("difficulty", "")),
-    }
-    return ex
 
 
 #: One constraint per check family of :data:`CHECKS` (sentences as the benchmark writes them): what

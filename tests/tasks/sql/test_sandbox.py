@@ -290,7 +290,7 @@ def test_pool_argument_errors():
 
 # -- hostile input and faults --------------------------------------------------------------------------
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[3] / "src")
 
 
 def test_comment_stripping_is_linear():

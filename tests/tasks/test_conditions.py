@@ -20,7 +20,7 @@ from mrtpo.tasks.conditions import (
     parse_conditions,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NAMES = ["format", "executable", "execution"]
 
 
@@ -96,7 +96,7 @@ def test_config_reads_the_task_option_and_names_a_bad_entry():
 
 
 def test_trainer_conditions_before_the_advantages_and_logs_both(tmp_path):
-    from test_trl_trainer import TinyTask, make_trainer
+    from tests.integrations.trl.test_trainer import TinyTask, make_trainer
 
     task = ConditionedTask(TinyTask(), {"long": ["the", 1.0]})  # "long" pays only with "the"
     tr = make_trainer(tmp_path / "c", task=task, advantage_method="gdpo", credit="none", max_steps=2)

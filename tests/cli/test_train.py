@@ -13,7 +13,7 @@ import yaml
 from mrtpo.cli.main import main
 from mrtpo.integrations.trl.recipe import apply_overrides, load_config, parse_overrides
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # the recipes of `mrtpo train` (recipes/ also holds configs of other launchers, e.g. verl's)
 RECIPES = [r for r in sorted((ROOT / "recipes").glob("*.yaml")) if r.read_text().startswith("# mrtpo train ")]
 

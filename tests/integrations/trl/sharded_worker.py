@@ -1,8 +1,8 @@
-"""Worker of tests/test_trl_distributed.py: the trainer's replay, CoRT and OPSD paths under FSDP2 (2 gloo
+"""Worker of tests/integrations/trl/test_distributed.py: the trainer's replay, CoRT and OPSD paths under FSDP2 (2 gloo
 processes, ``fully_shard`` by hand), each compared with the same method of a trainer whose model is an
 unsharded copy (``replay_sharding="none"``), on the same rows.
 
-    torchrun --standalone --nproc_per_node 2 trl_sharded_worker.py OUT_DIR
+    torchrun --standalone --nproc_per_node 2 tests/integrations/trl/sharded_worker.py OUT_DIR
 
 Rank 0 has 3 active responses out of 4, rank 1 none (all advantages 0). Writes OUT_DIR/rank{r}.json.
 """
@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository: the tests package
 from mrtpo.integrations.trl.trainer import _Scored
-from sharded_worker import count_calls, shard
-from test_trl_trainer import TinyTask, make_trainer, tiny_tokenizer
+from tests.integrations.trl.test_trainer import TinyTask, make_trainer, tiny_tokenizer
+from tests.sharded_worker import count_calls, shard
 
 
 def batch(tr, rank: int, b: int = 4, t: int = 5):

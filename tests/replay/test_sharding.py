@@ -1,5 +1,5 @@
 """Replay under FSDP2 parameter sharding: 2 CPU processes (torchrun, gloo), a tiny Qwen2 wrapped with
-``fully_shard`` by hand (accelerate does not enable FSDP on CPU). The worker is tests/sharded_worker.py.
+``fully_shard`` by hand (accelerate does not enable FSDP on CPU). The worker is tests/replay/sharded_worker.py.
 
 - ``gather`` and ``lockstep`` return on each rank the distances of an unsharded single-process replay of
   that rank's requests (rank 0: three responses, rank 1: none), before and after an FSDP2 training step
@@ -23,7 +23,7 @@ import torch
 from mrtpo import replay as R
 
 HERE = Path(__file__).parent
-SRC = HERE.parent / "src"
+SRC = HERE.parents[1] / "src"
 
 
 def _torchrun(scenario: str, out: Path, timeout: int = 240, extra_env=None) -> subprocess.CompletedProcess:

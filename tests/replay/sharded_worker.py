@@ -1,4 +1,4 @@
-"""Worker of tests/test_replay_sharded.py: one process of a 2-process gloo run of FSDP2-sharded replay.
+"""Worker of tests/replay/test_sharding.py: one process of a 2-process gloo run of FSDP2-sharded replay.
 
     torchrun --standalone --nproc_per_node 2 sharded_worker.py SCENARIO OUT_DIR
 

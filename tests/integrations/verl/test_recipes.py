@@ -9,7 +9,7 @@ import yaml
 
 from mrtpo.integrations.verl import adapter as va
 
-RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("verl_*.yaml"))
+RECIPES = sorted((Path(__file__).resolve().parents[3] / "recipes").glob("verl_*.yaml"))
 # keys a recipe may add to verl's schema: the adapter's node and the Ray environment variables
 NEW_KEYS = ("algorithm.mrtpo.", "ray_kwargs.ray_init.runtime_env.env_vars.")
 

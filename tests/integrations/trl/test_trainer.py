@@ -1,7 +1,7 @@
 """MRTPOTrainer on a tiny task: equality with TRL's GDPO mode, beta = 0, credit conservation, reuse of
 the rollout pass, and the run folder.
 
-The tiny task (also imported by the other test_trl_* files and the torchrun script) has two {0, 1}
+The tiny task (also imported by the other tests of MRTPOTrainer and the torchrun scripts) has two {0, 1}
 verifiers over the conftest word vocabulary: ``the`` (the response contains the word "the", checked
 spans: each "the") and ``long`` (at least 4 words). Each prompt has one segment per reward and,
 optionally, a privileged reference segment for ``the``.
@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -20,12 +18,7 @@ import torch
 
 from mrtpo.prompt import Segment
 from mrtpo.tasks.base import Example, Task, Verdict, Verifier
-
-HERE = Path(__file__).parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-from conftest import WORDS  # noqa: E402
+from tests.conftest import WORDS
 
 
 class HasThe(Verifier):

@@ -8,7 +8,7 @@ import torch
 
 from mrtpo import credit, replay
 from mrtpo.losses import generalized_jsd
-from test_trl_trainer import TinyTask, fresh_model, make_trainer, params
+from tests.integrations.trl.test_trainer import TinyTask, fresh_model, make_trainer, params
 
 
 def _logits(model, ctx, resp):
@@ -132,7 +132,7 @@ def _gemma2(tok):
 
 def test_opsd_on_a_softcapped_model_matches_its_own_logits(tmp_path):
     """OPSD projects hidden states itself: on Gemma 2 it must apply the soft-cap as the model does."""
-    from test_trl_trainer import tiny_tokenizer
+    from tests.integrations.trl.test_trainer import tiny_tokenizer
 
     task, tok = TinyTask(privileged=True), tiny_tokenizer()
     tr = make_trainer(

@@ -29,6 +29,7 @@ from mrtpo.integrations.verl import worker as vw
 from mrtpo.tasks.toy import build_toy_tokenizer, make_example
 
 HERE = Path(__file__).parent
+ROOT = HERE.parents[2]  # the repository
 KEYS = ["start", "end", "include", "length", "wrap"]
 EXAMPLES = [
     make_example({"start": "apple", "end": "river", "include": "stone", "length": 4, "wrap": "<b>"}, "e0"),
@@ -211,8 +212,8 @@ SP_SCRIPT = textwrap.dedent(
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
-    sys.path.insert(0, {tests!r})
-    from test_verl_worker import SP_CASES, sp_case, toy_model
+    sys.path.insert(0, {root!r})
+    from tests.integrations.verl.test_worker import SP_CASES, sp_case, toy_model
     from verl.utils import ulysses
     from mrtpo.integrations.verl import worker as vw
     from mrtpo.tasks.toy import build_toy_tokenizer
@@ -264,9 +265,9 @@ def test_sp_split_over_two_gloo_processes_matches_one_process(tmp_path, tok, mod
     if torchrun is None:
         pytest.skip("torchrun is not installed")
     script = tmp_path / "sp.py"
-    script.write_text(SP_SCRIPT.format(tests=str(HERE)))
+    script.write_text(SP_SCRIPT.format(root=str(ROOT)))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent / "src"), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
         [torchrun, "--standalone", "--nproc_per_node=2", str(script), str(tmp_path)],  # a free port
         capture_output=True,
@@ -544,12 +545,12 @@ def test_entry_point_runs_recipe_through_verl_validation(name, monkeypatch, tmp_
     monkeypatch.chdir(tmp_path)
     vm.main(
         [
-            f"--config-path={HERE.parent / 'recipes'}",
+            f"--config-path={ROOT / 'recipes'}",
             f"--config-name={name}",
             f"hydra.run.dir={tmp_path}",
             "hydra.output_subdir=null",
-            "hydra/job_logging=disabled",
-            "hydra/hydra_logging=disabled",
+            "hydra/job_logging=none",  # leaves the process's logging as it is ("disabled" would turn off
+            "hydra/hydra_logging=none",  # every existing logger, mrtpo's included, for the later tests)
         ]
     )
     assert seen["cls"] is vm.MRTPOTaskRunner
@@ -682,13 +683,13 @@ def test_entry_point_selects_the_legacy_trainer_and_says_why(monkeypatch, tmp_pa
     monkeypatch.chdir(tmp_path)
     vm.main(
         [
-            f"--config-path={HERE.parent / 'recipes'}",
+            f"--config-path={ROOT / 'recipes'}",
             "--config-name=verl_sql_mrtpo",
             "trainer.use_v1=true",
             f"hydra.run.dir={tmp_path}",
             "hydra.output_subdir=null",
-            "hydra/job_logging=disabled",
-            "hydra/hydra_logging=disabled",
+            "hydra/job_logging=none",  # leaves the process's logging as it is ("disabled" would turn off
+            "hydra/hydra_logging=none",  # every existing logger, mrtpo's included, for the later tests)
         ]
     )
     assert seen["cls"] is vm.MRTPOTaskRunner and seen["cfg"].trainer.use_v1 is False

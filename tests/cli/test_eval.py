@@ -16,7 +16,7 @@ from mrtpo.cli.main import main
 from mrtpo.eval import plugins
 from mrtpo.eval.benchmark import BENCHMARKS
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 # A user's evaluation, written as a user would in their own file: answers must be as long (in words) as
 # the prompt asks. Nothing in the package knows it.

@@ -125,7 +125,7 @@ def test_signed_replay_is_teacher_minus_student_from_full_logits(tiny_model, tin
 
 
 def _trl_check(tmp_path, **kw):
-    from test_trl_trainer import TinyTask, fresh_model, make_trainer
+    from tests.integrations.trl.test_trainer import TinyTask, fresh_model, make_trainer
 
     tr = make_trainer(
         tmp_path, task=TinyTask(privileged=True), credit="rlsd", credit_beta=0.6, max_steps=1,
@@ -169,7 +169,7 @@ def test_rlsd_on_trl_with_two_iterations_still_matches_the_naive_gap(tmp_path):
 
 
 def test_rlsd_options_are_refused_with_another_credit(tmp_path):
-    from test_trl_trainer import tiny_config
+    from tests.integrations.trl.test_trainer import tiny_config
 
     with pytest.raises(ValueError, match=r"rlsd_eps=0\.1 is an option of credit='rlsd' but credit='reward'"):
         tiny_config(tmp_path, credit="reward", rlsd_eps=0.1)
@@ -189,8 +189,8 @@ def verl_case(monkeypatch):
     pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl==0.9.1 is not installed")
     from dataclasses import replace
 
-    import test_verl_worker as tvw
     from mrtpo.prompt import Segment
+    from tests.integrations.verl import test_worker as tvw
 
     ref = Segment("<b> apple stone river </b>", rewards=frozenset({"start", "end"}), privileged=True)
     examples = [replace(tvw.EXAMPLES[0], segments=[*tvw.EXAMPLES[0].segments, ref]), tvw.EXAMPLES[1]]

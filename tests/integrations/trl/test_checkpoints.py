@@ -17,7 +17,7 @@ import torch
 from mrtpo.cli.main import main
 from mrtpo.integrations.trl.checkpoints import checkpoint_problems, pick_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 RECIPE = str(ROOT / "recipes" / "tiny_cpu.yaml")
 # 4 prompts, 2 per step: an epoch is 2 optimizer steps
 SMALL = [

@@ -512,7 +512,7 @@ def test_instruct_task_rows_from_muldimif(tmp_path):
 
 # ---------------------------------------------------------------------------------------------------
 # Agreement with the public evaluation code, run side by side when a checkout of it is at hand:
-#   MULDIMIF_REPO=/path/to/MulDimIF pytest tests/test_muldimif.py -k public
+#   MULDIMIF_REPO=/path/to/MulDimIF pytest tests/tasks/instruct/test_muldimif.py -k public
 # (the public repository: github.com/Junjie-Ye/MulDimIF; its Code/evaluation/scripts are imported as they
 # are, and its Data/test.json gives the constraints). Skipped without the checkout.
 

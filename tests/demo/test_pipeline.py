@@ -326,7 +326,7 @@ def test_toy_recipe_is_the_demo_mrtpo_run():
     from mrtpo.demo.runs import RLConfig, run_config
     from mrtpo.integrations.trl.recipe import load_config
 
-    path = Path(__file__).resolve().parents[1] / "recipes" / "toy_mrtpo.yaml"
+    path = Path(__file__).resolve().parents[2] / "recipes" / "toy_mrtpo.yaml"
     want = run_config("mrtpo", 0, RLConfig(), "mrtpo-demo/warmstart/ws0", "runs/toy_mrtpo")
     assert yaml.safe_load(path.read_text()) == want
     cfg = load_config(path)

@@ -9,7 +9,7 @@ import pytest
 
 from mrtpo.cli.main import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPE = str(ROOT / "recipes" / "tiny_cpu.yaml")
 SMALL = [
     "--task.options.size=32",

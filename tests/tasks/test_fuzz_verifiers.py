@@ -8,7 +8,7 @@ every instruction checker (its strict verdict, the training verdict) and every s
 cap, so these bound their time at the lengths a 32k-token completion reaches.
 
 Budget: the ``mrtpo-ci`` settings profile (30 examples per property, derandomized, no example
-database) keeps the file under a minute; ``MRTPO_FUZZ_EXAMPLES=2000 pytest tests/test_fuzz_verifiers.py``
+database) keeps the file under a minute; ``MRTPO_FUZZ_EXAMPLES=2000 pytest tests/tasks/test_fuzz_verifiers.py``
 loads the ``mrtpo-fuzz`` profile with that many examples per property (random seeds).
 """
 

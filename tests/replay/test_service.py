@@ -217,7 +217,7 @@ def test_a_new_replay_kind_is_one_function_and_one_registration(tiny_model, tiny
     assert len(user_kind.read_text().splitlines()) == 3  # the kind's function ran once per response
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = [  # the tiny recipe made smaller: 8 responses per step (2 prompts x G = 4), 6 tokens
     "--task.options.size=16",
     "--data.limit=16",
@@ -255,7 +255,13 @@ def test_a_users_replay_kind_runs_on_verl_workers(user_kind):
 
     from mrtpo.integrations.verl import adapter as va
     from mrtpo.integrations.verl import worker as vw
-    from test_verl_worker import KEYS, build_toy_tokenizer, gdpo_advantages, toy_batch, toy_model
+    from tests.integrations.verl.test_worker import (
+        KEYS,
+        build_toy_tokenizer,
+        gdpo_advantages,
+        toy_batch,
+        toy_model,
+    )
 
     importlib.import_module("my_kind")
     tok = build_toy_tokenizer()

@@ -1,7 +1,7 @@
 """Two CPU processes (torchrun, gloo): the reward matrix is gathered, advantages are computed on all N
 responses and sliced per process, replay and allocation run locally, and the weights stay in sync;
 with ``replay_sharding="lockstep"`` both processes make the same number of replay forwards. Under FSDP2
-(wrapped by hand: accelerate does not enable FSDP on CPU; worker tests/trl_sharded_worker.py) the
+(wrapped by hand: accelerate does not enable FSDP on CPU; worker tests/integrations/trl/sharded_worker.py) the
 trainer's replay, CoRT and OPSD paths equal those of an unsharded copy."""
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).parent
+ROOT = HERE.parents[2]  # the repository
 
 SCRIPT = textwrap.dedent(
     """
     import json, os, sys
     import torch
     torch.set_num_threads(1)
-    sys.path.insert(0, {tests!r})
-    from test_trl_trainer import TinyTask, fresh_model, make_trainer, params, tiny_tokenizer
+    sys.path.insert(0, {root!r})
+    from tests.integrations.trl.test_trainer import TinyTask, fresh_model, make_trainer, params, tiny_tokenizer
     from mrtpo import advantages
 
     out = sys.argv[1]
@@ -77,7 +78,7 @@ def _env():
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "ACCELERATE_USE_CPU": "true",
-        "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
     }
 
 
@@ -86,7 +87,7 @@ def _env():
 def test_two_process_torchrun_gloo(tmp_path, sharding):
     torchrun = _torchrun()
     script = tmp_path / "run.py"
-    script.write_text(SCRIPT.format(tests=str(HERE)))
+    script.write_text(SCRIPT.format(root=str(ROOT)))
     out = tmp_path / "out"
     env = _env()
     proc = subprocess.run(
@@ -123,7 +124,7 @@ def test_trainer_paths_under_fsdp2_match_an_unsharded_copy(tmp_path):
             *_torchrun(),
             "--standalone",
             "--nproc_per_node=2",
-            str(HERE / "trl_sharded_worker.py"),
+            str(HERE / "sharded_worker.py"),
             str(tmp_path),
         ],
         capture_output=True,
@@ -178,7 +179,7 @@ def test_mrtpo_train_on_two_processes_with_different_data_per_process(tmp_path):
     out = tmp_path / "run"
     cmd = [
         *_torchrun(), "--standalone", "--nproc_per_node=2", "-m", "mrtpo.cli.main", "train",
-        str(HERE.parent / "recipes" / "tiny_cpu.yaml"), "--data.source", str(data), "--trl.max_steps", "6",
+        str(ROOT / "recipes" / "tiny_cpu.yaml"), "--data.source", str(data), "--trl.max_steps", "6",
         "--trl.per_device_train_batch_size", "8", "--trl.num_generations", "8",  # one prompt per process
         "--trl.save_strategy", "no", "--trl.report_to", "[]", "--trl.output_dir", str(out),
         "--method.replay_sharding", "lockstep",
@@ -201,8 +202,8 @@ def test_readme_zero3_cpu_command_trains(tmp_path):
     out = tmp_path / "run"
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-        str(HERE.parent / "recipes" / "accelerate_zero3_cpu.yaml"), "-m", "mrtpo.cli.main", "train",
-        str(HERE.parent / "recipes" / "tiny_cpu.yaml"), "--trl.max_steps", "4", "--trl.save_steps", "4",
+        str(ROOT / "recipes" / "accelerate_zero3_cpu.yaml"), "-m", "mrtpo.cli.main", "train",
+        str(ROOT / "recipes" / "tiny_cpu.yaml"), "--trl.max_steps", "4", "--trl.save_steps", "4",
         "--trl.report_to", "[]", "--trl.output_dir", str(out),
     ]  # fmt: skip
     env = {k: v for k, v in _env().items() if k != "ACCELERATE_USE_CPU"}
