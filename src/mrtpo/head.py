@@ -56,9 +56,14 @@ def row_chunks(rows: int, chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[slice]:
 
 PROJECTIONS = ("float32", "tf32", "bfloat16")
 """Precision of the vocabulary projection ``hidden @ weight.T`` (the logit transform, softmax and JS
-always run in float32): "float32" exact, "tf32" (TF32 tensor cores on CUDA where the caller allows them,
-see :func:`mrtpo.replay.replay`), "bfloat16" (hidden states and weight rounded to bfloat16, float32
-accumulation)."""
+always run in float32): "float32" exact (replay turns TF32 matmuls off for the projection even where the
+user turned them on), "tf32" (``torch.set_float32_matmul_precision("high")``: TF32 tensor cores on CUDA,
+no effect on CPU), "bfloat16" (hidden states and weight rounded to bfloat16, float32 accumulation). The
+error of the distances is bounded by the error of the logits: for each token, ``|d' - d| <= 2 max_v
+|z'_v - z_v| / sqrt(ln 2)`` (triangle inequality of the JS distance and ``JSD(p, p') <= (KL(p||p') +
+KL(p'||p)) / 4`` with ``|log p' - log p| <= 2 max |z' - z|``); rounding both factors of the product to
+``b`` mantissa bits gives ``|z' - z| <= 2^(1-b) |h| |w_v|`` (bfloat16: b = 8, TF32: b = 11).
+``mrtpo bench replay`` prints the measured error beside this bound."""
 
 
 class _Linear:

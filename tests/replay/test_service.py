@@ -277,3 +277,37 @@ def test_a_users_replay_kind_runs_on_verl_workers(user_kind):
         ref = naive_js(model, ctx.full, ctx.leave_one_out[0], resp).float() if ran else torch.zeros(len(resp))
         torch.testing.assert_close(res.distances[j, 0, : len(resp)], ref, atol=2e-5, rtol=0)
     assert res.distances.shape == (8, 1, mask.shape[1])
+
+
+def test_explain_shows_a_users_scheme_through_its_replay_kind(user_kind):
+    import importlib
+
+    from mrtpo.analysis.explain import credit_view, live_record
+    from mrtpo.models.tiny import build_model
+    from mrtpo.tasks import load_task
+    from mrtpo.tasks.toy import build_toy_tokenizer, make_example
+
+    importlib.import_module("my_kind")
+    tok = build_toy_tokenizer()
+    model = build_model(len(tok), hidden_size=32, num_layers=2, seed=0, dtype=torch.float32)
+    ex = make_example({"start": "apple", "end": "river", "wrap": "<b>"}, "ex-0", ["wrap", "start", "end"])
+    verifiers = load_task("toy", size=8).verifiers(ex)
+    names = [v.name for v in verifiers]  # start, end, include, length, wrap
+    response = "<b> apple cloud stone river </b>"
+    adv = [0.5, -1.0, 0.0, 0.0, 0.25]
+    rec = live_record(model, tok, ex, verifiers, response, adv, credit_beta=0.5, credit="first_reward")
+    assert rec["credit"] == "first_reward" and len(rec["distances"]) == 1  # the kind's one row
+    ctx = replay.build_contexts(tok, ex.segments, names)
+    ids = tok(response, add_special_tokens=False)["input_ids"]
+    ref = naive_js(model, ctx.full, ctx.leave_one_out[0], ids)  # C vs C_-start (the first reward)
+    assert rec["distances"][0] == pytest.approx(ref.tolist(), abs=2e-5) and max(ref) > 0
+    s = credit.allocate(
+        torch.tensor([adv]), torch.tensor([rec["distances"]]), torch.ones(1, 6), beta=0.5, credit="joint"
+    )
+    assert rec["token_advantages"] == pytest.approx(s[0].tolist(), abs=1e-6)
+    # the record's view recomputes with the record's own scheme: the logged advantages agree
+    view = credit_view(rec, credit_beta=0.5)
+    assert view.token_total.tolist() == pytest.approx(rec["token_advantages"], abs=1e-6)
+    assert view.logged_note.startswith("logged token advantages: max |logged − S|")
+    with pytest.raises(ValueError, match="credit 'rlsd' does not redistribute"):
+        live_record(model, tok, ex, verifiers, response, adv, credit="rlsd")

@@ -18,7 +18,7 @@ synthetic token blocks.
   prefix sharing, micro-batches). With ``reuse`` the full context's hidden states come from the
   rollout pass, as in training where the pass that computes the old log-probs produces them; that
   pass runs before the measurement. Then (timed separately, no memory figure) the same replay with each
-  other ``projections`` entry (``tf32``, ``bfloat16``: :data:`mrtpo.replay.PROJECTION_DTYPES`), its
+  other ``projections`` entry (``tf32``, ``bfloat16``: :data:`mrtpo.head.PROJECTIONS`), its
   largest distance change against the float32 projection, and the documented bound
   ``2 max |z' - z| / sqrt(ln 2)`` from the largest logit change measured on the first response's rows.
 
@@ -262,7 +262,7 @@ def reference_replay(model, full: list[int], loo: list[list[int]], responses: li
 
 def logit_error(model, hidden, projection: str, chunk: int = 256) -> float:
     """Largest ``|z' - z|`` of the vocabulary projection of ``hidden: [T, H]`` in ``projection`` against
-    float32 with TF32 off (the quantity of the error bound of :data:`mrtpo.replay.PROJECTION_DTYPES`)."""
+    float32 with TF32 off (the quantity of the error bound of :data:`mrtpo.head.PROJECTIONS`)."""
     import torch
 
     from mrtpo.head import head_of, row_chunks

@@ -58,7 +58,6 @@ tokens (right-padded to the longest), L context tokens, H hidden size, V vocabul
 from mrtpo.replay.contexts import ContextCache, Contexts, build_contexts, tokenize_messages
 from mrtpo.replay.engine import distances, replay, response_hidden_states, sampled_logprobs
 from mrtpo.replay.measures import MEASURES, token_logprobs_from_hidden
-from mrtpo.replay.model import PROJECTION_DTYPES
 from mrtpo.replay.options import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_PREFIX_MIN_SAVED,
@@ -84,7 +83,6 @@ __all__ = [
     "DEFAULT_PREFIX_MIN_SAVED",
     "DEFAULT_TOKEN_BUDGET",
     "MEASURES",
-    "PROJECTION_DTYPES",
     "REPLAY_KINDS",
     "SHARDING",
     "SHARDING_SETTINGS",

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from mrtpo import distance
-from mrtpo.head import zero3_param
+from mrtpo.head import PROJECTIONS, zero3_param
 from mrtpo.replay.measures import MEASURES, _js_of_finished, _logprob_gap, token_logprobs_from_hidden
-from mrtpo.replay.model import PROJECTION_DTYPES, _decoder, _Eval, _last_hidden, _model_info, _ModelInfo
+from mrtpo.replay.model import _decoder, _Eval, _last_hidden, _model_info, _ModelInfo
 from mrtpo.replay.options import DEFAULT_CHUNK_SIZE, DEFAULT_PREFIX_MIN_SAVED, DEFAULT_TOKEN_BUDGET, SHARDING
 from mrtpo.replay.requests import ReplayRequest, ReplayResult, ReplayStats
 from mrtpo.replay.sharding import _distributed, _outer_unsharded, gathered
@@ -133,7 +133,7 @@ def replay(
         progress: show a tqdm bar over micro-batches.
         sharding: "none", "gather" or "lockstep" (above).
         projection_dtype: precision of the vocabulary projection: "float32" (default, exact), "tf32"
-            or "bfloat16" (:data:`PROJECTION_DTYPES`: error bound).
+            or "bfloat16" (:data:`mrtpo.head.PROJECTIONS`: error bound).
         measure: "js", "logprob" or "signed_logprob" (:data:`MEASURES`, above).
         temperature: sampling temperature tau > 0 of the log-probability measures (ignored by "js").
         distance_kernel: how the JS distances' vocabulary work runs (:data:`mrtpo.distance.KERNELS`):
@@ -221,9 +221,9 @@ def _replay(
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     if sharding not in SHARDING:
         raise ValueError(f"sharding={sharding!r} must be one of {', '.join(SHARDING)}")
-    if projection_dtype not in PROJECTION_DTYPES:
+    if projection_dtype not in PROJECTIONS:
         raise ValueError(
-            f"projection_dtype={projection_dtype!r} must be one of {', '.join(PROJECTION_DTYPES)}"
+            f"projection_dtype={projection_dtype!r} must be one of {', '.join(PROJECTIONS)}"
         )
     if isinstance(prefix_min_saved, bool) or not isinstance(prefix_min_saved, int) or prefix_min_saved < 0:
         raise ValueError(f"prefix_min_saved={prefix_min_saved!r} must be an integer >= 0")

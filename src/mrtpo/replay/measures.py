@@ -126,7 +126,7 @@ def token_logprobs_from_hidden(
         weight, bias: [V, H], [V] full head parameters (None: the head's own).
         temperature: tau > 0.
         chunk_size: rows projected onto the vocabulary at a time.
-        projection_dtype: :data:`PROJECTION_DTYPES`.
+        projection_dtype: :data:`mrtpo.head.PROJECTIONS`.
 
     Returns:
         [T] float32 log-probabilities (<= 0).

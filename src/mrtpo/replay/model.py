@@ -12,19 +12,8 @@ from typing import Any
 
 import torch
 
-from mrtpo.head import PROJECTIONS, LogitHead, autocast_dtype, head_of
+from mrtpo.head import LogitHead, autocast_dtype, head_of
 from mrtpo.replay.sharding import compute_dtype
-
-PROJECTION_DTYPES = PROJECTIONS
-"""Precision of the vocabulary projection ``hidden @ weight.T`` in :func:`replay` (softmax and JS always
-run in float32): "float32" exact (TF32 matmuls turned off for the projection even where the user turned
-them on), "tf32" (``torch.set_float32_matmul_precision("high")``: TF32 tensor cores on CUDA, no effect on
-CPU), "bfloat16" (hidden states and weight rounded to bfloat16, float32 accumulation). The error of the
-distances is bounded by the error of the logits: for each token, ``|d' - d| <= 2 max_v |z'_v - z_v| /
-sqrt(ln 2)`` (triangle inequality of the JS distance and ``JSD(p, p') <= (KL(p||p') + KL(p'||p)) / 4``
-with ``|log p' - log p| <= 2 max |z' - z|``); rounding both factors of the product to ``b`` mantissa
-bits gives ``|z' - z| <= 2^(1-b) |h| |w_v|`` (bfloat16: b = 8, TF32: b = 11).
-``mrtpo bench replay`` prints the measured error beside this bound."""
 
 
 @dataclass

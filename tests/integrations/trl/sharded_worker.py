@@ -21,7 +21,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository: the tests package
 from mrtpo.integrations.trl.trainer import _Scored
 from tests.integrations.trl.test_trainer import TinyTask, make_trainer, tiny_tokenizer
-from tests.sharded_worker import count_calls, shard
+from tests.replay.sharded_worker import count_calls, shard
 
 
 def batch(tr, rank: int, b: int = 4, t: int = 5):

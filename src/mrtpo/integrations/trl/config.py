@@ -125,7 +125,7 @@ class MRTPOConfig(GRPOConfig):
         default="float32",
         metadata={
             "help": "Precision of replay's vocabulary projection: float32 (exact), tf32 or bfloat16 (faster on "
-            "GPUs; distance error <= 2 max|logit error| / sqrt(ln 2), see mrtpo.replay.PROJECTION_DTYPES)."
+            "GPUs; distance error <= 2 max|logit error| / sqrt(ln 2), see mrtpo.head.PROJECTIONS)."
         },
     )
     replay_distance_kernel: Literal["auto", "eager", "fused"] = field(
