@@ -222,9 +222,7 @@ def _replay(
     if sharding not in SHARDING:
         raise ValueError(f"sharding={sharding!r} must be one of {', '.join(SHARDING)}")
     if projection_dtype not in PROJECTIONS:
-        raise ValueError(
-            f"projection_dtype={projection_dtype!r} must be one of {', '.join(PROJECTIONS)}"
-        )
+        raise ValueError(f"projection_dtype={projection_dtype!r} must be one of {', '.join(PROJECTIONS)}")
     if isinstance(prefix_min_saved, bool) or not isinstance(prefix_min_saved, int) or prefix_min_saved < 0:
         raise ValueError(f"prefix_min_saved={prefix_min_saved!r} must be an integer >= 0")
     if distance_kernel not in distance.KERNELS:
