@@ -218,22 +218,11 @@ def test_a_new_replay_kind_is_one_function_and_one_registration(tiny_model, tiny
 
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = [  # the tiny recipe made smaller: 8 responses per step (2 prompts x G = 4), 6 tokens
-    "--task.options.size=16",
-    "--data.limit=16",
-    "--trl.per_device_train_batch_size=8",
-    "--trl.num_generations=4",
-    "--trl.max_completion_length=6",
-    "--trl.logging_steps=1",
-    "--trl.report_to=[]",
-    "--trl.disable_tqdm=true",
-    "--model.tiny.hidden_size=32",
-    "--threads=1",
-]
 
 
 def test_a_users_replay_kind_trains_through_trl_from_the_command_line(tmp_path, user_kind, capsys):
     from mrtpo.cli.main import main
+    from tests.test_plugins import SMALL  # the tiny recipe made smaller: 8 responses per step, 6 tokens
 
     out = tmp_path / "run"
     argv = ["train", str(ROOT / "recipes" / "tiny_cpu.yaml"), "--plugin", "my_kind", *SMALL]

@@ -5,7 +5,7 @@ Core module: the standard library and mrtpo core modules only.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from mrtpo.distance import DEFAULT_CHUNK_SIZE, KERNELS
@@ -73,6 +73,21 @@ class ReplayOptions:
             raise ValueError(f"distance_kernel={self.distance_kernel!r} must be one of {', '.join(KERNELS)}")
         if self.sharding not in SHARDING:
             raise ValueError(f"sharding={self.sharding!r} must be one of {', '.join(SHARDING)}")
+
+    @classmethod
+    def from_fields(cls, source: Any, *, sharding: str, prefix: str = "", label: str = "") -> ReplayOptions:
+        """The options an engine's config holds as attributes ``prefix + name`` (those it has; the others
+        keep their defaults), with ``sharding`` the mode the engine resolved; an invalid value raises
+        ValueError naming it ``label + name`` (the engine's own spelling)."""
+        values = {
+            f.name: getattr(source, prefix + f.name)
+            for f in fields(cls)
+            if f.name != "sharding" and hasattr(source, prefix + f.name)
+        }
+        try:
+            return cls(**values, sharding=sharding)
+        except ValueError as e:
+            raise ValueError(f"{label}{e}") from None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -195,17 +195,9 @@ class MRTPOConfig(GRPOConfig):
         """The ``replay_*`` fields as :class:`mrtpo.replay.ReplayOptions`, with ``sharding`` the mode
         resolved for this run (``replay_sharding`` may be "auto"); an invalid field raises ValueError
         naming it."""
-        try:
-            return replay_mod.ReplayOptions(
-                token_budget=self.replay_token_budget,
-                chunk_size=self.replay_chunk_size,
-                prefix_sharing=self.replay_prefix_sharing,
-                projection_dtype=self.replay_projection_dtype,
-                distance_kernel=self.replay_distance_kernel,
-                sharding=sharding,
-            )
-        except ValueError as e:
-            raise ValueError(f"replay_{e}") from None
+        return replay_mod.ReplayOptions.from_fields(
+            self, sharding=sharding, prefix="replay_", label="replay_"
+        )
 
     def _method_config(self) -> MethodConfig:
         """The :class:`~mrtpo.method.MethodConfig` of the flat fields, validated (errors name the flat

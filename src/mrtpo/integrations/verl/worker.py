@@ -134,17 +134,7 @@ class ReplayConfig:
 
     def options(self, sharding: str) -> replay_mod.ReplayOptions:
         """:class:`mrtpo.replay.ReplayOptions` with ``sharding`` the mode resolved for the module."""
-        try:
-            return replay_mod.ReplayOptions(
-                token_budget=self.token_budget,
-                chunk_size=self.chunk_size,
-                prefix_sharing=self.prefix_sharing,
-                projection_dtype=self.projection_dtype,
-                distance_kernel=self.distance_kernel,
-                sharding=sharding,
-            )
-        except ValueError as e:
-            raise ValueError(f"algorithm.mrtpo.replay.{e}") from None
+        return replay_mod.ReplayOptions.from_fields(self, sharding=sharding, label="algorithm.mrtpo.replay.")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> ReplayConfig:
