@@ -87,6 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"{name()}: error: {' '.join(str(msg).split())}", file=sys.stderr)
         return 2
+    except RuntimeError as e:  # a failed verdict that stopped training (mrtpo.tasks.faults): one line
+        from mrtpo.tasks.faults import VerifierError
+
+        if not isinstance(e, VerifierError):
+            raise
+        print(f"{name()}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{name()}: interrupted", file=sys.stderr)
         return 130

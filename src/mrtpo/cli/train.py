@@ -5,7 +5,9 @@ Trains with :class:`mrtpo.MRTPOTrainer` from a YAML config (see ``recipes/`` and
 samples.jsonl, TRL checkpoints and, at the end, the final model and tokenizer. A non-empty run folder
 is refused unless ``--resume`` (continue from its newest complete checkpoint, or the one named, with its
 optimizer state, scheduler, RNG and data order) or ``--overwrite`` (start again) is given. Ctrl-C saves
-a checkpoint after the current step and prints the command that resumes. ``--plugin MODULE`` (repeatable,
+a checkpoint after the current step and prints the command that resumes; so does a failed verdict that
+the task's policy does not absorb (``task.on_verifier_error``, :mod:`mrtpo.tasks.faults`), in one line
+naming the verifier, the example and the cause (exit code 1). ``--plugin MODULE`` (repeatable,
 before or after the config) imports a module of the user's own before the config is validated, as the
 config's ``plugins:`` list does (:mod:`mrtpo.plugins`).
 """
@@ -107,6 +109,7 @@ def _resume_command(
 def run(args: argparse.Namespace) -> int:
     from mrtpo.integrations.trl.recipe import TrainingInterrupted, load_config, parse_overrides, train
     from mrtpo.plugins import split_plugin_args
+    from mrtpo.tasks.faults import VerifierError
 
     more, rest = split_plugin_args(args.overrides)  # --plugin given after the config
     plugins = [*args.plugin, *more]
@@ -141,6 +144,14 @@ def run(args: argparse.Namespace) -> int:
     out = cfg.trainer["output_dir"]
     try:
         trainer = train(cfg, resume=resume, overwrite=overwrite)
+    except VerifierError as e:  # a failed verdict (task.on_verifier_error): one line, the checkpoint, resume
+        where = (
+            f"saved {e.checkpoint}; resume with: {_resume_command(args, rest, threads, plugins)}"
+            if e.checkpoint
+            else "no checkpoint was written"
+        )
+        print(f"mrtpo train: stopped after step {e.step}: {e}; {where}", file=sys.stderr)
+        return 1
     except TrainingInterrupted as e:
         where = f"saved {e.checkpoint}" if e.checkpoint else "no checkpoint was written"
         print(
