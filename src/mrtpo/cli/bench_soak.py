@@ -143,6 +143,7 @@ def _folder_bytes(folder) -> dict[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     import contextlib
+    import gc
     import json
     import os
     import shutil
@@ -181,6 +182,8 @@ def run(args: argparse.Namespace) -> int:
     ]
     samples: dict[int, int] = {}
     trimmed: dict[int, int] = {}
+    objects: dict[int, int] = {}  # live Python objects tracked by the garbage collector
+    history: dict[int, int] = {}  # entries of the Trainer's in-memory log history
     marks = {args.baseline_step, args.steps}
 
     class Memory(TrainerCallback):
@@ -188,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
             step = state.global_step
             if step % args.every == 0 or step in marks:
                 samples[step], after = _rss()
+                objects[step], history[step] = len(gc.get_objects()), len(state.log_history)
                 if after is not None:
                     trimmed[step] = after
                 more = f", {after / 1e6:.1f} MB after malloc_trim" if after is not None else ""
@@ -240,6 +244,11 @@ def run(args: argparse.Namespace) -> int:
         + f"{args.every} steps (MB): "
         + " ".join(f"{v / 1e6:.1f}" for _, v in sorted(samples.items()))
     )
+    obj = fit_line([(float(k), float(v)) for k, v in sorted(objects.items()) if k >= args.baseline_step])[0]
+    print(
+        f"python objects: {objects[args.baseline_step]:,} at step {args.baseline_step}, {objects[args.steps]:,} at "
+        f"step {args.steps} ({1000 * obj:+,.0f} per 1,000 steps); log history: {history[args.steps]} entries"
+    )
     print(
         f"run folder: {total / 1e6:.1f} MB (forecast {forecast['total'] / 1e6:.1f} MB); {len(checkpoints)} "
         f"checkpoint(s) {', '.join(checkpoints)}, trainer_state.json {max(states, default=0) / 1e3:.1f} kB each at most"
@@ -253,6 +262,8 @@ def run(args: argparse.Namespace) -> int:
             "threads": args.threads,
             "rss_bytes": {str(k): v for k, v in sorted(samples.items())},
             "rss_trimmed_bytes": {str(k): v for k, v in sorted(trimmed.items())},
+            "python_objects": {str(k): v for k, v in sorted(objects.items())},
+            "log_history_entries": {str(k): v for k, v in sorted(history.items())},
             "baseline_step": args.baseline_step,
             "fit": fit,
             "fit_trimmed": fit_trim,

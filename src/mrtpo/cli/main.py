@@ -22,6 +22,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
         "train every engine x precision x adapter x credit cell a few steps; replay vs float32",
     ),
     ("bench", "replay"): ("bench_replay", "naive vs chunked replay: time, memory, FPE, max difference"),
+    ("bench", "advantages"): (
+        "bench_advantages",
+        "time and peak memory of every advantage method at N and N/2 responses, against a budget",
+    ),
     ("bench", "train"): ("bench_train", "per-step time of MRTPO vs GDPO vs TRL's GDPO mode"),
     ("bench", "sql"): ("bench_sql", "SQL verifier throughput through the sandbox pool"),
     ("bench", "verifiers"): ("bench_verifiers", "time of one verdict on adversarial responses"),
