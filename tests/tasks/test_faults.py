@@ -164,8 +164,10 @@ def test_policy_raise_min_and_the_rate_limit():
         F.apply_policy(f[:1], 1000, F.VerifierPolicy("min", 0, prefix="algorithm.mrtpo."))
     F.apply_policy([], 1, F.VerifierPolicy())
     assert F.error_counts(f, 3) == [1, 1, 0]
-    back = pickle.loads(pickle.dumps(e.value))  # crosses process boundaries with its fault
+    e.value.step, e.value.checkpoint = 3, "run/checkpoint-3"
+    back = pickle.loads(pickle.dumps(e.value))  # crosses process boundaries with its fault, step, checkpoint
     assert type(back) is F.VerifierError and str(back) == str(e.value) and back.fault == f[0]
+    assert (back.step, back.checkpoint) == (3, "run/checkpoint-3")
 
 
 def test_policy_fields_are_checked_naming_the_field():

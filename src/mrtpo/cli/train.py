@@ -148,7 +148,9 @@ def run(args: argparse.Namespace) -> int:
         where = (
             f"saved {e.checkpoint}; resume with: {_resume_command(args, rest, threads, plugins)}"
             if e.checkpoint
-            else "no checkpoint was written"
+            else "no checkpoint was written (no step had completed: start again with --overwrite)"
+            if e.step == 0
+            else "no checkpoint could be written"
         )
         print(f"mrtpo train: stopped after step {e.step}: {e}; {where}", file=sys.stderr)
         return 1

@@ -125,8 +125,8 @@ class VerifierError(RuntimeError):
         self.step: int | None = None
         self.checkpoint: str | None = None
 
-    def __reduce__(self):  # crosses process boundaries (Ray) with its fault
-        return (type(self), (self.args[0], self.fault))
+    def __reduce__(self):  # crosses process boundaries (Ray) with its fault, step and checkpoint
+        return (type(self), (self.args[0], self.fault), dict(self.__dict__))
 
 
 def apply_policy(faults: Sequence[Fault], verdicts: int, policy: VerifierPolicy) -> None:

@@ -118,3 +118,14 @@ def test_policy_fields_are_one_line_errors(tmp_path, capsys):
     ]
     assert main([*args, "--task.max_verifier_error_rate=2"]) == 2
     assert "field 'task.max_verifier_error_rate': 2 is not a number in [0, 1]" in capsys.readouterr().err
+
+
+def test_a_failure_before_any_step_completed_writes_no_checkpoint(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", RECIPE, TASK, *SMALL, f"--trl.output_dir={run}", _options("nan", [1])]) == 1
+    line = _last_line(capsys)
+    assert line.startswith("mrtpo train: stopped after step 0: verifier 'start' failed on example 'train-")
+    assert line.endswith(
+        ": returned nan; no checkpoint was written (no step had completed: start again with --overwrite)"
+    )
+    assert not list(run.glob("checkpoint-*"))

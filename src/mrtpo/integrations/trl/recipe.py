@@ -869,9 +869,11 @@ def _interrupt_callback():
 def _save_after_failure(trainer, out: Path, log) -> str | None:
     """A checkpoint of the last completed optimizer step after a failure inside a step (the weights have
     not changed since that step; the RNG states are those of the moment of failure), unless a complete
-    one of that step exists; its folder, or None when it could not be written."""
+    one of that step exists; its folder, or None when no step completed or it could not be written."""
     from mrtpo.integrations.trl.checkpoints import checkpoint_problems
 
+    if trainer.state.global_step == 0:  # no step completed: nothing to keep
+        return None
     folder = out / f"checkpoint-{trainer.state.global_step}"
     if folder.is_dir() and not checkpoint_problems(folder):
         return str(folder)
