@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny word-level tokenizer and a tiny random Qwen2 model, the toy task on one, built locally."""
+"""Shared fixtures: a tiny word-level tokenizer and a tiny random Qwen2 model, the toy task on one, built
+locally."""
 
 from __future__ import annotations
 
