@@ -323,11 +323,9 @@ register_scheme("cort", replay="logprob", ramped=True)(_joint_weights)  # CoRT: 
 
 
 def scheme(name: str) -> CreditScheme:
-    """The registered :class:`CreditScheme` ``name``; ValueError listing the known names otherwise."""
-    try:
-        return CREDIT_SCHEMES.get(name)
-    except KeyError as e:
-        raise ValueError(e.args[0]) from None
+    """The registered :class:`CreditScheme` ``name``; :class:`mrtpo.registry.UnknownName` (a ValueError
+    listing the known names) otherwise."""
+    return CREDIT_SCHEMES.get(name)
 
 
 def _weights_fn(credit: str) -> WeightsFn:

@@ -131,11 +131,9 @@ def compute(
 
 
 def get(name: str) -> AdvantageMethod:
-    """The registered :class:`AdvantageMethod` ``name``; ValueError listing the known names otherwise."""
-    try:
-        return ADVANTAGES.get(name)
-    except KeyError as e:
-        raise ValueError(e.args[0]) from None
+    """The registered :class:`AdvantageMethod` ``name``; :class:`mrtpo.registry.UnknownName` (a ValueError
+    listing the known names) otherwise."""
+    return ADVANTAGES.get(name)
 
 
 def check_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -37,8 +37,7 @@ def make_estimator(method: str) -> EstimatorFn:
     Returns ``advantages == returns``, (bs, response_length) in the dtype of ``token_level_rewards``,
     exactly 0 where ``response_mask`` is 0.
     """
-    if method not in adv_registry.available():
-        raise ValueError(f"unknown advantage method {method!r}; known: {', '.join(adv_registry.available())}")
+    adv_registry.get(method)  # an unknown method: UnknownName, listing the known ones
     if method in _ESTIMATORS:
         return _ESTIMATORS[method]
 
