@@ -10,6 +10,7 @@ from typing import Any
 
 from mrtpo import advantages as adv_registry
 from mrtpo.method import MethodConfig
+from mrtpo.tasks.faults import VerifierPolicy
 
 VERL_VERSION = "0.9.1"
 """The verl release this adapter is written and tested against."""
@@ -93,6 +94,18 @@ class VerlMRTPOConfig:
     seed: int = field(
         default=0, metadata={"help": "Seed of credit='shuffled' (mixed with a hash of the batch's uids)."}
     )
+    on_verifier_error: str = field(
+        default="raise",
+        metadata={
+            "help": "A failed verdict (None, NaN, inf, out of bounds, an exception, a timeout; "
+            "docs/verifiers.md): 'raise' stops the run (one line; MRTPO's trainer saves the last completed "
+            "step first), 'min' scores it as the reward's minimum and counts it (verifier_errors/<reward>)."
+        },
+    )
+    max_verifier_error_rate: float = field(
+        default=0.1,
+        metadata={"help": "Under 'min', the largest share of a batch's N·K verdicts that may fail."},
+    )
     replay: dict[str, Any] = field(
         default_factory=dict,
         metadata={
@@ -103,8 +116,13 @@ class VerlMRTPOConfig:
 
     method_config: MethodConfig = field(init=False, repr=False, compare=False)
     """The validated method configuration of these fields (``method`` None until an estimator names it)."""
+    verifier_policy: VerifierPolicy = field(init=False, repr=False, compare=False)
+    """The policy for failed verdicts of :attr:`on_verifier_error` and :attr:`max_verifier_error_rate`."""
 
     def __post_init__(self) -> None:
+        self.verifier_policy = VerifierPolicy.from_fields(
+            self.on_verifier_error, self.max_verifier_error_rate, prefix=f"algorithm.{CONFIG_NODE}."
+        )
         if not isinstance(self.replay, dict):
             raise ValueError(
                 f"algorithm.mrtpo.replay must be a mapping of replay options; got {self.replay!r}"
