@@ -19,6 +19,12 @@ verl's ``TaskRunner.run`` builds ``RayPPOTrainer`` by its module-level name in
 :class:`MRTPORayPPOTrainer` for the duration of the call (in the TaskRunner's own Ray process) instead of
 copying verl's ``run``.
 
+Failed verdicts (docs/verifiers.md): when the ``compute_advantage`` hook stops the run
+(``algorithm.mrtpo.on_verifier_error``), :meth:`MRTPORayPPOTrainer.fit` saves verl's checkpoint of the last
+completed step, its data loader state taken at that step's actor update (the failed step's batch is
+drawn again on resume), and :func:`run` ends in one line (:func:`stop_line`, exit code 1); under ``min``
+the counts join the step's metrics through the actor update's.
+
 Plug-ins (a user's advantage method, credit scheme or task module, :mod:`mrtpo.plugins`): ``--plugin
 MODULE`` (repeatable; taken out of the arguments before Hydra reads them) or the environment variable
 ``MRTPO_PLUGINS=my_ext,other``. ``--plugin`` adds its modules to ``MRTPO_PLUGINS``, which the Ray
