@@ -119,9 +119,9 @@ def declared(report: dict) -> list[tuple[str, Requirement]]:
     if trl is not None and "vllm" in items:
         for s in trl["metadata"].get("requires_dist", []):
             r = Requirement(s)
-            if canonicalize_name(r.name) == "vllm" and r.marker is not None:
-                if r.marker.evaluate({**env, "extra": "vllm"}):
-                    out.append((f"trl {trl['metadata']['version']}[vllm]", r))
+            in_extra = r.marker is not None and r.marker.evaluate({**env, "extra": "vllm"})
+            if canonicalize_name(r.name) == "vllm" and in_extra:
+                out.append((f"trl {trl['metadata']['version']}[vllm]", r))
     return out
 
 
@@ -142,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--sets: unknown set {unknown[0]!r} (known: {', '.join(SETS)})")
     pip = a.pip.split() if a.pip else [sys.executable, "-m", "pip"]
 
-    print(f"resolving for Python {platform.python_version()} on {sys.platform} {platform.machine()}", flush=True)
+    print(
+        f"resolving for Python {platform.python_version()} on {sys.platform} {platform.machine()}", flush=True
+    )
     results: dict[str, dict] = {}
     failures: list[str] = []
     for name in names:
