@@ -125,6 +125,17 @@ def declared(report: dict) -> list[tuple[str, Requirement]]:
     return out
 
 
+def outside(report: dict) -> list[str]:
+    """Every resolved package whose version lies outside a range the project declares for it."""
+    got = versions(report)
+    out = []
+    for where, req in declared(report):
+        v = got.get(canonicalize_name(req.name))
+        if v is not None and not req.specifier.contains(Version(v), prereleases=True):
+            out.append(f"{req.name} {v} lies outside {req} ({where})")
+    return out
+
+
 def versions(report: dict) -> dict[str, str]:
     return {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
 
@@ -157,10 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = {"resolved": False, "error": tail}
             continue
         got = versions(report)
-        for where, req in declared(report):
-            v = got.get(canonicalize_name(req.name))
-            if v is not None and not req.specifier.contains(Version(v), prereleases=True):
-                failures.append(f"{name}: {req.name} {v} lies outside {req} ({where})")
+        failures += [f"{name}: {v}" for v in outside(report)]
         results[name] = {"resolved": True, "versions": {k: got[k] for k in KEY if k in got}}
 
     width = max(12, *(len(k) for k in KEY))
