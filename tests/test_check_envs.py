@@ -1,18 +1,19 @@
 """scripts/check_envs.py's verdict on a pip report: a resolved version outside a range the project
 declares (pyproject under the installed extras, requirements-nodeps.txt, the resolved TRL's vLLM range)
 is named; the ranges of extras a set does not install do not apply. Reports are written as pip's
-``--report`` writes them, with mrtpo's real requirements (its installed metadata)."""
+``--report`` writes them, with mrtpo's real requirements (pyproject.toml's, as a wheel's metadata has them)."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("packaging")
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_envs.py"
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "check_envs.py"
 spec = importlib.util.spec_from_file_location("check_envs", SCRIPT)
 check_envs = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(check_envs)
@@ -20,15 +21,21 @@ spec.loader.exec_module(check_envs)
 TRL_VLLM = 'vllm<=0.31.0,>=0.22.0; extra == "vllm"'  # TRL 1.16's own `vllm` extra
 
 
+def requires_dist() -> list[str]:
+    """pyproject.toml's requirements as core metadata writes them (``req; extra == "name"``)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    out = list(project["dependencies"])
+    for extra, reqs in project["optional-dependencies"].items():
+        for r in reqs:
+            req, _, marker = r.partition(";")
+            when = f'({marker.strip()}) and extra == "{extra}"' if marker else f'extra == "{extra}"'
+            out.append(f"{req.strip()}; {when}")
+    return out
+
+
 def report(extras: list[str], **resolved: str) -> dict:
-    mrtpo = {
-        "metadata": {
-            "name": "mrtpo",
-            "version": "0.1.0",
-            "requires_dist": importlib.metadata.requires("mrtpo"),
-        },
-        "requested_extras": extras,
-    }
+    meta = {"name": "mrtpo", "version": "0.1.0", "requires_dist": requires_dist()}
+    mrtpo = {"metadata": meta, "requested_extras": extras}
     items = [mrtpo]
     for name, version in resolved.items():
         meta = {"name": name.replace("_", "-"), "version": version}
