@@ -142,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         trainer = train(cfg, resume=resume, overwrite=overwrite)
     except TrainingInterrupted as e:
+        _close_process_group()
         where = f"saved {e.checkpoint}" if e.checkpoint else "no checkpoint was written"
         print(
             f"mrtpo train: interrupted at step {e.step}; {where}; resume with: {_resume_command(args, rest, threads, plugins)}",
@@ -151,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         from mrtpo.integrations.trl.checkpoints import pick_checkpoint
 
+        _close_process_group()
         folder, _ = pick_checkpoint(out)
         if folder is None:
             print(
@@ -164,7 +166,19 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         return 130
+    _close_process_group(barrier=True)
     print(
         f"mrtpo train: {trainer.state.global_step} steps; run folder and final model: {trainer.args.output_dir}"
     )
     return 0
+
+
+def _close_process_group(barrier: bool = False) -> None:
+    """End the launch's process group before the interpreter exits (several processes): left to the exit,
+    its threads can be torn down while still joinable, and one process then aborts ("terminate called without
+    an active exception") after a run that finished."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        if barrier:  # after a finished run every process gets here; after Ctrl-C one may not
+            dist.barrier()
+        dist.destroy_process_group()

@@ -726,8 +726,10 @@ def build_trainer(
     Any of ``model``/``tokenizer``/``task``/``train_examples`` given here replaces what the config
     would load (programmatic use: the demo passes its own warm-started model).
     """
+    from mrtpo.integrations.deepspeed_cpu import use_gloo_allreduce_on_cpu
     from mrtpo.integrations.trl.trainer import MRTPOTrainer
 
+    use_gloo_allreduce_on_cpu()  # DS_ACCELERATOR=cpu: no 200 s compile of a kernel, no lock left behind
     args = config.trainer_config()
     config.check_environment()
     if task is None:
