@@ -2,9 +2,10 @@
 
 A run folder holds ``run.json`` (the resolved config), ``metrics.jsonl`` (one object per logged step)
 and ``samples.jsonl`` (a few saved responses with their per-token credit). Runs are grouped into
-methods by ``run.json``'s ``advantage_method`` + ``credit`` (+ ``credit_beta``; ``beta`` in run folders
-of earlier versions), and the runs of one method are
-its seeds (``seed``). An optional ``label`` in ``run.json`` overrides the method's display name.
+methods by ``run.json``'s method block (``method``: its ``method`` + ``credit`` + ``credit_beta``;
+run folders of earlier versions hold them flat, as ``advantage_method``, ``credit`` and ``credit_beta``
+or ``beta``: :func:`run_method` reads both), and the runs of one method are its seeds (``seed``). An
+optional ``label`` in ``run.json`` overrides the method's display name.
 
 Standard library only.
 """
@@ -28,6 +29,7 @@ __all__ = [
     "method_key",
     "method_label",
     "read_jsonl",
+    "run_method",
 ]
 
 ADVANTAGE_NAMES = {
@@ -73,16 +75,31 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+def run_method(config: dict[str, Any]) -> dict[str, Any]:
+    """The method block of a run.json (``{"method", "credit", "credit_beta", ...}``): its ``method``
+    mapping, or the flat keys of run folders of earlier versions (``advantage_method``, ``credit``,
+    ``credit_beta`` or ``beta``)."""
+    block = config.get("method")
+    if isinstance(block, dict):
+        return {"credit_beta": DEFAULT_BETA, **block}
+    return {
+        "method": config.get("advantage_method"),
+        "credit": config.get("credit"),
+        "credit_beta": config.get("credit_beta", config.get("beta", DEFAULT_BETA)),
+    }
+
+
 def method_key(config: dict[str, Any]) -> tuple[str, str, float | None]:
-    """``(advantage_method, credit, credit_beta)`` identifying a method; the allocation strength is None for
-    response-level credit (run.json's ``credit_beta``, or ``beta`` in run folders of earlier versions)."""
-    adv = str(config.get("advantage_method") or "?")
-    credit = config.get("credit")
+    """``(method, credit, credit_beta)`` identifying a method (:func:`run_method`); the allocation strength
+    is None for response-level credit."""
+    block = run_method(config)
+    adv = str(block.get("method") or "?")
+    credit = block.get("credit")
     if config.get("loss") == "opsd":
         return adv, "opsd", None
     if credit in RESPONSE_LEVEL_CREDITS:
         return adv, "uniform", None
-    beta = config.get("credit_beta", config.get("beta", DEFAULT_BETA))
+    beta = block.get("credit_beta")
     return adv, str(credit), None if beta is None else float(beta)
 
 
