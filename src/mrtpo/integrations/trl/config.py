@@ -107,11 +107,12 @@ class MRTPOConfig(GRPOConfig, MRTPOFields):
         if isinstance(block, MethodConfig):
             return block
         block = dict(block or {})
+        labels = {}
         if block.get("seed") is None:
             block["seed"] = self.seed
         if block.get("weights") is None and self.reward_weights is not None:
-            block["weights"] = self.reward_weights
-        return MethodConfig.from_dict(block, prefix="method.")
+            block["weights"], labels["weights"] = self.reward_weights, "reward_weights"
+        return MethodConfig.from_dict(block, prefix="method.", **labels)
 
 
 __all__ = ["METHOD_FIELDS", "MRTPOConfig"]
