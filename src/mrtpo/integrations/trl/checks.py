@@ -137,7 +137,7 @@ def environment_errors(
     bf16 = trainer.get("bf16")
     bf16 = not trainer.get("fp16") if bf16 is None else bf16  # TRL's default: bf16 unless fp16
     for name, on in (("bf16", bf16), ("fp16", trainer.get("fp16"))):
-        if on and (name == "fp16" or not trainer.get("use_cpu")) and accelerator() is None:
+        if on and not trainer.get("use_cpu") and accelerator() is None:
             default = "" if name in trainer else " (TRL's default)"
             errors.append(
                 f"field 'trl.{name}': {name} mixed precision needs a GPU and this machine has none{default}"
