@@ -138,7 +138,7 @@ def environment_errors(
     bf16 = not trainer.get("fp16") if bf16 is None else bf16  # TRL's default: bf16 unless fp16
     for name, on in (("bf16", bf16), ("fp16", trainer.get("fp16"))):
         if on and not trainer.get("use_cpu") and accelerator() is None:
-            default = "" if name in trainer else " (TRL's default)"
+            default = "" if trainer.get(name) is not None else " (TRL's default)"
             errors.append(
                 f"field 'trl.{name}': {name} mixed precision needs a GPU and this machine has none{default}"
                 f"{note('trl.' + name)}: set trl.{name} false (and trl.use_cpu true) to train on the CPU"
