@@ -35,7 +35,7 @@ def renamed() -> dict[str, str]:
         out[f"method.{f.name}"] = f.metadata["key"]
         if f.name.startswith("opsd_"):
             out[f"method.opsd.{f.name[5:]}"] = f.metadata["key"]
-    return out
+    return {old: new for old, new in out.items() if old != new}  # method.credit stays method.credit
 
 
 def _alias_of(path: str) -> str | None:
