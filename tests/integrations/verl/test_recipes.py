@@ -100,7 +100,7 @@ def test_mrtpo_recipe_matches_table9_and_worker_replay(compose, name):
         node.credit == trl["method"]["credit"] == "reward"
         and node.credit_beta == trl["method"]["credit_beta"]
     )
-    assert cfg.algorithm.adv_estimator == "mrtpo_" + trl["method"]["advantage_method"]
+    assert cfg.algorithm.adv_estimator == "mrtpo_" + trl["method"]["method"]
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp2" and cfg.actor_rollout_ref.ref.strategy == "fsdp2"
     assert verl_worker.ReplayConfig.from_config(cfg).sharding == "auto"
     verl_main.check_config(cfg)
