@@ -2,8 +2,8 @@
 
 Declared here, in a dataclass that imports neither TRL nor torch, so that a ``mrtpo train`` config is
 checked before either is imported (:mod:`mrtpo.integrations.trl.schema` derives its sections from these
-fields); ``MRTPOConfig`` inherits them. Each field's metadata says where a config writes it (``key``:
-``method``, ``loss.beta``, ``replay.token_budget``, ``log.samples``).
+fields); ``MRTPOConfig`` inherits them. :data:`CONFIG_KEYS` says where a config writes each
+(``method``, ``loss.beta``, ``replay.token_budget``, ``log.samples``).
 
 - ``method``: the method block, one :class:`mrtpo.method.MethodConfig` (the same block verl reads
   under ``algorithm.mrtpo``);
@@ -11,7 +11,7 @@ fields); ``MRTPOConfig`` inherits them. Each field's metadata says where a confi
   ``algorithm.mrtpo.replay``), what the run folder holds (``log:``);
 - the flat method fields of earlier versions (``advantage_method``, ``credit``, ``credit_beta``,
   ``cort_ramp_steps``, ``rlsd_*``, ...): deprecated aliases, accepted with a FutureWarning naming the
-  new spelling (metadata ``deprecated``) and removed in the next release.
+  new spelling (:data:`DEPRECATED`) and removed in the next release.
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ LOSSES = ("policy", "opsd")
 class MRTPOFields:
     """MRTPO's fields of a TRL configuration (see the module docstring)."""
 
-    method: MethodConfig | dict | str | None = field(
+    method: dict | str | MethodConfig | None = field(
         default=None,
         metadata={
-            "key": "method",
             "help": "The method block: a mrtpo.method.MethodConfig, or a mapping (or JSON text) of its fields "
             "method, options, weights, credit, credit_beta, credit_options, ramp_steps, seed; absent ones keep "
             "MethodConfig's defaults (gdpo, credit 'reward', credit_beta 0.5, ramp_steps 50), seed null: "
@@ -43,7 +42,6 @@ class MRTPOFields:
     loss: Literal["policy", "opsd"] = field(
         default="policy",
         metadata={
-            "key": "loss.name",
             "help": "'policy': TRL's clipped surrogate on the (token) advantages. 'opsd': on-policy "
             "self-distillation from the policy on the privileged full context (needs method credit 'none').",
         },
@@ -51,25 +49,22 @@ class MRTPOFields:
     opsd_divergence: Literal["jsd", "forward_kl"] = field(
         default="jsd",
         metadata={
-            "key": "loss.divergence",
             "help": "OPSD per-token divergence: generalized JSD or KL(teacher || student).",
         },
     )
     opsd_beta: float = field(
         default=0.5,
-        metadata={"key": "loss.beta", "help": "OPSD generalized-JSD mixture weight, in (0, 1)."},
+        metadata={"help": "OPSD generalized-JSD mixture weight, in (0, 1)."},
     )
     replay_token_budget: int = field(
         default=16384,
         metadata={
-            "key": "replay.token_budget",
             "help": "Replay micro-batch bound: rows x padded length of one no-grad forward.",
         },
     )
     replay_chunk_size: int = field(
         default=256,
         metadata={
-            "key": "replay.chunk_size",
             "help": "Response rows projected onto the vocabulary at a time (replay distances, OPSD); "
             "memory O(chunk * V).",
         },
@@ -77,14 +72,12 @@ class MRTPOFields:
     replay_prefix_sharing: bool = field(
         default=True,
         metadata={
-            "key": "replay.prefix_sharing",
             "help": "Run the shared prefix of a replay micro-batch once (KV cache).",
         },
     )
     replay_projection_dtype: Literal["float32", "tf32", "bfloat16"] = field(
         default="float32",
         metadata={
-            "key": "replay.projection_dtype",
             "help": "Precision of replay's vocabulary projection: float32 (exact), tf32 or bfloat16 (faster on "
             "GPUs; distance error <= 2 max|logit error| / sqrt(ln 2), see mrtpo.head.PROJECTIONS).",
         },
@@ -92,7 +85,6 @@ class MRTPOFields:
     replay_distance_kernel: Literal["auto", "eager", "fused"] = field(
         default="auto",
         metadata={
-            "key": "replay.distance_kernel",
             "help": "Kernel of replay's JS distances (mrtpo.distance.KERNELS): 'fused' (two passes over each "
             "[chunk, V] logits block: native on CPU, Triton via torch.compile on CUDA), 'eager' (torch ops), "
             "'auto' (fused where available, else eager). Same distances to ~1e-7.",
@@ -101,7 +93,6 @@ class MRTPOFields:
     replay_sharding: Literal["auto", "gather", "lockstep", "none"] = field(
         default="auto",
         metadata={
-            "key": "replay.sharding",
             "help": "How replay, the CoRT passes and the OPSD teacher stay safe under parameter sharding "
             "(FSDP, ZeRO-3): 'gather' (full parameters once per replay), 'lockstep' (equal forward counts "
             "on every process, padded), 'none' (one process / DDP). 'auto': none when parameters are not "
@@ -111,14 +102,12 @@ class MRTPOFields:
     run_files: bool = field(
         default=True,
         metadata={
-            "key": "log.run_files",
             "help": "Write run.json, metrics.jsonl and samples.jsonl into output_dir (docs/run-format.md).",
         },
     )
     log_samples: int = field(
         default=2,
         metadata={
-            "key": "log.samples",
             "help": "Responses of the main process saved to samples.jsonl per logged step, with their "
             "per-token distances and token advantages.",
         },
@@ -126,70 +115,87 @@ class MRTPOFields:
     log_localization: bool = field(
         default=True,
         metadata={
-            "key": "log.localization",
             "help": "Log localization ratios of verifiers that define checked_spans.",
         },
     )
     # ---- deprecated aliases of the method block (None: not given); removed in the next release
-    advantage_method: str | None = field(
-        default=None, metadata={"deprecated": "method.method", "help": "Deprecated: method.method."}
-    )
+    advantage_method: str | None = field(default=None, metadata={"help": "Deprecated: method.method."})
     advantage_options: dict | str | None = field(
-        default=None, metadata={"deprecated": "method.options", "help": "Deprecated: method.options."}
+        default=None, metadata={"help": "Deprecated: method.options."}
     )
-    credit: str | None = field(
-        default=None, metadata={"deprecated": "method.credit", "help": "Deprecated: method.credit."}
-    )
+    credit: str | None = field(default=None, metadata={"help": "Deprecated: method.credit."})
     credit_beta: float | None = field(
         default=None,
-        metadata={"deprecated": "method.credit_beta", "help": "Deprecated: method.credit_beta."},
+        metadata={"help": "Deprecated: method.credit_beta."},
     )
-    cort_ramp_steps: int | None = field(
-        default=None, metadata={"deprecated": "method.ramp_steps", "help": "Deprecated: method.ramp_steps."}
-    )
+    cort_ramp_steps: int | None = field(default=None, metadata={"help": "Deprecated: method.ramp_steps."})
     rlsd_eps: float | None = field(
         default=None,
         metadata={
-            "deprecated": "method.credit_options.eps",
             "help": "Deprecated: method.credit_options.eps.",
         },
     )
     rlsd_negative_only: bool | None = field(
         default=None,
         metadata={
-            "deprecated": "method.credit_options.negative_only",
             "help": "Deprecated: method.credit_options.negative_only.",
         },
     )
     rlsd_warmup_steps: int | None = field(
         default=None,
         metadata={
-            "deprecated": "method.credit_options.warmup_steps",
             "help": "Deprecated: method.credit_options.warmup_steps.",
         },
     )
     rlsd_decay_steps: int | None = field(
         default=None,
         metadata={
-            "deprecated": "method.credit_options.decay_steps",
             "help": "Deprecated: method.credit_options.decay_steps.",
         },
     )
 
 
+CONFIG_KEYS = {
+    "method": "method",
+    "loss": "loss.name",
+    "opsd_divergence": "loss.divergence",
+    "opsd_beta": "loss.beta",
+    "replay_token_budget": "replay.token_budget",
+    "replay_chunk_size": "replay.chunk_size",
+    "replay_prefix_sharing": "replay.prefix_sharing",
+    "replay_projection_dtype": "replay.projection_dtype",
+    "replay_distance_kernel": "replay.distance_kernel",
+    "replay_sharding": "replay.sharding",
+    "run_files": "log.run_files",
+    "log_samples": "log.samples",
+    "log_localization": "log.localization",
+}
+"""Where a ``mrtpo train`` config writes each field (``section.key``). (Kept apart from the fields' metadata:
+transformers' ``HfArgumentParser`` passes a field's metadata to argparse.)"""
+
+DEPRECATED = {
+    "advantage_method": "method.method",
+    "advantage_options": "method.options",
+    "credit": "method.credit",
+    "credit_beta": "method.credit_beta",
+    "cort_ramp_steps": "method.ramp_steps",
+    "rlsd_eps": "method.credit_options.eps",
+    "rlsd_negative_only": "method.credit_options.negative_only",
+    "rlsd_warmup_steps": "method.credit_options.warmup_steps",
+    "rlsd_decay_steps": "method.credit_options.decay_steps",
+}
+"""The deprecated fields (the flat method fields of earlier versions) and their spelling now."""
+
+
 def option_fields() -> list[dataclasses.Field]:
     """The fields a config writes in a section of its own (``loss``, ``replay``, ``log``): every field but
     ``method`` and the deprecated aliases."""
-    return [f for f in dataclasses.fields(MRTPOFields) if "." in f.metadata.get("key", "")]
+    return [f for f in dataclasses.fields(MRTPOFields) if "." in CONFIG_KEYS.get(f.name, "")]
 
 
 def deprecated_fields() -> dict[str, str]:
     """Deprecated field -> its spelling now (``{"advantage_method": "method.method", ...}``)."""
-    return {
-        f.name: f.metadata["deprecated"]
-        for f in dataclasses.fields(MRTPOFields)
-        if "deprecated" in f.metadata
-    }
+    return dict(DEPRECATED)
 
 
 def fold_aliases(method: Any, aliases: dict[str, Any]) -> tuple[dict[str, Any] | MethodConfig, list[str]]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from mrtpo.integrations.trl.fields import deprecated_fields, option_fields
+from mrtpo.integrations.trl.fields import CONFIG_KEYS, deprecated_fields, option_fields
 
 # ---------------------------------------------------------------------------------------- deprecated keys
 
@@ -32,9 +32,9 @@ def renamed() -> dict[str, str]:
         if sub in ("cort", "rlsd"):
             out[f"method.{sub}.{rest}"] = new
     for f in option_fields():
-        out[f"method.{f.name}"] = f.metadata["key"]
+        out[f"method.{f.name}"] = CONFIG_KEYS[f.name]
         if f.name.startswith("opsd_"):
-            out[f"method.opsd.{f.name[5:]}"] = f.metadata["key"]
+            out[f"method.opsd.{f.name[5:]}"] = CONFIG_KEYS[f.name]
     return {old: new for old, new in out.items() if old != new}  # method.credit stays method.credit
 
 

@@ -55,7 +55,7 @@ from pydantic import (
 )
 
 from mrtpo.integrations.trl import trl_fields
-from mrtpo.integrations.trl.fields import MRTPOFields, deprecated_fields, option_fields
+from mrtpo.integrations.trl.fields import CONFIG_KEYS, MRTPOFields, deprecated_fields, option_fields
 from mrtpo.integrations.trl.reading import (
     Origins,
     apply_overrides,
@@ -255,13 +255,13 @@ def _option_sections() -> dict[str, type[BaseModel]]:
     hints = typing.get_type_hints(MRTPOFields)
     by_section: dict[str, dict[str, tuple[Any, Any]]] = {}
     for f in option_fields():
-        section, name = f.metadata["key"].split(".")
+        section, name = CONFIG_KEYS[f.name].split(".")
         by_section.setdefault(section, {})[name] = (annotation(trl_fields.describe(hints[f.name])), f.default)
     return {s: _model(f"{s.title()}Section", fs) for s, fs in by_section.items()}
 
 
 OPTION_SECTIONS = _option_sections()
-OPTION_FIELD = {f.metadata["key"]: f.name for f in option_fields()}
+OPTION_FIELD = {CONFIG_KEYS[f.name]: f.name for f in option_fields()}
 """``"loss.beta"`` -> ``"opsd_beta"``: where a config writes each of MRTPOFields' own options."""
 
 
