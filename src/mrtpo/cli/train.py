@@ -1,7 +1,7 @@
 """``mrtpo train CONFIG.yaml [--plugin MODULE ...] [--section.key VALUE ...] [--resume [CHECKPOINT]] [--overwrite]``.
 
-Trains with :class:`mrtpo.MRTPOTrainer` from a YAML config (see ``recipes/`` and
-:mod:`mrtpo.integrations.trl.recipe`). Writes the run folder (``trl.output_dir``): run.json, metrics.jsonl,
+Trains with :class:`mrtpo.MRTPOTrainer` from a YAML config (see ``recipes/``, docs/config.md and
+:mod:`mrtpo.integrations.trl.schema`; a bad field fails before torch is imported). Writes the run folder (``trl.output_dir``): run.json, metrics.jsonl,
 samples.jsonl, TRL checkpoints and, at the end, the final model and tokenizer. A non-empty run folder
 is refused unless ``--resume`` (continue from its newest complete checkpoint, or the one named, with its
 optimizer state, scheduler, RNG and data order) or ``--overwrite`` (start again) is given. Ctrl-C saves
