@@ -214,13 +214,17 @@ def load_task_spec(name: str, options: dict[str, Any] | None = None, note: Note 
                 f"known: {', '.join(TASKS.names())}{hint}"
             )
         make, shown = (lambda: load_task(name, **options)), f"task {name!r}"
+    given = "{" + ", ".join(f"{k}: {v}" for k, v in options.items()) + "}"
     try:
         return make()
     except TypeError as e:
-        given = "{" + ", ".join(f"{k}: {v}" for k, v in options.items()) + "}"
         where = note("task.options") or " (their defaults)"
         raise ValueError(
             f"invalid config: field 'task.options': {given}{where} are not arguments of {shown}: {e}"
+        ) from None
+    except ValueError as e:  # the task refuses a value
+        raise ValueError(
+            f"invalid config: field 'task.options': {given}{note('task.options')}: {shown} refuses them: {e}"
         ) from None
 
 
