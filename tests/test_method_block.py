@@ -27,8 +27,8 @@ BLOCKS = {
         },
         1,
     ),
-    # CoRT on GRPO, ramped over 4 steps: the second step's batch has strength 0.6 / 4 (ramped on both)
-    "cort": ({"method": "grpo", "credit": "cort", "credit_beta": 0.6, "ramp_steps": 4}, 2),
+    # CoRT on GRPO, ramped over 4 steps: strength 0.6 * step / 4 (ramped on both)
+    "cort": ({"method": "grpo", "credit": "cort", "credit_beta": 0.6, "ramp_steps": 4}, 3),
     # RLSD with options of its own, on RDPO's response advantage (privileged prompts: a teacher gap)
     "rlsd": (
         {
@@ -37,7 +37,7 @@ BLOCKS = {
             "credit_beta": 0.5,
             "credit_options": {"eps": 0.1, "warmup_steps": 2},
         },
-        2,
+        3,
     ),
 }
 
@@ -45,32 +45,42 @@ BLOCKS = {
 @pytest.mark.parametrize("name", list(BLOCKS))
 def test_the_same_method_block_gives_the_same_credit_on_trl_and_verl(tmp_path, name):
     block, steps = BLOCKS[name]
-    tr = make_trainer(tmp_path / name, task=TinyTask(privileged=True), max_steps=steps, **block)
+    tr = make_trainer(  # a small learning rate and this seed: groups with mixed rewards at every step
+        tmp_path / name, task=TinyTask(privileged=True), max_steps=steps, learning_rate=1e-5, seed=1, **block
+    )
     tr.train()
-    batch = tr.batches[-1]  # the last generation: optimizer step steps - 1
-    rewards, mask = batch["rewards"], batch["completion_mask"].bool()  # [N, K], [N, T]
-    n, g = rewards.shape[0], tr.args.num_generations
-    assert tr.args.method == MethodConfig(**block, seed=0)  # TRL read the block as given
-
-    # verl: the same block under algorithm.mrtpo, the rewards as reward_extra_info, uid the prompt group
-    keys = ["the", "long"]
-    ntb = {k: np.array(rewards[:, i].tolist(), dtype=object) for i, k in enumerate(keys)}
-    ntb["uid"] = np.array([f"p{j // g}" for j in range(n)], dtype=object)
-    algorithm = {
+    assert tr.args.method == MethodConfig(**block, seed=1)  # TRL read the block as given (seed: trl.seed)
+    assert len(tr.batches) == steps  # one generation per optimizer step
+    keys, g = ["the", "long"], tr.args.num_generations
+    algorithm = {  # verl: the same block under algorithm.mrtpo
         "adv_estimator": f"mrtpo_{block['method']}",
         "mrtpo": {**block, "reward_keys": keys, "reward_min": [0.0, 0.0], "reward_max": [1.0, 1.0]},
     }
-    res = va.batch_credit(
-        block["method"], mask.long(), ntb["uid"], ntb, algorithm, batch["distances"], step=steps - 1
-    )
-    torch.testing.assert_close(res.advantages, batch["advantages"], atol=1e-6, rtol=0)
-    torch.testing.assert_close(res.token_advantages, batch["token_advantages"], atol=1e-6, rtol=0)
-    assert batch["advantages"].abs().max() > 0 and batch["token_advantages"].abs().max() > 0  # signal
-    if name == "cort":  # the ramp acted on both: strength 0.6 * 1 / 4 at step 1
-        assert res.credit_beta == pytest.approx(0.15)
-        assert [h["cort/credit_beta"] for h in tr.state.log_history if "cort/credit_beta" in h] == [0.0, 0.15]
-    if name == "rlsd":  # warm-up of λ over 2 steps: 0.5 * 1 / 2 at step 1
-        assert res.credit_beta == pytest.approx(0.25) and res.credit_options["eps"] == 0.1
+    strengths = []
+    for step, batch in enumerate(tr.batches):  # each batch at the optimizer step it was generated for
+        rewards, mask = batch["rewards"], batch["completion_mask"]  # [N, K], [N, T]
+        # the rewards as verl's reward_extra_info, uid the prompt group, TRL's replay as batch distances
+        ntb = {k: np.array(rewards[:, i].tolist(), dtype=object) for i, k in enumerate(keys)}
+        ntb["uid"] = np.array([f"p{j // g}" for j in range(rewards.shape[0])], dtype=object)
+        res = va.batch_credit(
+            block["method"], mask.long(), ntb["uid"], ntb, algorithm, batch["distances"], step
+        )
+        torch.testing.assert_close(res.advantages, batch["advantages"], atol=1e-6, rtol=0)
+        torch.testing.assert_close(res.token_advantages, batch["token_advantages"], atol=1e-6, rtol=0)
+        if batch["advantages"].abs().max() > 0:
+            strengths.append((step, res.credit_beta))
+    assert [s for s, _ in strengths] == list(range(steps))  # every batch had signal
+    beta = block["credit_beta"]
+    for step, used in strengths:  # the strength each engine used at that step (samples' credit_beta)
+        if name == "cort":  # ramped on both: 0.6 * min(1, step / 4)
+            assert used == pytest.approx(beta * min(1.0, step / 4))
+        elif name == "rlsd":  # λ's warm-up over 2 steps
+            assert used == pytest.approx(beta * min(1.0, step / 2))
+        else:
+            assert used == beta
+    if name == "cort":
+        logged = [h["cort/credit_beta"] for h in tr.state.log_history if "cort/credit_beta" in h]
+        assert logged == pytest.approx([beta * s / 4 for s in range(steps)])
 
 
 def test_both_engines_read_the_block_with_the_same_names_and_defaults():
