@@ -311,6 +311,7 @@ def test_run_folder_follows_the_run_format(tmp_path):
         "seed": 0,
     }
     assert run["method"] == tr.args.method.to_dict() and run["trl"]["method"] == run["method"]
+    assert run["method_label"] == "GDPO"  # the advantage registry's display name
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [x["step"] for x in lines if "loss" in x]
     assert steps == [1, 2]

@@ -81,6 +81,7 @@ from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from mrtpo import advantages as adv_mod
 from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
 from mrtpo.head import autocast_dtype, head_of
@@ -305,6 +306,7 @@ class MRTPOTrainer(GRPOTrainer):
             "task": getattr(self.task, "name", type(self.task).__name__),
             "model": model,
             "method": a.method.to_dict(),
+            "method_label": adv_mod.ADVANTAGES.get(a.method.method).label,  # the registry's display name
             "loss": a.loss,
             "seed": a.seed,
             "reward_names": self.reward_names,
