@@ -396,14 +396,14 @@ def _unknown_field(section: str, name: str, known: list[str]) -> str:
     if full in REMOVED:
         return f"field '{full}' is now '{REMOVED[full]}'"
     trl_known = set(trl_section().model_fields)
-    method_like = {*METHOD_FIELDS, *deprecated_fields(), *(k.split(".")[1] for k in OPTION_FIELD)}
+    method_like = {*METHOD_FIELDS, *deprecated_fields(), *OPTION_FIELD.values()}  # MRTPOConfig's own names
     if section == "method" and name in trl_known:
         return f"unknown field '{full}' (a TRL field: put it under 'trl')"
     if section == "trl" and name in method_like:
         return (
             f"field '{full}' belongs in the 'method' section (method.{name})"
             if name in METHOD_FIELDS
-            else (f"field '{full}' is not a TRL field: {renamed_path('method.' + name)} is MRTPO's")
+            else (f"field '{full}' is MRTPO's, not TRL's: write {renamed_path('method.' + name)}")
         )
     return f"unknown field '{full}'{nearest(name, known)}"
 
