@@ -7,7 +7,8 @@ included): each field's type, default and origin, written as JSON. Where it come
 1. the file shipped in ``schemas/`` for the installed TRL and transformers releases (one per supported
    TRL release; ``python -m mrtpo.integrations.trl.trl_fields --write`` writes the installed pair's, and
    ``tests/integrations/trl/test_trl_fields.py`` checks that it equals what the installed packages
-   declare, under every TRL release that ``scripts/test_trl_versions.sh`` tests);
+   declare, under every release that ``scripts/test_trl_versions.sh`` and
+   ``scripts/test_transformers_versions.sh`` test);
 2. else a cached copy in ``$XDG_CACHE_HOME/mrtpo/`` (``~/.cache/mrtpo/``) for that pair;
 3. else it is generated from the installed packages (importing TRL once) and cached.
 
