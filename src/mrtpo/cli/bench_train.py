@@ -283,9 +283,7 @@ def run(args: argparse.Namespace) -> int:
                     model(),
                     args=MRTPOConfig(
                         output_dir=f"{tmp}/gdpo",
-                        advantage_method="gdpo",
-                        advantage_options={"eps": 1e-4},
-                        credit="none",
+                        method={"method": "gdpo", "options": {"eps": 1e-4}, "credit": "none"},
                         run_files=False,
                         **common,
                     ),
@@ -300,8 +298,7 @@ def run(args: argparse.Namespace) -> int:
                     model(),
                     args=MRTPOConfig(
                         output_dir=f"{tmp}/mrtpo",
-                        advantage_method=args.method,
-                        credit=args.credit,
+                        method={"method": args.method, "credit": args.credit},
                         run_files=False,
                         log_localization=False,  # analysis logging, not part of the method's cost
                         **common,
