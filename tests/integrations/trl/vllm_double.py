@@ -64,6 +64,7 @@ class GenerateRecord:
     prompts: int
     n: int
     checksum: str  # of the engine's own weights when it sampled
+    params: dict[str, Any] = field(default_factory=dict)  # the SamplingParams' fields
 
 
 _SAMPLING_FIELDS = {
@@ -142,14 +143,16 @@ class HFBackedEngine:
         logprob_shift: Callable[[list[int], int], float] | None = None,
         clock: Callable[[], Any] | None = None,
     ) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
+
+        from mrtpo.models.loading import load_tokenizer
 
         if not model_path:
             raise ValueError(
                 "HFBackedEngine double: the model path is empty (vLLM loads the model from a path)"
             )
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer = load_tokenizer(model_path)  # as mrtpo loads it (the tiny word-level tokenizers too)
         self.seed = seed
         self.logprob_shift = logprob_shift
         self.clock = clock or (lambda: None)
@@ -213,7 +216,9 @@ class HFBackedEngine:
         self._check_resident()
         self.finish_sync()
         self.generations.append(
-            GenerateRecord(self.clock(), len(prompts), int(params.n), model_checksum(self.model))
+            GenerateRecord(
+                self.clock(), len(prompts), int(params.n), model_checksum(self.model), dict(vars(params))
+            )
         )
         gc = self.model.generation_config
         eos = gc.eos_token_id if gc.eos_token_id is not None else self.tokenizer.eos_token_id
@@ -222,8 +227,8 @@ class HFBackedEngine:
             do_sample=not greedy,
             temperature=None if greedy else float(params.temperature),
             # explicit "off" values: transformers otherwise fills in its own defaults (top_k=50)
-            top_p=1.0 if greedy or params.top_p is None else float(params.top_p),
-            top_k=0 if greedy or params.top_k in (None, 0, -1) else int(params.top_k),
+            top_p=None if greedy else 1.0 if params.top_p is None else float(params.top_p),
+            top_k=None if greedy else 0 if params.top_k in (None, 0, -1) else int(params.top_k),
             min_p=None if greedy or not params.min_p else float(params.min_p),
             repetition_penalty=None
             if params.repetition_penalty in (None, 1.0)
