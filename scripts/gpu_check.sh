@@ -3,10 +3,10 @@
 # docs/scale.md, with the commit it ran on). Every step has a time limit; on CUDA they add up to 12 minutes
 # (60 + 150 + 150 + 60 + 90 + 45 + 120 + 30 + 15 s). A step that fails or runs out of time is a row saying so.
 #   wheels             (with --wheels) the wheels of scripts/gpu_wheels.sh into /tmp/site
-#   train 1.5b         mrtpo bench train: per-step time and peak memory of TRL GDPO, mrtpo GDPO and MRTPO at
+#   train full         mrtpo bench train: per-step time and peak memory of TRL GDPO, mrtpo GDPO and MRTPO at
 #                      Qwen2.5-1.5B-Instruct's shapes (random weights, bf16, TRL's bf16 autocast and gradient
 #                      checkpointing, as the recipes train), and replay's share of the MRTPO step
-#   train 7b-slice     the same at Qwen2.5-7B's width and vocabulary with 4 of its 28 layers
+#   train slice        the same at Qwen2.5-7B's width and vocabulary with 4 of its 28 layers
 #   distance kernels   eager vs fused (Triton on CUDA) JS distances at V = 152,064, H = 3,584 (Qwen2.5-7B),
 #                      float32 and bfloat16 projection: time and peak memory
 #   bench replay       naive float32 vs mrtpo replay at Qwen2.5-7B shapes, float64 reference, projection dtypes
@@ -122,11 +122,11 @@ else
 fi
 TRAIN_ARGS+=(--device "$DEVICE" --bf16 --gradient-checkpointing)
 
-echo "$FULL_LABEL" > "$OUT/train_1.5b.label"
-step "train 1.5b" 150 "$PY" -m mrtpo.cli.main bench train "${FULL[@]}" "${TRAIN_ARGS[@]}" --output "$OUT/train_1.5b.json"
-echo "$SLICE_LABEL" > "$OUT/train_7b-slice.label"
-step "train 7b-slice" 150 "$PY" -m mrtpo.cli.main bench train "${SLICE[@]}" "${TRAIN_ARGS[@]}" \
-  --output "$OUT/train_7b-slice.json"
+echo "$FULL_LABEL" > "$OUT/train_full.label"
+step "train full" 150 "$PY" -m mrtpo.cli.main bench train "${FULL[@]}" "${TRAIN_ARGS[@]}" --output "$OUT/train_full.json"
+echo "$SLICE_LABEL" > "$OUT/train_slice.label"
+step "train slice" 150 "$PY" -m mrtpo.cli.main bench train "${SLICE[@]}" "${TRAIN_ARGS[@]}" \
+  --output "$OUT/train_slice.json"
 # --- distance kernels (eager vs fused) at the wide config's V and H: V = 152,064, H = 3,584 for qwen2.5-7b ---
 step "distance kernels" 60 "$PY" -m mrtpo.bench.kernels --device "$DEVICE" --config "$WIDE" \
   ${KERNEL_ARGS[@]+"${KERNEL_ARGS[@]}"} --json "$OUT/kernels.json"

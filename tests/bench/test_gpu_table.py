@@ -16,8 +16,8 @@ GIB = 2**30
 
 def write_results(out: Path) -> None:
     status = [
-        ("train 1.5b", 0, 100, "a.log", 150),
-        ("train 7b-slice", 124, 150, "b.log", 150),
+        ("train full", 0, 100, "a.log", 150),
+        ("train slice", 124, 150, "b.log", 150),
         ("distance kernels", 0, 5, "k.log", 60),
         ("matrix", 1, 3, "m.log", 120),
     ]
@@ -42,9 +42,9 @@ def write_results(out: Path) -> None:
         "replay_fpe_per_response": 1.8,
         "peak_method": "torch.cuda.max_memory_allocated over the run",
     }
-    (out / "train_1.5b.json").write_text(json.dumps(train))
-    (out / "train_1.5b.label").write_text("1.5B\n")
-    (out / "train_7b-slice.label").write_text("7B slice\n")  # timed out: no JSON
+    (out / "train_full.json").write_text(json.dumps(train))
+    (out / "train_full.label").write_text("1.5B\n")
+    (out / "train_slice.label").write_text("7B slice\n")  # timed out: no JSON
     rows = [
         {"projection": "float32", "kernel": "eager", "seconds": 0.05, "peak_bytes": 5 * 2**20},
         {"projection": "float32", "kernel": "fused", "seconds": 0.02, "peak_bytes": 2 * 2**20},
@@ -71,7 +71,7 @@ def test_table_rows_from_the_steps_results(tmp_path):
     assert row(text, "JS fused (float32 proj.)")[0] == "20.0 ms"
     assert row(text, "JS fused / eager (float32 proj.)")[:2] == ["0.40x time", "-"]
     assert "V=152064 H=3584, 1024 x 3 rows, peak 2 MiB, max |d_e - d_f| 3.0e-08" in text
-    assert row(text, "train 7b-slice")[:2] == ["TIMED OUT", "-"] and "limit of 150 s" in text
+    assert row(text, "train slice")[:2] == ["TIMED OUT", "-"] and "limit of 150 s" in text
     assert row(text, "matrix")[:2] == ["FAILED", "-"] and "exit 1, see m.log" in text
     assert "plan: no prediction: no plan.json" in text
 
@@ -88,7 +88,7 @@ def test_plan_column_and_markdown(tmp_path, capsys):
     )
     # predictions, where there are some, sit beside their measurements
     preds = {
-        "train_1.5b": {"mrtpo_step_seconds": 0.5, "replay_share": 0.25, "mrtpo_peak_bytes": 11 * GIB},
+        "train_full": {"mrtpo_step_seconds": 0.5, "replay_share": 0.25, "mrtpo_peak_bytes": 11 * GIB},
         "kernels": {"fused_peak_bytes": GIB // 2},
     }
     (tmp_path / "plan.json").write_text(json.dumps({"available": True, "why": "", "predictions": preds}))
