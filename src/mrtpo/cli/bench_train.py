@@ -158,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--repeats={args.repeats} must be >= 1")
     if args.steps <= args.warmup:
         raise ValueError(f"--steps={args.steps} must exceed --warmup={args.warmup}")
+    if args.layers is not None and args.layers < 1:
+        raise ValueError(f"--layers must be >= 1, got {args.layers}")
     if args.batch % args.generations:
         raise ValueError(f"--generations={args.generations} must divide --batch={args.batch}")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -186,11 +188,10 @@ def run(args: argparse.Namespace) -> int:
         sliced = {} if args.layers is None else {"num_hidden_layers": args.layers}
         if args.layers is not None and "max_window_layers" in shape:
             sliced["max_window_layers"] = min(shape["max_window_layers"], args.layers)
-        args.hidden_size, args.layers = shape["hidden_size"], args.layers or shape["num_hidden_layers"]
+        args.hidden_size = shape["hidden_size"]
+        args.layers = shape["num_hidden_layers"] if args.layers is None else args.layers
     elif args.layers is None:
         args.layers = 2
-    if args.layers < 1:
-        raise ValueError(f"--layers must be >= 1, got {args.layers}")
 
     def model():
         if args.config is not None:
