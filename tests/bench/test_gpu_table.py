@@ -123,3 +123,17 @@ def test_gpu_check_script_refuses_bad_options():
     assert r.returncode == 2 and "--limit-scale must be > 0" in r.stderr
     r = run("--help")
     assert r.returncode == 0 and "12 minutes" in r.stdout and "--limit-scale" in r.stdout
+
+
+def test_gpu_check_limits_fit_twelve_minutes():
+    """Every step of scripts/gpu_check.sh has a limit; on CUDA (scale 1) they add up to at most 12 minutes,
+    and to the sum its header states."""
+    import re
+
+    text = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    limits = [int(x) for x in re.findall(r'^\s*step "[^"]+" (\d+) ', text, flags=re.M)]
+    table = re.search(r"printf \"%d\", (\d+) \* s \+ 0\.5 }'\)\" \"\$PY\" -m mrtpo\.bench\.gpu_table", text)
+    assert len(limits) == 8 and table is not None
+    stated = re.search(r"\(([\d + ]+) s\)", text).group(1)
+    assert [int(x) for x in stated.split("+")] == [*limits, int(table.group(1))]
+    assert sum(limits) + int(table.group(1)) <= 12 * 60
