@@ -32,7 +32,8 @@
 # PYTHONPATH. The distance-kernels, bench-replay and sharded steps need torch and transformers only; the
 # train and matrix steps need the wheels scripts/gpu_wheels.sh prepares on a machine with an index (.whl/,
 # installed with --no-deps into /tmp/site by --wheels .whl). The project's version pins are not enforced
-# there (nothing is pip-installed from pyproject.toml).
+# there (nothing is pip-installed from pyproject.toml): that image's transformers 5.17 is the `train` extra's
+# floor (>=5.17), and its torch 2.11 lies inside the declared range.
 set -u
 DEVICE=cuda
 CONFIG=""

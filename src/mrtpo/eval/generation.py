@@ -85,8 +85,8 @@ class VLLMGenerator:
     ) -> None:
         if importlib.util.find_spec("vllm") is None:
             raise ValueError(
-                "--backend vllm: vllm is not installed (pip install 'vllm>=0.22,<=0.31' on a CUDA machine; "
-                "docs/scale.md); --backend transformers generates without it"
+                '--backend vllm: vllm is not installed (pip install -e ".[vllm]" on a CUDA machine: '
+                "requirements/gpu-trl.txt, docs/install.md); --backend transformers generates without it"
             )
         from vllm import LLM
 
