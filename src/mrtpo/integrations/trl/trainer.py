@@ -15,6 +15,9 @@ changes three seams:
 3. ``_compute_loss``: only for the OPSD baseline (``loss="opsd"``), a self-distillation divergence
    (``mrtpo.losses``) instead of the policy-gradient surrogate.
 
+With vLLM (``use_vllm``) TRL's importance-sampling correction multiplies every token's term, token
+advantages included; what mrtpo does there: :mod:`mrtpo.integrations.trl.vllm`.
+
 Baselines (docs/design.md §6; the papers' code is not public, these are this project's choices):
 
 - **OPSD** (``loss="opsd"``): teacher = the policy on the full context ``C`` (privileged segments
@@ -88,6 +91,7 @@ from mrtpo.head import autocast_dtype, head_of
 from mrtpo.integrations.trl import checkpoints as checkpoints_mod
 from mrtpo.integrations.trl import data as data_mod
 from mrtpo.integrations.trl import sharding as sharding_mod
+from mrtpo.integrations.trl import vllm as vllm_mod
 from mrtpo.integrations.trl.config import MRTPOConfig
 from mrtpo.integrations.trl.passes import response_hidden
 from mrtpo.integrations.trl.run_logging import (
@@ -485,6 +489,7 @@ class MRTPOTrainer(GRPOTrainer):
             "examples": scored.examples,
             "texts": scored.texts,
             "completion_ids": scored.completion_ids,
+            **vllm_mod.engine_sampling(out),  # vLLM's sampling log-probs and TRL's IS ratio (or None)
         }
         if mode == "train" and a.run_files and self.accelerator.is_main_process and a.log_samples:
             step = self.state.global_step + 1
@@ -650,7 +655,7 @@ class MRTPOTrainer(GRPOTrainer):
                 h_s = student.hidden_states[-1][:, -t - 1 : -1]  # [B, T, H]
                 div = distill_divergence_from_hidden(h_s, h_t, weight, bias, mask.bool(), **kw)  # [B, T]
         self.last_loss_terms = {"opsd_divergence": div.detach()}  # [B, T]: the check of the matrix
-        loss = masked_token_mean(div, mask)
+        loss = masked_token_mean(vllm_mod.weight_tokens(div, inputs), mask)  # vLLM: TRL's IS ratio
         mode = "train" if self.model.training else "eval"
         totals = self.accelerator.reduce(
             torch.stack([(div.detach() * mask).sum(), mask.sum().float()]), "sum"
