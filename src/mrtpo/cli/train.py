@@ -126,7 +126,6 @@ def run(args: argparse.Namespace) -> int:
 
     from mrtpo.integrations.trl.schema import load_config, parse_overrides
     from mrtpo.plugins import split_plugin_args
-    from mrtpo.tasks.faults import VerifierError
 
     more, rest = split_plugin_args(args.overrides)  # --plugin given after the config
     plugins = [*args.plugin, *more]
@@ -165,11 +164,13 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(threads)
     from mrtpo.integrations.trl.recipe import TrainingInterrupted, train
+    from mrtpo.tasks.faults import VerifierError
 
     out = cfg.trainer["output_dir"]
     try:
         trainer = train(cfg, resume=resume, overwrite=overwrite)
     except VerifierError as e:  # a failed verdict (task.on_verifier_error): one line, the checkpoint, resume
+        _close_process_group()
         where = (
             f"saved {e.checkpoint}; resume with: {_resume_command(args, rest, threads, plugins)}"
             if e.checkpoint
