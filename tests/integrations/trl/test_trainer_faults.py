@@ -114,7 +114,8 @@ def test_policy_fields_are_one_line_errors(tmp_path, capsys):
     assert main([*args, "--task.on_verifier_error=skip"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        "mrtpo train: error: invalid config: field 'task.on_verifier_error': 'skip' is not one of raise, min"
+        "mrtpo train: error: invalid config: field 'task.on_verifier_error': 'skip' is not one of raise, min "
+        "(from the command line)"
     ]
     assert main([*args, "--task.max_verifier_error_rate=2"]) == 2
     assert "field 'task.max_verifier_error_rate': 2 is not a number in [0, 1]" in capsys.readouterr().err

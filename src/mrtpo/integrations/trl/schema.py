@@ -145,6 +145,12 @@ def _positive(value: Any) -> Any:
     return value
 
 
+def _rate(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{value!r} is not a number in [0, 1]")
+    return float(value)
+
+
 def annotation(desc: Any, *, in_union_with_bool: bool = False) -> Any:
     """The pydantic type of a type description of :mod:`mrtpo.integrations.trl.trl_fields`."""
     if desc == "bool":
@@ -225,7 +231,7 @@ class TaskSection(_Section):
         description="a failed verdict (docs/verifiers.md): 'raise' stops the run after a checkpoint of "
         "the last completed step; 'min' scores the reward's minimum and counts it",
     )
-    max_verifier_error_rate: Annotated[float, _reject_bool("a number"), Field(ge=0, le=1)] = Field(
+    max_verifier_error_rate: Annotated[float, BeforeValidator(_rate)] = Field(
         0.1, description="under 'min', the largest share of one batch's verdicts that may fail"
     )
 
