@@ -86,8 +86,8 @@ def _batch(tok, kind="none", fail_at=(), n=6):
     return data, examples
 
 
-def _cfg(**node):
-    return OmegaConf.create({"norm_adv_by_std_in_grpo": True, "mrtpo": node})
+def _cfg(**node):  # the response-level method: these batches carry no replay distances
+    return OmegaConf.create({"norm_adv_by_std_in_grpo": True, "mrtpo": {"credit": "none", **node}})
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -181,7 +181,7 @@ def _trainer(tmp_path):
                         "del_local_ckpt_after_load": False},
             "actor_rollout_ref": {"actor": {"checkpoint": {"async_save": False}}},
             "algorithm": {"adv_estimator": "mrtpo_gdpo", "norm_adv_by_std_in_grpo": True,
-                          "mrtpo": {"on_verifier_error": "min"}},
+                          "mrtpo": {"on_verifier_error": "min", "credit": "none"}},
         }
     )  # fmt: skip
     tr.use_critic = False
