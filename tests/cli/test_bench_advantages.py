@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from mrtpo import advantages
@@ -26,6 +27,7 @@ def test_random_batch_has_ties_binary_and_grid_columns():
     assert set(r[:, 2:].unique().tolist()) <= {0.0, 0.25, 0.5, 0.75, 1.0}
 
 
+@pytest.mark.slow  # a torch.profiler session per method and size: about 1 s each on busy cores
 def test_every_method_within_budget_and_the_json(tmp_path, capsys):
     out = tmp_path / "b.json"
     rc = main(["bench", "advantages", "--n", "2048", "--k", "5", "--repeats", "1", "--output", str(out)])
@@ -40,6 +42,7 @@ def test_every_method_within_budget_and_the_json(tmp_path, capsys):
         assert 1.5 < res["memory_ratio"] < 2.5, (m, res)  # linear: twice the rows, twice the memory
 
 
+@pytest.mark.slow
 def test_a_quadratic_method_and_a_tight_time_budget_fail_naming_the_method(capsys):
     advantages.register("quadratic_centered")(quadratic_centered)
     try:
