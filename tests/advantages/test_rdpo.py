@@ -227,8 +227,9 @@ def test_sorted_ranks_and_batched_whitening_equal_the_quadratic_reference(batch)
         )
 
 
+@pytest.mark.slow  # a torch.profiler session over 65,536 x 13: about 5 s on busy cores
 def test_rdpo_at_65536_responses_holds_no_n_squared_matrix():
-    """65,536 x 13 needed 34 GB through the [N, N] matrix; sorting needs a few tens of MB."""
+    """65,536 x 13 built boolean [N, N] matrices (4.3 GB each); sorting needs a few tens of MB."""
     from mrtpo.bench.memory import TrackedPeak
 
     gen = torch.Generator().manual_seed(0)
