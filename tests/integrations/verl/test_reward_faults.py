@@ -171,7 +171,7 @@ class Workers:
         self.loaded.append(local_path)
 
 
-def _trainer(tmp_path):
+def _trainer(tmp_path, on_error="min"):
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     tr = vmain.MRTPORayPPOTrainer.__new__(vmain.MRTPORayPPOTrainer)
@@ -181,7 +181,7 @@ def _trainer(tmp_path):
                         "del_local_ckpt_after_load": False},
             "actor_rollout_ref": {"actor": {"checkpoint": {"async_save": False}}},
             "algorithm": {"adv_estimator": "mrtpo_gdpo", "norm_adv_by_std_in_grpo": True,
-                          "mrtpo": {"on_verifier_error": "min", "credit": "none"}},
+                          "mrtpo": {"on_verifier_error": on_error, "credit": "none"}},
         }
     )  # fmt: skip
     tr.use_critic = False
@@ -247,6 +247,27 @@ def test_trainer_saves_the_last_completed_step_and_resumes_from_it(tok, tmp_path
     again.fit()
     assert again.actor_rollout_wg.loaded == [str(tmp_path / "global_step_2" / "actor")]
     assert again.drawn == [[4, 5], [6, 7]] and again.global_steps == 4
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_default_policy_saves_and_resumes_for_every_fault_kind(tok, tmp_path, verl_loop, kind):
+    clean, _ = _batch(tok, "none")
+    broken, examples = _batch(tok, kind, fail_at=[2])  # step 2: one failed verdict stops the run
+    tr = _trainer(tmp_path, on_error="raise")
+    tr.batches = {1: clean, 2: broken}
+    with pytest.raises(VerifierError) as e:
+        tr.fit()
+    assert (e.value.step, e.value.checkpoint) == (1, str(tmp_path / "global_step_1"))
+    assert tr.actor_rollout_wg.saved == [(str(tmp_path / "global_step_1" / "actor"), 1)]
+    assert vmain.stop_line(e.value).startswith(
+        f"mrtpo verl: stopped after step 1: verifier 'start' failed on example {examples[0].id!r}: "
+        f"{CAUSES[kind]}; saved {tmp_path / 'global_step_1'}; resume with the same command"
+    )
+    again = _trainer(tmp_path, on_error="raise")  # the verifier fixed: step 2 draws its batch again
+    again.batches = {2: clean, 3: clean, 4: clean}
+    again.fit()
+    assert again.actor_rollout_wg.loaded == [str(tmp_path / "global_step_1" / "actor")]
+    assert again.drawn == [[2, 3], [4, 5], [6, 7]] and again.global_steps == 4
 
 
 def test_a_failure_in_the_first_step_saves_nothing(tok, tmp_path, verl_loop):
