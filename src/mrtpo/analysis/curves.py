@@ -236,6 +236,11 @@ def plot_curves(
     nrows = math.ceil(len(keys) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False)
     center_name, band_name = ("median", "IQR") if stat == "median-iqr" else ("mean", "min–max")
+    runs: dict[str, int] = {}  # runs (seeds) of a method: the most of any panel, so one legend entry each
+    for key in keys:
+        for method, band in panels[key].items():
+            if band.steps.size:
+                runs[method] = max(runs.get(method, 0), int(band.count.max()))
     for ax, key in zip(axes.flat, keys):
         for method, band in panels[key].items():
             if not band.steps.size:
@@ -248,7 +253,8 @@ def plot_curves(
                 color=c,
                 lw=1.8,
                 ls=styles[method],  # distinct dashes keep coinciding curves visible
-                label=f"{method} ({n_seeds} run{'s' * (n_seeds != 1)})",
+                marker="o" if band.steps.size == 1 else None,  # a lone point is no line: show it
+                label=f"{method} ({runs[method]} run{'s' * (runs[method] != 1)})",
             )
             if n_seeds > 1:
                 ax.fill_between(band.steps, band.lo, band.hi, color=c, alpha=0.2, lw=0)

@@ -251,6 +251,8 @@ def _panel_title(method: str, what: str) -> str:
     title = f"{method}: {what}"
     if "shuffled" in method.lower():
         title += "\n(replay distances; the credit applied was shuffled over tokens)"
+    elif "joint" in method.lower():
+        title += "\n(joint replay: one distance row, shared by every reward)"
     return title
 
 

@@ -49,7 +49,7 @@ _SPARE_COLORS = (
 )  # fmt: skip
 
 REWARD_COLORS = (
-    "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#7f7f7f", "#b8a000",
+    "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#d55e00", "#56b4e9", "#7f7f7f", "#b8a000",
     "#6a3d9a", "#8c564b",
 )  # fmt: skip
 """Reward colours in order (Okabe–Ito first: distinguishable with colour-vision deficiency), then
