@@ -275,7 +275,8 @@ def plot_curves(
     entries: dict[str, Any] = {}  # every drawn line, from every panel (a method may miss the first)
     for ax in list(axes.flat)[: len(keys)]:
         for h, n in zip(*ax.get_legend_handles_labels()):
-            entries.setdefault(n, h)
+            if n not in entries or getattr(entries[n], "get_marker", lambda: "None")() != "None":
+                entries[n] = h  # a line's own style, not a lone point's dot
     handles, names = list(entries.values()), list(entries)
     if handles:
         fig.legend(handles, names, loc="lower center", ncol=min(4, len(names)), fontsize=9, frameon=False)
