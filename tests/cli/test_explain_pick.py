@@ -1,5 +1,5 @@
-"""explain without --index: the records with the largest |Â| (hand-built samples.jsonl), the lines that
-say how many have credit, --reward and its error; information spans of a record."""
+"""mrtpo explain without --index: the records with the largest |Â| (a hand-built samples.jsonl), the
+lines that say how many have credit; --reward and its error."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ import json
 
 import pytest
 
-from mrtpo.analysis.explain import credit_magnitude, credit_view, restrict
+from mrtpo.analysis.explain import credit_magnitude
 from mrtpo.cli.explain import pick_records
 from mrtpo.cli.main import main
-from mrtpo.prompt import Segment
-from mrtpo.records import SampleRecord, information_spans
 from tests.analysis.explain.common import _record
 
 # |Â| = Σ_k |Â[k]|: 0, 0.5 + 1.0 = 1.5, 2.0, 0 (1e-12 is rounding noise: no credit)
@@ -68,32 +66,3 @@ def test_cli_explains_the_record_with_credit_and_filters_rewards(tmp_path, capsy
     assert main(["explain", "--samples", str(samples), "--reward", "nope", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("--reward nope: not a reward of " + str(samples) + "; known rewards: start, wrap")
-
-
-def test_restrict_keeps_rows_and_totals():
-    full = credit_view(_record())
-    only = restrict(full, ["wrap"])
-    assert only.reward_names == ["wrap"] and only.advantages.tolist() == [-0.5]
-    assert only.token_level.tolist() == full.token_level[1:].tolist()
-    assert only.distances.tolist() == [[0.2] * 4] and only.checked == {"wrap": [1, 0, 0, 1]}
-    assert only.token_total.tolist() == full.token_total.tolist() and only.advantage_sum == 0.5
-    assert "totals are over all 2 rewards" in only.notes[-1]
-
-
-def test_information_spans_point_at_each_rewards_text():
-    segs = [
-        Segment("Write a list.", role="system"),
-        Segment("start with apple", {"start"}),
-        Segment("plain text"),
-        Segment("wrap in <b>", {"wrap", "start"}),
-        Segment("the reference", {"wrap"}, privileged=True),  # not in the rollout prompt
-    ]
-    prompt = "Write a list.\n\nstart with apple\n\nplain text\n\nwrap in <b>"
-    spans = information_spans(prompt, segs, ["start", "wrap"])
-    assert spans == {"start": [[15, 31], [45, 56]], "wrap": [[45, 56]]}
-    assert prompt[15:31] == "start with apple" and prompt[45:56] == "wrap in <b>"
-    rec = SampleRecord.from_json({**_record(), "prompt": prompt, "information": spans})
-    assert rec.information == spans and rec.to_json()["information"] == spans
-    with pytest.raises(ValueError, match=r"line 3: information\['wrap'\] must be a list of \[start, end\] spans "
-                       r"within the prompt's 56 characters"):  # fmt: skip
-        SampleRecord.from_json({**_record(), "prompt": prompt, "information": {"wrap": [[40, 99]]}}, "line 3")
