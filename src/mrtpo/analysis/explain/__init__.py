@@ -25,7 +25,9 @@ Output:
   cells of a reward on one scale, :func:`advantage_scale`) and carries its exact values in a ``title``
   (hover) and ``data-v`` attribute. Tokens the reward's verifier reads (``checked_tokens``) are
   underlined. Inline CSS, no external asset.
-- PNG (matplotlib, Agg): per record, heat strips wrapped every ``tokens_per_line`` tokens: a distance
+- PNG (matplotlib, Agg): per record, a title (run, step, method, every reward's Â), the prompt with each
+  reward's information (the record's ``information`` spans) highlighted in that reward's colour
+  (:mod:`mrtpo.analysis.style`), then heat strips wrapped every ``tokens_per_line`` tokens: a distance
   panel (one strip per reward, ``d / max_t d``) and an advantage panel: per reward a response-level
   strip and an MRTPO strip on that reward's scale, then the two totals on theirs (each strip shows
   ``value / scale`` on one symmetric colour map; the scale is in the strip's label).
