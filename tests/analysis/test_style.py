@@ -131,7 +131,9 @@ def test_explain_figure_takes_reward_colours_from_the_palette(monkeypatch):
         fig = explain_figure([view, restrict(view, ["wrap"])])
     pal = reward_colors(["start", "wrap"])
     ax_p, ax_d, ax_a = fig.axes[0], fig.axes[1], fig.axes[2]
-    assert ax_p.get_title(loc="left").startswith("run r · step 7 · GDPO vs MRTPO (β=0.5)\nÂ: start +1, wrap -0.5")
+    assert ax_p.get_title(loc="left").startswith(
+        "run r · step 7 · GDPO vs MRTPO (β=0.5)\nÂ: start +1, wrap -0.5"
+    )
     boxes = {
         t.get_text(): to_hex(t.get_bbox_patch().get_facecolor()) for t in ax_p.texts if t.get_bbox_patch()
     }
