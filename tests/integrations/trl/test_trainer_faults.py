@@ -49,6 +49,7 @@ def _last_line(capsys) -> str:
     return err.strip().splitlines()[-1]
 
 
+@pytest.mark.slow  # two short runs each (stop, then resume): about 5 s on busy cores
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_failed_verdict_stops_in_one_line_after_a_checkpoint_and_resumes(kind, tmp_path, capsys):
     run = tmp_path / "run"
