@@ -65,27 +65,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _split(args: argparse.Namespace) -> list[str]:
-    """The launch options given after the recipe go into ``args``; the overrides (after ``--``) are
-    returned."""
+def late_options(args: argparse.Namespace, add_options, command: str) -> list[str]:
+    """Options given after the recipe (which ``args.rest`` swallowed) go into ``args``; the overrides
+    (after ``--``, or options that name a config key) are returned."""
     rest = list(args.rest)
     if "--" in rest:
         i = rest.index("--")
         before, after = rest[:i], rest[i + 1 :]
     else:
         before, after = rest, []
-    late = argparse.ArgumentParser(prog="mrtpo launch", add_help=False)
-    _options(late)
+    late = argparse.ArgumentParser(prog=f"mrtpo {command}", add_help=False)
+    add_options(late)
     defaults = {a.dest: a.default for a in late._actions}
     got, unknown = late.parse_known_args(before)
     for key, value in vars(got).items():
         if value != defaults.get(key):
             setattr(args, key, value)
-    if unknown:  # options after the recipe that are not the launcher's: overrides without the `--`
+    if unknown:  # options after the recipe that are not the command's: overrides without the `--`
         if not unknown[0].startswith("--") or "." not in unknown[0].split("=")[0]:
             raise ValueError(
                 f"unknown argument {unknown[0]!r}; overrides for the recipe go after --: "
-                "mrtpo launch RECIPE --gpus 8 -- --trl.max_steps 5"
+                f"mrtpo {command} RECIPE --gpus 8 -- --trl.max_steps 5"
             )
         after = unknown + after
     return after
@@ -94,7 +94,7 @@ def _split(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from mrtpo.integrations import launch
 
-    overrides = _split(args)
+    overrides = late_options(args, _options, "launch")
     vllm_gpus = None
     if args.vllm_gpus is not None:
         try:
