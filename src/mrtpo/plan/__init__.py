@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mrtpo.plan.report import ERRORS, Plan, as_json, make_plan, table
+from mrtpo.plan.report import ERRORS, Plan, as_json, errors, make_plan, table
 from mrtpo.plan.setup import TASKS, Setup, trl_setup, verl_setup
 
 SHARDINGS = ("zero3", "fsdp2", "ddp")
@@ -52,6 +52,7 @@ __all__ = [
     "Plan",
     "Setup",
     "as_json",
+    "errors",
     "make_plan",
     "plan_recipe",
     "table",

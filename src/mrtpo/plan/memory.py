@@ -19,7 +19,7 @@ layers, s the padded sequence (``prompt_max + max_completion``), b the micro-bat
 - **DDP**: weights, gradients and Adam's two moments in the model's dtype (``d P``, ``d P``, ``2 d P``).
 - **Activations** of one training micro-batch (bf16 compute, fp32 RMSNorm inputs as transformers keeps
   them, flash/SDPA attention without an s x s matrix): per token and decoder layer ``12 H + 8 q + 8 kv
-  + 8 I`` bytes, plus ``6 H`` for the final norm; with gradient checkpointing only each layer's input
+  + 8 I`` bytes (``+ 6 (q + kv)`` for Qwen3's q/k norms), plus ``6 H`` for the final norm; with gradient checkpointing only each layer's input
   (``2 H``) is kept and one layer is recomputed at a time. TRL 1.16's fused log-prob head adds, in the
   backward, an fp32 ``[V, H]`` gradient accumulator and its bf16 result (``6 V H``) and an fp32 ``[b x
   completion, H]`` hidden gradient.
@@ -158,8 +158,10 @@ def model_states(s: Setup) -> tuple[dict[str, int], dict[str, str], int | None]:
 
 
 def layer_activation_bytes(sh: Shape) -> int:
-    """Bytes autograd keeps per token for one decoder layer (bf16 compute, fp32 norm inputs)."""
-    return 12 * sh.hidden + 8 * sh.q_dim + 8 * sh.kv_dim + 8 * sh.intermediate
+    """Bytes autograd keeps per token for one decoder layer (bf16 compute, fp32 norm inputs; Qwen3's q/k
+    norms keep their fp32 inputs and bf16 outputs too)."""
+    extra = 6 * (sh.q_dim + sh.kv_dim) if sh.qk_norm else 0
+    return 12 * sh.hidden + 8 * sh.q_dim + 8 * sh.kv_dim + 8 * sh.intermediate + extra
 
 
 def saved_activation_bytes(sh: Shape, tokens: int, checkpointing: bool) -> int:

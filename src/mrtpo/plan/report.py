@@ -16,16 +16,29 @@ from mrtpo.plan.memory import GIB, VLLM_WORKSPACE, Memory, memory
 from mrtpo.plan.setup import Setup
 
 ERRORS = {
-    "weights": "±11 %: ZeRO-3, 2 CPU processes",
-    "gradients": "±11 %: ZeRO-3, 2 CPU processes",
-    "optimizer": "±11 %: ZeRO-3, 2 CPU processes",
-    "activations": "±15 %: saved tensors on CPU",
+    "states_zero3": "±12 %: ZeRO-3, 2 CPU procs",
+    "states_other": "formula; not measured",
+    "activations": "±5 %: saved tensors, CPU",
     "generation": "not measured (vLLM: GPU only)",
-    "replay": "FPE exact vs ReplayStats; memory not measured",
+    "replay": "FPE exact vs ReplayStats; bytes not measured",
     "overhead": "assumed",
     "time": "not measured (no GPU)",
 }
-"""What each figure's error is and where it was measured (docs/scale.md has the runs)."""
+"""The error of each estimate and where it was measured (``python -m mrtpo.plan.validate``; docs/scale.md):
+ZeRO-3 model states -10 % between steps and +11 % in the optimizer step against DeepSpeed's estimate
+(2 CPU processes, two Qwen2 shapes); saved activations within 3.7 % (Qwen2 and Qwen3 shapes, with and
+without checkpointing); replay FPE equal to ReplayStats on a known batch."""
+
+
+def errors(s: Setup) -> dict[str, str]:
+    """The stated error of each part for this setup."""
+    states = (
+        ERRORS["states_zero3"]
+        if s.sharding == "zero3" and not s.lora and s.offload == "none"
+        else ERRORS["states_other"]
+    )
+    return {"weights": states, "gradients": states, "optimizer": states,
+            **{k: ERRORS[k] for k in ("activations", "generation", "replay", "overhead", "time")}}  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -49,8 +62,7 @@ class Plan:
 
     @property
     def fits(self) -> bool:
-        engine_ok = self.setup.vllm != "colocate" or self.memory.kv_tokens > 0
-        return self.memory.total <= self.capacity and engine_ok
+        return fits(self.setup, self.memory)
 
     def verdict(self) -> str:
         m, cap = self.memory, self.capacity
@@ -64,42 +76,79 @@ class Plan:
         return head + ("; turn: " + "; or ".join(fixes[:3]) if fixes else "; no single knob here is enough")
 
 
-def _knobs(s: Setup, mem: Memory) -> list[Knob]:
-    """Changes that move the peak, each planned again (all of them, whether the plan fits or not)."""
-    cap = s.gpu_memory_gib * GIB
-    out: list[Knob] = []
+KNOB_NAMES = {
+    "trl": {"replay": "--method.replay_sharding lockstep", "share": "--trl.vllm_gpu_memory_utilization",
+            "sleep": "--trl.vllm_enable_sleep_mode true", "micro": "--trl.per_device_train_batch_size",
+            "ckpt": "--trl.gradient_checkpointing true"},
+    "verl": {"replay": "algorithm.mrtpo.replay.sharding=lockstep",
+             "share": "actor_rollout_ref.rollout.gpu_memory_utilization=",
+             "sleep": "actor_rollout_ref.rollout.free_cache_engine=true",
+             "micro": "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=",
+             "ckpt": "actor_rollout_ref.model.enable_gradient_checkpointing=true"},
+}  # fmt: skip
+"""How each knob is spelled in a recipe override of each engine."""
 
-    def add(change: str, m: Memory) -> None:
-        out.append(Knob(change, m.total / GIB, m.total <= cap))
+
+def fits(s: Setup, m: Memory) -> bool:
+    """The peak fits the GPU and a colocated engine has room for a KV cache."""
+    return m.total <= s.gpu_memory_gib * GIB and (s.vllm != "colocate" or m.kv_tokens > 0)
+
+
+def _knobs(s: Setup, mem: Memory) -> list[Knob]:
+    """Changes that move the peak, each planned again alone (whether the plan fits or not), and, when
+    none fits alone, the memory ones together."""
+    cap = s.gpu_memory_gib * GIB
+    names = KNOB_NAMES[s.engine]
+    sep = "" if s.engine == "verl" else " "
+    out: list[Knob] = []
+    together: dict[str, Any] = {}
+    together_names: list[str] = []
+
+    def add(change: str, setup: Setup, replay: str | None = None, combine: dict | None = None) -> None:
+        m = memory(setup, replay)
+        out.append(Knob(change, round(m.total / GIB, 2), fits(setup, m)))
+        if combine is not None:
+            together.update(combine)
+            together_names.append(change.split(" (")[0])
 
     if s.replays and mem.replay_mode == "gather":
         add(
-            "method.replay_sharding lockstep (replay holds the head, not the whole model)",
-            memory(s, "lockstep"),
+            f"{names['replay']} (replay holds the head, not the whole model)",
+            s,
+            "lockstep",
+            {"_replay": "lockstep"},
         )
     if s.vllm == "colocate":
         kv_tok = s.shape.kv_bytes_per_token(2)
-        need = (2 * s.shape.params() + VLLM_WORKSPACE + mem.kv_needed * kv_tok) / cap
-        share = math.ceil(need * 100) / 100
-        if share < s.vllm_share:
-            add(f"trl.vllm_gpu_memory_utilization {share} (enough KV cache for the batch at full length)",
-                memory(dataclasses.replace(s, vllm_share=share)))  # fmt: skip
+        engine = 2 * s.shape.params() + VLLM_WORKSPACE
+        if mem.kv_tokens == 0:
+            least = math.ceil((engine + (s.prompt_max + s.max_completion) * kv_tok) / cap * 100) / 100
+            add(f"{names['share']}{sep}{least} (the least that holds the engine's model, workspace and one sequence)",
+                dataclasses.replace(s, vllm_share=least), combine={"vllm_share": least})  # fmt: skip
+        else:
+            share = math.ceil((engine + mem.kv_needed * kv_tok) / cap * 100) / 100
+            if share < s.vllm_share:
+                add(f"{names['share']}{sep}{share} (enough KV cache for the batch at full length)",
+                    dataclasses.replace(s, vllm_share=share), combine={"vllm_share": share})  # fmt: skip
         if not s.vllm_sleeps:
-            add("trl.vllm_enable_sleep_mode true (the engine frees its memory while training)",
-                memory(dataclasses.replace(s, vllm_sleeps=True)))  # fmt: skip
+            add(f"{names['sleep']} (the engine frees its memory while training)",
+                dataclasses.replace(s, vllm_sleeps=True), combine={"vllm_sleeps": True})  # fmt: skip
     if s.micro_batch > 1:
         half = s.micro_batch // 2
-        add(f"trl.per_device_train_batch_size {half} with twice the gradient_accumulation_steps",
-            memory(dataclasses.replace(s, micro_batch=half)))  # fmt: skip
+        add(f"{names['micro']}{sep}{half} (the micro-batch; as many responses per step)",
+            dataclasses.replace(s, micro_batch=half), combine={"micro_batch": half})  # fmt: skip
     if not s.checkpointing:
-        add("trl.gradient_checkpointing true", memory(dataclasses.replace(s, checkpointing=True)))
+        add(names["ckpt"], dataclasses.replace(s, checkpointing=True), combine={"checkpointing": True})
     if s.sharding == "zero3" and s.offload == "none" and not s.lora:
-        add("optimizer offload to CPU (accelerate config offload_optimizer_device: cpu)",
-            memory(dataclasses.replace(s, offload="optimizer")))  # fmt: skip
+        add("optimizer offload to CPU (accelerate config offload_optimizer_device: cpu; plan: --offload optimizer)",
+            dataclasses.replace(s, offload="optimizer"))  # fmt: skip
     if s.sharding in ("zero3", "fsdp2") and s.vllm != "server":
         for nodes in (2, 4):
             more = dataclasses.replace(s, nodes=s.nodes * nodes, processes=s.processes * nodes)
-            add(f"{s.gpus * s.nodes * nodes} GPUs ({s.nodes * nodes} nodes)", memory(more))
+            add(f"{s.gpus * s.nodes * nodes} GPUs ({s.nodes * nodes} nodes)", more)
+    if len(together_names) > 1 and not any(k.fits for k in out):
+        replay = together.pop("_replay", None)
+        add("together: " + ", ".join(together_names), dataclasses.replace(s, **together), replay)
     return out
 
 
@@ -164,7 +213,7 @@ def as_json(plan: Plan) -> dict[str, Any]:
             "pass_rates": {r.name: r.pass_rate for r in s.profile.rewards if r.pass_rate is not None},
             "active_shares": {r.name: round(r.active_share(s.group), 4) for r in s.profile.rewards},
         },
-        "errors": ERRORS,
+        "errors": errors(s),
         "notes": s.notes,
     }  # fmt: skip
 
@@ -184,8 +233,9 @@ def table(plan: Plan) -> str:
         "",
         f"{'memory per GPU':22s} {'GiB':>7s}  {'how':56s}  error",
     ]
+    err = errors(s)
     for part in ("weights", "gradients", "optimizer", "activations", "generation", "replay", "overhead"):
-        lines.append(f"  {part:20s} {m.parts[part] / GIB:7.2f}  {m.formulas[part][:56]:56s}  {ERRORS[part]}")
+        lines.append(f"  {part:20s} {m.parts[part] / GIB:7.2f}  {m.formulas[part][:56]:56s}  {err[part]}")
     if m.deepspeed is not None:
         lines.append(f"  {'(DeepSpeed estimate)':20s} {m.deepspeed / GIB:7.2f}  weights + gradients + optimizer, "
                      "estimate_zero3_model_states_mem_needs")  # fmt: skip
