@@ -46,6 +46,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -320,7 +321,25 @@ def _trainer_values(recipe: str, pairs: list[tuple[str, Any]]) -> tuple[dict, di
     from mrtpo.integrations.trl.recipe import load_config
 
     cfg = load_config(recipe, pairs)
+    _check_trainer(recipe, pairs)
     return dict(cfg.trainer), dict(cfg.model)
+
+
+def _check_trainer(recipe: str, pairs: list[tuple[str, Any]]) -> None:
+    """The trainer config's cross-field checks (a bad credit scheme, OPSD with credit, ...; the error names
+    the field) before any process starts; on a machine without a GPU a GPU recipe is checked with TRL's
+    precision flags off, as the tests check the recipes."""
+    import torch
+
+    from mrtpo.integrations.trl.recipe import load_config
+
+    if not torch.cuda.is_available():
+        pairs = [*pairs, ("trl.bf16", False), ("trl.fp16", False), ("trl.use_cpu", True)]
+    with (
+        warnings.catch_warnings()
+    ):  # TRL's and transformers' deprecation notes are not the user's concern here
+        warnings.simplefilter("ignore")
+        load_config(recipe, pairs).trainer_config()
 
 
 def _program(name: str) -> list[str]:

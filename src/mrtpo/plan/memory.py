@@ -21,8 +21,8 @@ layers, s the padded sequence (``prompt_max + max_completion``), b the micro-bat
   them, flash/SDPA attention without an s x s matrix): per token and decoder layer ``12 H + 8 q + 8 kv
   + 8 I`` bytes (``+ 6 (q + kv)`` for Qwen3's q/k norms), plus ``6 H`` for the final norm; with gradient checkpointing only each layer's input
   (``2 H``) is kept and one layer is recomputed at a time. TRL 1.16's fused log-prob head adds, in the
-  backward, an fp32 ``[V, H]`` gradient accumulator and its bf16 result (``6 V H``) and an fp32 ``[b x
-  completion, H]`` hidden gradient.
+  backward, an fp32 ``[V, H]`` gradient accumulator and its bf16 result (``6 V H``), an fp32 ``[b x
+  completion, H]`` hidden gradient and a bf16 ``[min(b x completion, 4096), 32768]`` tile.
 - **Generation**: a colocated vLLM engine takes ``vllm_gpu_memory_utilization x`` the GPU's memory for its
   weights (``2 P``: a full bf16 copy), its workspace (assumed 1 GiB) and its KV cache (the rest:
   ``2 x layers x kv x 2`` bytes per token); transformers' generate holds the gathered model (sharded
@@ -54,7 +54,7 @@ GIB = 2**30
 OVERHEAD = int(1.5 * GIB)
 VLLM_WORKSPACE = 1 * GIB
 GATHER_MARGIN = 0.8  # mrtpo.integrations.trl.sharding.GATHER_MARGIN (a test checks they agree)
-FUSED_HEAD_TILE = 4096 * 32768 * 2  # TRL's fused log-prob head: a [4096, 32768] bf16 tile
+FUSED_TILE = (4096, 32768)  # TRL's fused log-prob head: a [min(tokens, 4096), 32768] bf16 tile
 LORA_SHAPES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -179,7 +179,8 @@ def activations(s: Setup, micro_batch: int | None = None, checkpointing: bool | 
     ckpt = s.checkpointing if checkpointing is None else checkpointing
     tokens = b * (s.prompt_max + s.max_completion)
     kept = saved_activation_bytes(sh, tokens, ckpt) + (tokens * layer_activation_bytes(sh) if ckpt else 0)
-    head = 6 * sh.head_params() + 4 * b * s.max_completion * sh.hidden + FUSED_HEAD_TILE
+    scored = b * s.max_completion  # completion tokens the fused head scores
+    head = 6 * sh.head_params() + 4 * scored * sh.hidden + min(scored, FUSED_TILE[0]) * FUSED_TILE[1] * 2
     return kept + head
 
 
