@@ -133,7 +133,7 @@ def model_states(s: Setup) -> tuple[dict[str, int], dict[str, str], int | None]:
         else:
             w, g = 2 * lmax, 2 * lmax
         f = {"weights": "DeepSpeed ZeRO-3: 2 P/n + 2 L_max", "gradients": "DeepSpeed ZeRO-3: 4 P/n + 2 L_max",
-             "optimizer": "DeepSpeed ZeRO-3: 12 P/n (estimator total 18 P/n + 4 L_max)"}  # fmt: skip
+             "optimizer": "DeepSpeed ZeRO-3: 12 P/n (fp32 master, Adam)"}  # fmt: skip
         if s.offload != "none":
             f = {k: f"DeepSpeed ZeRO-3, offload {s.offload}" for k in f}
         return {"weights": w, "gradients": g, "optimizer": ds - w - g}, f, ds
@@ -251,8 +251,8 @@ def memory(s: Setup, replay_sharding: str | None = None, micro_batch: int | None
     parts = {**states, "activations": act, "generation": gen, "replay": rep, "overhead": OVERHEAD}
     formulas = {
         **formulas,
-        "activations": ("checkpointed: b s (2 H layers + 6 H) + one layer" if (checkpointing if checkpointing is not None else s.checkpointing)
-                        else "b s (layers (12 H + 8 q + 8 kv + 8 I) + 6 H)") + " + fused head 6 V H",
+        "activations": ("layer inputs + one layer recomputed" if (s.checkpointing if checkpointing is None else checkpointing)
+                        else "every layer's tensors") + " + TRL's fused head",
         "generation": {"colocate": f"vLLM share {s.vllm_share} x {s.gpu_memory_gib:g} GiB",
                        "server": "on the server's GPU"}.get(s.vllm or "", "gathered model + KV cache"),
         "replay": f"{mode}: " + ("gathered model" if mode == "gather" else "head") + " + fp32 head + [chunk, V] blocks",

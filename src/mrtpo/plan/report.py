@@ -18,7 +18,7 @@ from mrtpo.plan.setup import Setup
 ERRORS = {
     "states_zero3": "±12 %: ZeRO-3, 2 CPU procs",
     "states_other": "formula; not measured",
-    "activations": "±5 %: saved tensors, CPU",
+    "activations": "±5 %: saved tensors, CPU (head: code)",
     "generation": "not measured (vLLM: GPU only)",
     "replay": "FPE exact vs ReplayStats; bytes not measured",
     "overhead": "assumed",
