@@ -24,6 +24,14 @@ def test_replay_fpe_equals_replay_stats_of_a_known_batch():
     assert "exact" in ERRORS["replay"]
 
 
+def test_the_command_prints_each_check(capsys):
+    assert validate.main(["fpe"]) == 0
+    out = capsys.readouterr().out
+    assert "replay FPE of a known batch" in out and out.count("measured") == 3
+    with pytest.raises(SystemExit):
+        validate.main(["nonsense"])
+
+
 def test_saved_activations_within_the_stated_error():
     rows = validate.activations()
     assert {r["checkpointing"] for r in rows} == {False, True} and len(rows) == 6
