@@ -266,3 +266,23 @@ def test_two_cpu_launches_at_once_both_train(tmp_path):
         ports.add(_accelerate(shlex.split(line)[1:]).main_process_port)
         assert "--num_processes 2" in line
     assert len(ports) == 2
+
+
+def test_a_plugin_among_the_overrides_is_imported_before_the_recipe_is_checked(capsys, tmp_path):
+    ext = tmp_path / "launch_ext.py"
+    ext.write_text(
+        "import mrtpo.advantages as adv\n\n"
+        "@adv.register('launch_centered')\n"
+        "def centered(b: adv.Batch):\n"
+        "    return b.w() * adv.group_stats(b.r, b.group, b.num_groups).centered\n"
+    )
+    over = (
+        "--plugin",
+        str(ext),
+        "--method.advantage_method",
+        "launch_centered",
+        "--method.advantage_options",
+        "{}",
+    )
+    [(_, argv)] = _dry(capsys, "tiny_cpu", "--cpu", overrides=over)
+    assert argv[-len(over) :] == list(over)  # forwarded to mrtpo train as given

@@ -315,17 +315,28 @@ def batch_fix(trainer: dict[str, Any], processes: int) -> tuple[list[str], str |
     return out, note
 
 
-def _trainer_values(recipe: str, pairs: list[tuple[str, Any]]) -> tuple[dict, dict]:
+def plugin_args(tokens: list[str]) -> list[str]:
+    """The modules named by ``--plugin MODULE`` / ``--plugin=MODULE`` among the forwarded tokens."""
+    out = []
+    for i, tok in enumerate(tokens):
+        if tok == "--plugin" and i + 1 < len(tokens):
+            out.append(tokens[i + 1])
+        elif tok.startswith("--plugin="):
+            out.append(tok.partition("=")[2])
+    return out
+
+
+def _trainer_values(recipe: str, pairs: list[tuple[str, Any]], plugins: list[str] = ()) -> tuple[dict, dict]:
     """(the MRTPOConfig keyword arguments, the model section) of the recipe with the overrides, validated
     by the recipe loader (a bad field is one line before anything starts)."""
     from mrtpo.integrations.trl.recipe import load_config
 
-    cfg = load_config(recipe, pairs)
-    _check_trainer(recipe, pairs)
+    cfg = load_config(recipe, pairs, plugins=plugins)
+    _check_trainer(recipe, pairs, plugins)
     return dict(cfg.trainer), dict(cfg.model)
 
 
-def _check_trainer(recipe: str, pairs: list[tuple[str, Any]]) -> None:
+def _check_trainer(recipe: str, pairs: list[tuple[str, Any]], plugins: list[str] = ()) -> None:
     """The trainer config's cross-field checks (a bad credit scheme, OPSD with credit, ...; the error names
     the field) before any process starts; on a machine without a GPU a GPU recipe is checked with TRL's
     precision flags off, as the tests check the recipes."""
@@ -335,11 +346,10 @@ def _check_trainer(recipe: str, pairs: list[tuple[str, Any]]) -> None:
 
     if not torch.cuda.is_available():
         pairs = [*pairs, ("trl.bf16", False), ("trl.fp16", False), ("trl.use_cpu", True)]
-    with (
-        warnings.catch_warnings()
-    ):  # TRL's and transformers' deprecation notes are not the user's concern here
+    # TRL's and transformers' deprecation notes are not the user's concern here
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        load_config(recipe, pairs).trainer_config()
+        load_config(recipe, pairs, plugins=plugins).trainer_config()
 
 
 def _program(name: str) -> list[str]:
@@ -356,7 +366,7 @@ def build_trl(req: Request) -> Launch:
     cpu = req.cpu or req.gpus == 0
     gpus = 0 if cpu else int(req.gpus)
     pairs, _flags = split_overrides(req.overrides)
-    trainer, model = _trainer_values(req.recipe, pairs)
+    trainer, model = _trainer_values(req.recipe, pairs, plugin_args(req.overrides))
     notes: list[str] = []
     extra: list[str] = []
     use_vllm = bool(trainer.get("use_vllm", False))
@@ -462,7 +472,7 @@ def build_trl(req: Request) -> Launch:
 # -------------------------------------------------------------------------------------------- verl
 
 
-def _hydra_pairs(tokens: list[str]) -> list[tuple[str, Any]]:
+def hydra_pairs(tokens: list[str]) -> list[tuple[str, Any]]:
     out = []
     for tok in tokens:
         key, eq, value = tok.partition("=")
@@ -487,7 +497,7 @@ def _get(raw: dict, dotted: str, default: Any = None) -> Any:
 
 
 def build_verl(req: Request, raw: dict[str, Any]) -> Launch:
-    values = {k: v for k, v in _hydra_pairs(req.overrides)}
+    values = {k: v for k, v in hydra_pairs(req.overrides)}
     credit = values.get("algorithm.mrtpo.credit", _get(raw, "algorithm.mrtpo.credit", "none"))
     entry = "verl.trainer.main_ppo" if credit in RESPONSE_LEVEL else "mrtpo.integrations.verl.main"
     gpus, nodes = int(req.gpus), req.nodes

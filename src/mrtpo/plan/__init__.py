@@ -23,7 +23,7 @@ def plan_recipe(recipe: str, args: Any, overrides: list[str] = ()) -> Plan:
     """The plan of ``recipe`` for ``args`` (gpus, nodes, gpu, gpu_memory, sharding, offload, mfu,
     pass_rate, rollout_tokens, response_tokens, prompt_max) with ``overrides`` (``--section.key VALUE``
     for TRL recipes, ``key=value`` for verl recipes)."""
-    from mrtpo.integrations.launch import _hydra_pairs, recipe_engine, split_overrides
+    from mrtpo.integrations.launch import hydra_pairs, recipe_engine, split_overrides
 
     if args.gpus is None or int(args.gpus) < 1:
         raise ValueError(f"--gpus must be >= 1 (GPUs per node), got {args.gpus}")
@@ -38,7 +38,7 @@ def plan_recipe(recipe: str, args: Any, overrides: list[str] = ()) -> Plan:
         pairs, _ = split_overrides(list(overrides))
         setup = trl_setup(recipe, pairs, args)
     else:
-        setup = verl_setup(recipe, raw, _hydra_pairs(list(overrides)), args)
+        setup = verl_setup(recipe, raw, hydra_pairs(list(overrides)), args)
     if setup.processes < 1:
         raise ValueError("no GPU is left for training (vLLM server mode takes one): --gpus must be >= 2")
     return make_plan(setup)
