@@ -284,5 +284,12 @@ def test_a_plugin_among_the_overrides_is_imported_before_the_recipe_is_checked(c
         "--method.advantage_options",
         "{}",
     )
-    [(_, argv)] = _dry(capsys, "tiny_cpu", "--cpu", overrides=over)
+    try:
+        [(_, argv)] = _dry(capsys, "tiny_cpu", "--cpu", overrides=over)
+    finally:  # the launcher imported the plug-in in this process: leave the registry as it was
+        import mrtpo.advantages as adv
+
+        if "launch_centered" in adv.ADVANTAGES:
+            adv.ADVANTAGES.remove("launch_centered")
+        sys.modules.pop("mrtpo_plugin_launch_ext", None)
     assert argv[-len(over) :] == list(over)  # forwarded to mrtpo train as given
