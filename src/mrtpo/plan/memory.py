@@ -200,6 +200,12 @@ def generation(s: Setup) -> tuple[int, int, int]:
     return gathered + needed * kv_tok, needed, needed
 
 
+def distance_blocks_bytes(kernel: str, chunk: int, vocab: int) -> int:
+    """The ``[chunk, V]`` float32 blocks a distance kernel holds at once: 5 for the eager kernel, 2 for the
+    fused one (``C``'s block and one ``C_-k``'s), as docs/replay-kernels.md measures them."""
+    return (5 if kernel == "eager" else 2) * chunk * vocab * 4
+
+
 def replay_bytes(s: Setup, mode: str) -> int:
     sh = s.shape
     if not s.replays:
@@ -213,8 +219,7 @@ def replay_bytes(s: Setup, mode: str) -> int:
         out += 2 * sh.head_params()
     if s.replay_projection != "bfloat16":
         out += 4 * sh.head_params()
-    blocks = 5 if s.replay_kernel == "eager" else 2
-    out += blocks * s.replay_chunk * sh.vocab * 4
+    out += distance_blocks_bytes(s.replay_kernel, s.replay_chunk, sh.vocab)
     budget = s.replay_token_budget or s.rows_per_process * (s.prompt_max + s.max_completion)
     out += budget * 2 * (5 * sh.hidden + 3 * sh.intermediate)
     if s.replay_prefix_sharing:
