@@ -167,3 +167,20 @@ def test_the_command_answers_offline():
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert out["verdict"].startswith(("fits", "does not fit")) and out["model"]["params"] == 3085938688
+
+
+def test_the_method_blocks_credit_decides_replay(capsys):
+    recipe = str(ROOT / "recipes" / "sql_qwen2.5-coder-7b.yaml")
+    mrtpo = _json(capsys, recipe, "--gpus", "8", "--gpu-memory", "80")
+    assert (
+        main(["plan", recipe, "--gpus", "8", "--gpu-memory", "80", "--json", "--", "--method.credit", "none"])
+        == 0
+    )
+    gdpo = json.loads(capsys.readouterr().out)
+    assert (
+        mrtpo["memory_gib"]["replay"] > 0 and "replay" in mrtpo["step"]["phases"]
+    )  # the recipe's credit reward
+    assert gdpo["memory_gib"]["replay"] == 0 and "replay" not in gdpo["step"]["phases"]
+    # everything but the replay is the same run
+    assert gdpo["step"]["phases"]["training"] == mrtpo["step"]["phases"]["training"]
+    assert gdpo["memory_gib"]["activations"] == mrtpo["memory_gib"]["activations"]

@@ -3,7 +3,9 @@ it needs and a recipe does not say (the task's token lengths and pass rates), ea
 overridable.
 
 TRL recipes are read through the recipe loader (``mrtpo.integrations.trl.recipe.load_config``), with
-``MRTPOConfig``'s defaults (TRL's) for the fields a recipe leaves out. verl recipes are read as data:
+``MRTPOConfig``'s defaults for the fields a recipe leaves out: TRL's, read from the description of
+``GRPOConfig``'s fields the package ships (:mod:`mrtpo.integrations.trl.trl_fields`, so TRL is not
+imported), and those of :class:`~mrtpo.integrations.trl.fields.MRTPOFields`. verl recipes are read as data:
 the recipe's YAML over verl's flattened default config (``verl/trainer/config/_generated_ppo_trainer.yaml``
 when verl is installed).
 
@@ -160,6 +162,16 @@ def _dataclass_defaults(cls) -> dict[str, Any]:
     return out
 
 
+def trl_defaults() -> dict[str, Any]:
+    """``MRTPOConfig``'s field defaults without importing TRL: GRPOConfig's from the shipped description of
+    its fields, then MRTPOFields'."""
+    from mrtpo.integrations.trl import trl_fields
+    from mrtpo.integrations.trl.fields import MRTPOFields
+
+    grpo = {name: f["default"] for name, f in trl_fields.load()["fields"].items()}
+    return {**grpo, **_dataclass_defaults(MRTPOFields)}
+
+
 def _profile(task: str, args) -> TaskProfile:
     prof = TASKS.get(task, GENERIC)
     rewards = list(prof.rewards)
@@ -194,11 +206,10 @@ def _common(args, task: str, max_completion: int) -> dict[str, Any]:
 
 
 def trl_setup(recipe: str, pairs: list[tuple[str, Any]], args) -> Setup:
-    from mrtpo.integrations.trl.config import MRTPOConfig
     from mrtpo.integrations.trl.recipe import load_config
 
     cfg = load_config(recipe, pairs)
-    t = {**_dataclass_defaults(MRTPOConfig), **cfg.trainer}
+    t = {**trl_defaults(), **cfg.trainer}
     if not cfg.model.get("path"):
         raise ValueError(
             f"{recipe}: mrtpo plan needs model.path (a shipped config or a local folder); model.tiny's "
@@ -229,11 +240,20 @@ def trl_setup(recipe: str, pairs: list[tuple[str, Any]], args) -> Setup:
         checkpointing=bool(t.get("gradient_checkpointing", True)),
         vllm=vllm, vllm_share=float(t.get("vllm_gpu_memory_utilization", 0.3)),
         vllm_sleeps=bool(t.get("vllm_enable_sleep_mode", False)), old_logprob_pass=old_pass,
-        credit=str(t["credit"]), replay_sharding=str(t["replay_sharding"]), replay_chunk=int(t["replay_chunk_size"]),
+        credit=_trl_credit(t.get("method")), replay_sharding=str(t["replay_sharding"]), replay_chunk=int(t["replay_chunk_size"]),
         replay_token_budget=t["replay_token_budget"], replay_kernel=str(t["replay_distance_kernel"]),
         replay_prefix_sharing=bool(t["replay_prefix_sharing"]), replay_projection=str(t["replay_projection_dtype"]),
         notes=notes, **_common(args, str(cfg.task["name"]), int(t["max_completion_length"])),
     )  # fmt: skip
+
+
+def _trl_credit(method: Any) -> str:
+    """The credit scheme of a TRL config's method block (a mapping or a MethodConfig; absent: its default)."""
+    from mrtpo.method import MethodConfig
+
+    if isinstance(method, MethodConfig):
+        return str(method.credit)
+    return str(MethodConfig.from_dict(dict(method or {}), prefix="method.").credit)
 
 
 def _get(raw: dict, dotted: str, default: Any = None) -> Any:
@@ -296,7 +316,7 @@ def verl_setup(recipe: str, raw: dict[str, Any], overrides: list[tuple[str, Any]
         checkpointing=bool(_get(cfg, "actor_rollout_ref.model.enable_gradient_checkpointing", True)),
         vllm="colocate", vllm_share=float(_get(cfg, "actor_rollout_ref.rollout.gpu_memory_utilization", 0.5)),
         vllm_sleeps=bool(_get(cfg, "actor_rollout_ref.rollout.free_cache_engine", True)), old_logprob_pass=True,
-        credit=str(mrtpo.get("credit", "none")), replay_sharding=str(replay.get("sharding", "auto")),
+        credit=str(mrtpo.get("credit", "reward") if mrtpo else "none"), replay_sharding=str(replay.get("sharding", "auto")),
         replay_chunk=int(replay.get("chunk_size", 256)), replay_token_budget=replay.get("token_budget", 16384),
         replay_kernel=str(replay.get("distance_kernel", "auto")),
         replay_prefix_sharing=bool(replay.get("prefix_sharing", True)),
