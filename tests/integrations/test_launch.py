@@ -293,3 +293,16 @@ def test_a_plugin_among_the_overrides_is_imported_before_the_recipe_is_checked(c
             adv.ADVANTAGES.remove("launch_centered")
         sys.modules.pop("mrtpo_plugin_launch_ext", None)
     assert argv[-len(over) :] == list(over)  # forwarded to mrtpo train as given
+
+
+def test_verl_entry_point_follows_the_method_blocks_credit(capsys, tmp_path):
+    # credit none runs on verl's own entry point; the block's default credit (reward) needs mrtpo's
+    [(_, argv)] = _dry(capsys, "verl_sql_gdpo", "--gpus", "8", overrides=("algorithm.mrtpo.credit=reward",))
+    assert argv[:3] == ["python", "-m", "mrtpo.integrations.verl.main"]
+    text = (ROOT / "recipes" / "verl_sql_gdpo.yaml").read_text()
+    assert "    credit: none\n" in text
+    recipe = tmp_path / "verl_sql_default_credit.yaml"
+    recipe.write_text(text.replace("    credit: none\n", ""))
+    assert main(["launch", str(recipe), "--gpus", "8", "--dry-run"]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x and not x.startswith("#")]
+    assert shlex.split(line[-1])[:3] == ["python", "-m", "mrtpo.integrations.verl.main"]

@@ -498,7 +498,12 @@ def _get(raw: dict, dotted: str, default: Any = None) -> Any:
 
 def build_verl(req: Request, raw: dict[str, Any]) -> Launch:
     values = {k: v for k, v in hydra_pairs(req.overrides)}
-    credit = values.get("algorithm.mrtpo.credit", _get(raw, "algorithm.mrtpo.credit", "none"))
+    # algorithm.mrtpo is the method block: its credit defaults to reward (MethodConfig's); without the block
+    # the recipe is verl's own
+    block = _get(raw, "algorithm.mrtpo") is not None or any(k.startswith("algorithm.mrtpo.") for k in values)
+    credit = values.get(
+        "algorithm.mrtpo.credit", _get(raw, "algorithm.mrtpo.credit", "reward" if block else "none")
+    )
     entry = "verl.trainer.main_ppo" if credit in RESPONSE_LEVEL else "mrtpo.integrations.verl.main"
     gpus, nodes = int(req.gpus), req.nodes
     total = gpus * nodes
