@@ -30,15 +30,6 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.fixture(scope="module")
-def quick(tmp_path_factory):
-    from mrtpo.cli.main import main
-
-    out = tmp_path_factory.mktemp("demo") / "quick"
-    assert main(["demo", "--quick", "--output", str(out), "--no-progress"]) == 0
-    return out
-
-
 def test_quick_demo_files(quick):
     for rel in (
         "index.html",
@@ -51,6 +42,7 @@ def test_quick_demo_files(quick):
         "report/position.png",
         "report/curves.png",
         "report/curves_main.png",
+        "report/dynamics.png",
         "report/report.json",
         "report/explain/explain.html",
         "report/explain/explain.png",
@@ -309,7 +301,19 @@ def test_quick_demo_reuses_warm_starts(quick, tmp_path):
         main(["demo", "--quick", "--output", str(tmp_path / "x"), "--warm-start", str(tmp_path / "none")])
         == 2
     )
-    assert main([*args, "--warm-starts", "7"]) == 2  # the folder holds ws0 and ws1 only
+    # a warm start the folder lacks is trained from its shared copy phase
+    seven = tmp_path / "seven"
+    assert main([*args[:3], str(seven), *args[4:], "--warm-starts", "0", "7", "--methods", "gdpo"]) == 0
+    s7 = json.loads((seven / "summary.json").read_text())
+    assert [(w["warm_start"], w["reused"]) for w in s7["warm_starts"]] == [(0, True), (7, False)]
+    assert s7["warm_starts"][0]["heldout"] == first["warm_starts"][0]["heldout"]
+    assert json.loads((seven / "warmstart" / "ws7" / "warmstart.json").read_text())["warm_start"] == 7
+    # without a copy phase, a warm start the folder lacks is an error
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "ws0").symlink_to(quick / "warmstart" / "ws0")
+    (bare / "ws1").symlink_to(quick / "warmstart" / "ws1")
+    assert main([*args[:5], "--warm-start", str(bare), "--warm-starts", "7"]) == 2
 
 
 def test_beta_sweep_methods():

@@ -116,7 +116,7 @@ def quick_config(output_dir: str = "mrtpo-demo-quick", **overrides: Any) -> Demo
         "warm_start": WarmStartConfig(
             steps=120, clean_steps=80, batch_size=128, warmup_steps=20, eval_examples=64, eval_every=0
         ),
-        "rl": RLConfig(steps=6, prompts_per_step=4, num_generations=4, log_samples=4),
+        "rl": RLConfig(steps=6, prompts_per_step=4, num_generations=4, log_samples=4, curve_every=3),
         "eval_examples": 64,
         "smooth": 1,
         "explain_records": 2,
