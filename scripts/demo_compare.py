@@ -1,12 +1,18 @@
-"""Paired bootstrap intervals of any two methods of one ``mrtpo demo`` run (the demo prints MRTPO − GDPO only).
+"""Paired bootstrap intervals of any two methods of one ``mrtpo demo`` run (the demo prints each method −
+GDPO only), and the medians of its recorded curves at chosen steps.
 
     python scripts/demo_compare.py mrtpo-demo/summary.json rdpo:gdpo rdpo-mrtpo:rdpo rlsd:gdpo
+    python scripts/demo_compare.py mrtpo-demo/summary.json --curves grad_norm entropy --at 40 120 240
 
 Each pair ``A:B`` prints A − B, paired by (warm start, RL seed), with the demo's own function
 (``mrtpo.demo.summary.compare``: a two-level bootstrap over warm starts, then seeds within each; 10,000
 resamples, 95%, the run's bootstrap seed), for the steps to the threshold and the held-out satisfaction,
 overall, on the localizable types and on the non-local length type, with each warm start's own mean
-difference (the spread between warm starts).
+difference (the spread between warm starts) and the uncorrected two-sided bootstrap p-value (these
+pairs are exploratory: ``mrtpo demo`` prints the corrected ones of its own comparisons). ``--curves``
+prints, per method, the median over its runs of each curve key (``summary.json`` ``curves``; keys of
+``mrtpo.demo.dynamics``) at the ``--at`` steps, with the interquartile range. A pooled summary
+(``mrtpo demo --pool``) works the same way.
 """
 
 from __future__ import annotations
@@ -22,18 +28,13 @@ ROWS = (
     ("steps", "length"),
     ("heldout", "overall"),
     ("heldout", "localizable"),
+    ("heldout", "length"),
 )
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("summary", help="summary.json of an mrtpo demo run")
-    p.add_argument("pairs", nargs="+", help="A:B method pairs (names of mrtpo.demo.runs.METHODS)")
-    args = p.parse_args()
-    with open(args.summary) as f:
-        s = json.load(f)
+def print_pairs(s: dict, pairs: list[str]) -> None:
     table, cap, seed = s["methods"], s["steps_cap"], s["config"].get("bootstrap_seed", 0)
-    for pair in args.pairs:
+    for pair in pairs:
         a, _, b = pair.partition(":")
         c = compare(table, a, b, cap, seed=seed)
         if c is None:
@@ -47,8 +48,46 @@ def main() -> None:
             per = " ".join(f"{v:{fmt}}" for v in x.get("per_cluster", {}).values())
             print(
                 f"{a + ' - ' + b:<20} {kind:<8} {row:<12} {x['estimate']:{fmt}} [{x['low']:{fmt}}, {x['high']:{fmt}}]"
-                f"  per warm start {per}{noise}"
+                f"  p = {x['p_value']:.4f} (uncorrected)  per warm start {per}{noise}"
             )
+
+
+def print_curves(s: dict, keys: list[str], at: list[int]) -> None:
+    curves = s.get("curves") or {}
+    if not curves:
+        raise SystemExit("this summary has no curves (a run of an earlier version, or --curve-every 0)")
+    for key in keys:
+        print(f"{key}: median [IQR] over runs at steps {' '.join(map(str, at))}")
+        for m, entry in curves.items():
+            c = entry.get(key)
+            if c is None:
+                continue
+            cells = []
+            for step in at:
+                if step not in c["steps"] or c["median"][c["steps"].index(step)] is None:
+                    cells.append(f"{step}: -")
+                    continue
+                i = c["steps"].index(step)
+                cells.append(f"{step}: {c['median'][i]:.4g} [{c['q25'][i]:.4g}, {c['q75'][i]:.4g}]")
+            print(f"  {s['methods'][m]['label']:<26}" + "  ".join(cells))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("summary", help="summary.json of an mrtpo demo run (or of mrtpo demo --pool)")
+    p.add_argument("pairs", nargs="*", help="A:B method pairs (names of mrtpo.demo.runs.METHODS)")
+    p.add_argument("--curves", nargs="+", default=[], metavar="KEY", help="curve keys to print")
+    p.add_argument(
+        "--at", nargs="+", type=int, default=[40, 120, 240], metavar="STEP", help="steps of --curves"
+    )
+    args = p.parse_args()
+    with open(args.summary) as f:
+        s = json.load(f)
+    if not args.pairs and not args.curves:
+        raise SystemExit("give A:B pairs, --curves KEYS, or both")
+    print_pairs(s, args.pairs)
+    if args.curves:
+        print_curves(s, args.curves, args.at)
 
 
 if __name__ == "__main__":

@@ -163,7 +163,8 @@ def test_quick_demo_records_curves(quick):
         assert c == run_curves(rows, 3, 6)
         assert c["steps"] == [0, 3, 6]
         # grad_norm is logged every step: the point at 6 is the mean of steps 4, 5, 6
-        g = [x["grad_norm"] for x in rows if x["step"] in (4, 5, 6)]
+        g = [x["grad_norm"] for x in rows if x["step"] in (4, 5, 6) and "grad_norm" in x]
+        assert len(g) == 3
         assert c["grad_norm"][2] == pytest.approx(sum(g) / 3)
         for v in c["heldout/satisfaction"]:
             assert 0.0 <= v <= 1.0
@@ -205,3 +206,23 @@ def test_recording_leaves_training_unchanged(quick, tmp_path):
         assert {k: a.get(k) for k in keys} == {k: b.get(k) for k in keys}
     assert not any("heldout/satisfaction" in r for r in out[0])
     assert [r["step"] for r in out[2] if "heldout/satisfaction" in r] == [2, 4]
+
+
+def test_report_reads_the_recorded_curves(quick, tmp_path):
+    """``mrtpo report`` on demo runs: the held-out curve is a metric like any other (steps to a level,
+    curves with bands)."""
+    from mrtpo.cli.main import main
+
+    runs = [str(quick / "runs" / "ws0"), str(quick / "runs" / "ws1")]
+    out = tmp_path / "report"
+    assert (
+        main(["report", *runs, "--out", str(out), "--metric", "heldout/satisfaction", "--threshold", "0.1"])
+        == 0
+    )
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["metric"] == "heldout/satisfaction"
+    band = rep["curves"]["heldout/satisfaction"]["MRTPO"]
+    assert band["steps"] == [0, 3, 6] and band["count"] == [2, 2, 2]
+    s = json.loads((quick / "summary.json").read_text())
+    per = [r["curves"]["heldout/satisfaction"] for r in s["runs"] if r["method"] == "mrtpo"]
+    assert band["center"] == pytest.approx([(a + b) / 2 for a, b in zip(*per)])
