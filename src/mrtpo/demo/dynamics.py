@@ -15,7 +15,8 @@ values land on the row of the step they belong to):
 - on every step that sampled a new batch: ``credit/max_abs_token_adv`` (the largest |token advantage|
   of the batch), ``credit/max_abs_response_adv`` (the largest |Σ_k Â[j, k]|: what GDPO would put on
   every token), ``credit/token_adv_rms`` (root mean square of the token advantages over the response
-  tokens), ``credit/etr`` (mean over responses of the effective token ratio of |token advantages|) and
+  tokens), ``credit/etr`` (mean over responses with credit of the effective token ratio of |token
+  advantages|) and
   ``credit/etr/<reward>`` (mean over (response, reward) pairs with a nonzero advantage of the effective
   token ratio of the scheme's weights ``w``; 1 for response-level credit).
 
@@ -112,8 +113,10 @@ def credit_stats(batch: dict[str, Any], scheme: str, reward_names: Sequence[str]
     out["credit/max_abs_token_adv"] = tok.abs().max().item()
     out["credit/max_abs_response_adv"] = resp[valid].abs().max().item()
     out["credit/token_adv_rms"] = (tok.pow(2).sum() / mask.sum()).sqrt().item()
-    etr = effective_token_ratio(tok.abs(), mask)  # [B]
-    etr = etr[~torch.isnan(etr)]
+    # responses with credit (rounding leaves some advantages at 1e-9 whose squares underflow float32)
+    has = tok.abs().amax(1) > ACTIVE_TOL  # [B]
+    etr = effective_token_ratio(tok.abs().double(), mask)  # [B]
+    etr = etr[has & ~torch.isnan(etr)]
     if etr.numel():
         out["credit/etr"] = etr.mean().item()
     active = adv.abs() > ACTIVE_TOL  # [B, K]
@@ -130,7 +133,7 @@ def credit_stats(batch: dict[str, Any], scheme: str, reward_names: Sequence[str]
     rows_active = active.any(1, keepdim=True) if shared else active  # [B, K']
     d = torch.where(rows_active[:, :, None], torch.nan_to_num(d, nan=0.0).clamp(min=0.0), torch.zeros_like(d))
     w = credit_mod.token_weights(d, mask, credit=scheme, generator=torch.Generator().manual_seed(0))
-    r = effective_token_ratio(w, mask[:, None, :].expand_as(w))  # [B, K']
+    r = effective_token_ratio(w.double(), mask[:, None, :].expand_as(w))  # [B, K']
     names = ["joint"] if shared else list(reward_names)
     for k, name in enumerate(names):
         sel = rows_active[:, k] & valid & ~torch.isnan(r[:, k])
