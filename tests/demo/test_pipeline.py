@@ -227,9 +227,16 @@ def test_quick_demo_index_and_printed_table(quick, capsys):
         he = m["heldout"]["overall"]
         assert f"{he['median']:.3f}" in page and f"{he['median']:.3f}" in text
         # each warm start's median (summary.json's keys are strings): in the method's line and row
-        (line,) = [x for x in text.splitlines() if x.startswith(m["label"] + "  ") and "[" not in x]
+        # (the headline table's line comes first; the curve table below repeats the label)
+        line, curve_line = [x for x in text.splitlines() if x.startswith(m["label"] + "  ") and "[" not in x]
         per = "".join(f"{he['per_warm_start'][str(w)]:>7.3f}" for w in WARM_STARTS)
         assert line.endswith(per)
+        key = next(k for k, v in s["methods"].items() if v is m)
+        cur = s["curves"][key]["heldout/satisfaction"]
+        assert curve_line.split()[-2:] == [
+            f"{cur['median'][0]:.3f}",
+            f"{cur['median'][-1]:.3f}",
+        ]  # steps 0, 6
         assert "".join(f"<td>{he['per_warm_start'][str(w)]:.3f}</td>" for w in WARM_STARTS) in page
     b = s["comparisons"]["mrtpo"]["heldout"]["overall"]
     interval = f"{b['estimate']:+.3f} [{b['low']:+.3f}, {b['high']:+.3f}]"
