@@ -11,7 +11,8 @@ overall, on the localizable types and on the non-local length type, with each wa
 difference (the spread between warm starts) and the uncorrected two-sided bootstrap p-value (these
 pairs are exploratory: ``mrtpo demo`` prints the corrected ones of its own comparisons). ``--curves``
 prints, per method, the median over its runs of each curve key (``summary.json`` ``curves``; keys of
-``mrtpo.demo.dynamics``) at the ``--at`` steps, with the interquartile range. A pooled summary
+``mrtpo.demo.dynamics``) at the ``--at`` steps, with the interquartile range (``--per-run``: every run's
+value, a column per method). A pooled summary
 (``mrtpo demo --pool``) works the same way.
 """
 
@@ -72,6 +73,30 @@ def print_curves(s: dict, keys: list[str], at: list[int]) -> None:
             print(f"  {s['methods'][m]['label']:<26}" + "  ".join(cells))
 
 
+def print_per_run(s: dict, keys: list[str], at: list[int]) -> None:
+    """Each run's value of each curve key at the ``--at`` steps, by (warm start, seed), a column per
+    method (to see how runs of one method spread, e.g. in two clusters)."""
+    runs = [r for r in s["runs"] if r.get("curves")]
+    methods = list(dict.fromkeys(r["method"] for r in runs))
+    units = sorted({(r["warm_start"], r["seed"]) for r in runs})
+    by = {(r["method"], r["warm_start"], r["seed"]): r["curves"] for r in runs}
+    for key in keys:
+        for step in at:
+            print(f"{key} at step {step}, per run")
+            print(f"  {'unit':<10}" + "".join(f"{s['methods'][m]['label']:>26}" for m in methods))
+            for w, seed in units:
+                cells = []
+                for m in methods:
+                    c = by.get((m, w, seed))
+                    v = (
+                        None
+                        if c is None or key not in c or step not in c["steps"]
+                        else c[key][c["steps"].index(step)]
+                    )
+                    cells.append(f"{'-' if v is None else format(v, '.3f'):>26}")
+                print(f"  {f'ws{w} s{seed}':<10}" + "".join(cells))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("summary", help="summary.json of an mrtpo demo run (or of mrtpo demo --pool)")
@@ -80,6 +105,7 @@ def main() -> None:
     p.add_argument(
         "--at", nargs="+", type=int, default=[40, 120, 240], metavar="STEP", help="steps of --curves"
     )
+    p.add_argument("--per-run", action="store_true", help="with --curves: every run's value, not the medians")
     args = p.parse_args()
     with open(args.summary) as f:
         s = json.load(f)
@@ -87,7 +113,7 @@ def main() -> None:
         raise SystemExit("give A:B pairs, --curves KEYS, or both")
     print_pairs(s, args.pairs)
     if args.curves:
-        print_curves(s, args.curves, args.at)
+        (print_per_run if args.per_run else print_curves)(s, args.curves, args.at)
 
 
 if __name__ == "__main__":
