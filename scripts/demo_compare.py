@@ -12,7 +12,8 @@ difference (the spread between warm starts) and the uncorrected two-sided bootst
 pairs are exploratory: ``mrtpo demo`` prints the corrected ones of its own comparisons). ``--curves``
 prints, per method, the median over its runs of each curve key (``summary.json`` ``curves``; keys of
 ``mrtpo.demo.dynamics``) at the ``--at`` steps, with the interquartile range (``--per-run``: every run's
-value, a column per method). A pooled summary
+value, a column per method). ``--eos-weights`` prints, per method and reward, the mean token weight the
+end-of-sequence token gets in the saved samples (the token that decides the length). A pooled summary
 (``mrtpo demo --pool``) works the same way.
 """
 
@@ -97,6 +98,44 @@ def print_per_run(s: dict, keys: list[str], at: list[int]) -> None:
                 print(f"  {f'ws{w} s{seed}':<10}" + "".join(cells))
 
 
+def print_eos_weights(s: dict, parts: int = 3) -> None:
+    """Per method with replay distances and per reward: the mean token weight ``w = d / mean_t d`` that
+    the response's last token gets when it is the end-of-sequence token (the token that decides where
+    the response stops), over the saved samples (samples.jsonl of every run of the summary) whose
+    reward has a nonzero advantage, in ``parts`` equal phases of training. 1 is the uniform share
+    (what GDPO gives every token)."""
+    from pathlib import Path
+
+    cap = s["steps_cap"]
+    out: dict = {}
+    for r in s["runs"]:
+        path = Path(r["run_dir"]) / "samples.jsonl"
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            rec = json.loads(line) if line.strip() else None
+            if not rec or not rec.get("distances") or rec["tokens"][-1] != "<eos>":
+                continue
+            phase = min(parts - 1, (int(rec["step"]) - 1) * parts // cap)
+            for name, row, a in zip(rec["reward_names"], rec["distances"], rec["advantages"]):
+                if row is None or abs(a) < 1e-8 or len(row) != len(rec["tokens"]):
+                    continue
+                mean = sum(row) / len(row)
+                if mean > 0:
+                    out.setdefault((r["method"], name, phase), []).append(row[-1] / mean)
+    if not out:
+        raise SystemExit("no saved sample with replay distances ending in <eos>")
+    edges = [(i * cap // parts + 1, (i + 1) * cap // parts) for i in range(parts)]
+    print("mean weight of the end-of-sequence token, w = d / mean d (1: the uniform share) [responses]")
+    print(f"  {'method':<16}{'reward':<10}" + "".join(f"{f'steps {a}-{b}':>22}" for a, b in edges))
+    for m, name in dict.fromkeys((m, n) for m, n, _ in sorted(out)):
+        cells = []
+        for i in range(parts):
+            v = out.get((m, name, i), [])
+            cells.append(f"{(sum(v) / len(v)) if v else float('nan'):>14.3f} [{len(v):>4}]")
+        print(f"  {s['methods'][m]['label']:<16}{name:<10}" + "".join(cells))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("summary", help="summary.json of an mrtpo demo run (or of mrtpo demo --pool)")
@@ -106,14 +145,19 @@ def main() -> None:
         "--at", nargs="+", type=int, default=[40, 120, 240], metavar="STEP", help="steps of --curves"
     )
     p.add_argument("--per-run", action="store_true", help="with --curves: every run's value, not the medians")
+    p.add_argument(
+        "--eos-weights", action="store_true", help="the token weight of the end-of-sequence token per reward"
+    )
     args = p.parse_args()
     with open(args.summary) as f:
         s = json.load(f)
-    if not args.pairs and not args.curves:
-        raise SystemExit("give A:B pairs, --curves KEYS, or both")
+    if not args.pairs and not args.curves and not args.eos_weights:
+        raise SystemExit("give A:B pairs, --curves KEYS or --eos-weights")
     print_pairs(s, args.pairs)
     if args.curves:
         (print_per_run if args.per_run else print_curves)(s, args.curves, args.at)
+    if args.eos_weights:
+        print_eos_weights(s)
 
 
 if __name__ == "__main__":
