@@ -16,7 +16,7 @@ from mrtpo.analysis.curves import (
     series,
     steps_to_threshold,
 )
-from mrtpo.analysis.runs import find_run_dirs, group_by_method, load_run, method_label, read_jsonl
+from mrtpo.analysis.runs import find_run_dirs, group_by_method, load_run, method_label
 
 
 def test_series_sorts_and_skips_missing_values():
@@ -97,6 +97,20 @@ def test_method_labels():
     assert method_label({"advantage_method": "gdpo", "credit": "none", "loss": "opsd"}) == "OPSD"
     assert method_label({"advantage_method": "grpo", "credit": "cort", "beta": 0.5}) == "CoRT"
     assert method_label({"advantage_method": "gdpo", "credit": "none", "loss": "policy"}) == "GDPO"
+    # the advantage methods' display names are the registry's: every registered one, rdpo included
+    from mrtpo import advantages
+
+    for name in advantages.available():
+        assert (
+            method_label({"method": {"method": name, "credit": "none"}})
+            == advantages.ADVANTAGES.get(name).label
+        )
+    assert method_label({"method": {"method": "rdpo", "credit": "reward"}}) == "MRTPO+RDPO"
+    assert method_label({"method": {"method": "gd2po", "credit": "none"}}) == "GD²PO"
+    # run.json's method_label (recorded by the trainer) is read without the registry
+    assert (
+        method_label({"method": {"method": "mine", "credit": "none"}, "method_label": "Mine-2"}) == "Mine-2"
+    )
 
 
 def _write_run(root, name, config, rows):
@@ -128,14 +142,7 @@ def test_find_load_and_group_runs(tmp_path):
         find_run_dirs([tmp_path / "none"])
 
 
-def test_read_errors_name_file_and_line(tmp_path):
-    p = tmp_path / "metrics.jsonl"
-    p.write_text('{"step": 1}\n\n[1, 2]\n')
-    with pytest.raises(ValueError, match=r"metrics.jsonl line 3: expected a JSON object"):
-        read_jsonl(p)
-    p.write_text('{"step": 1}\n{"step": \n')
-    with pytest.raises(ValueError, match=r"line 2: invalid JSON"):
-        read_jsonl(p)
+def test_load_run_errors_name_the_folder_and_row(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     with pytest.raises(FileNotFoundError, match="is not a run folder"):
@@ -143,6 +150,12 @@ def test_read_errors_name_file_and_line(tmp_path):
     (run / "run.json").write_text("{}")
     (run / "metrics.jsonl").write_text('{"reward": 1}\n')
     with pytest.raises(ValueError, match=r"row 1 has step=None; expected an integer"):
+        load_run(run)
+    # a run still writing metrics.jsonl: its last, unfinished line is not read; a bad line before it is named
+    (run / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "rew')
+    assert load_run(run).metrics == [{"step": 1, "reward": 0.5}]
+    (run / "metrics.jsonl").write_text('{"step": 1, "rew\n{"step": 2}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl:1: not JSON"):
         load_run(run)
 
 

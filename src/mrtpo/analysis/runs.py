@@ -2,11 +2,14 @@
 
 A run folder holds ``run.json`` (the resolved config), ``metrics.jsonl`` (one object per logged step)
 and ``samples.jsonl`` (a few saved responses with their per-token credit). Runs are grouped into
-methods by ``run.json``'s ``advantage_method`` + ``credit`` (+ ``credit_beta``; ``beta`` in run folders
-of earlier versions), and the runs of one method are
-its seeds (``seed``). An optional ``label`` in ``run.json`` overrides the method's display name.
+methods by ``run.json``'s method block (``method``: its ``method`` + ``credit`` + ``credit_beta``;
+run folders of earlier versions hold them flat, as ``advantage_method``, ``credit`` and ``credit_beta``
+or ``beta``: :func:`run_method` reads both), and the runs of one method are its seeds (``seed``). An
+optional ``label`` in ``run.json`` overrides the method's display name; the advantage method's own
+display name is the registry's (``run.json``'s ``method_label``, recorded by the trainer; for a run folder
+without it, :func:`advantage_label` asks :mod:`mrtpo.advantages`).
 
-Standard library only.
+Standard library only (the advantage registry is imported only for run folders that lack ``method_label``).
 """
 
 from __future__ import annotations
@@ -18,29 +21,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mrtpo.io import read_jsonl  # re-exported: the demo reads run files through this module
+
 __all__ = [
-    "ADVANTAGE_NAMES",
     "RESPONSE_LEVEL_CREDITS",
     "Run",
+    "advantage_label",
     "find_run_dirs",
     "group_by_method",
     "load_run",
     "method_key",
     "method_label",
     "read_jsonl",
+    "run_method",
 ]
 
-ADVANTAGE_NAMES = {
-    "grpo": "GRPO",
-    "gdpo": "GDPO",
-    "saw": "SAW",
-    "dara": "DARA",
-    "dvao": "DVAO",
-    "sa_mrpo": "SA-MRPO",
-    "gd2po": "GD²PO",
-    "corr_grpo": "CorrGRPO",
-}
-"""Display names of the response-level methods (mrtpo.advantages registry names)."""
+
+def advantage_label(name: str, config: dict[str, Any] | None = None) -> str:
+    """The display name of advantage method ``name``: ``config["method_label"]`` when the run recorded it,
+    else the registry's (:attr:`mrtpo.advantages.AdvantageMethod.label`; a method no longer registered:
+    ``name.upper()``)."""
+    if config and config.get("method_label") and run_method(config).get("method") == name:
+        return str(config["method_label"])
+    from mrtpo import advantages
+
+    return advantages.ADVANTAGES.get(name).label if name in advantages.ADVANTAGES else name.upper()
+
 
 RESPONSE_LEVEL_CREDITS = (None, "none", "uniform", "response")
 """``credit`` values meaning "every token gets the response-level advantage" (no replay)."""
@@ -48,41 +54,31 @@ RESPONSE_LEVEL_CREDITS = (None, "none", "uniform", "response")
 DEFAULT_BETA = 0.5
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The objects of a JSON-lines file (blank lines skipped).
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: a line that is not a JSON object, naming the file and line number.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
-    out = []
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} line {i}: invalid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{path} line {i}: expected a JSON object, got {type(obj).__name__}")
-            out.append(obj)
-    return out
+def run_method(config: dict[str, Any]) -> dict[str, Any]:
+    """The method block of a run.json (``{"method", "credit", "credit_beta", ...}``): its ``method``
+    mapping, or the flat keys of run folders of earlier versions (``advantage_method``, ``credit``,
+    ``credit_beta`` or ``beta``)."""
+    block = config.get("method")
+    if isinstance(block, dict):
+        return {"credit_beta": DEFAULT_BETA, **block}
+    return {
+        "method": config.get("advantage_method"),
+        "credit": config.get("credit"),
+        "credit_beta": config.get("credit_beta", config.get("beta", DEFAULT_BETA)),
+    }
 
 
 def method_key(config: dict[str, Any]) -> tuple[str, str, float | None]:
-    """``(advantage_method, credit, credit_beta)`` identifying a method; the allocation strength is None for
-    response-level credit (run.json's ``credit_beta``, or ``beta`` in run folders of earlier versions)."""
-    adv = str(config.get("advantage_method") or "?")
-    credit = config.get("credit")
+    """``(method, credit, credit_beta)`` identifying a method (:func:`run_method`); the allocation strength
+    is None for response-level credit."""
+    block = run_method(config)
+    adv = str(block.get("method") or "?")
+    credit = block.get("credit")
     if config.get("loss") == "opsd":
         return adv, "opsd", None
     if credit in RESPONSE_LEVEL_CREDITS:
         return adv, "uniform", None
-    beta = config.get("credit_beta", config.get("beta", DEFAULT_BETA))
+    beta = block.get("credit_beta")
     return adv, str(credit), None if beta is None else float(beta)
 
 
@@ -98,7 +94,7 @@ def method_label(config: dict[str, Any]) -> str:
     if config.get("label"):
         return str(config["label"])
     adv, credit, beta = method_key(config)
-    name = ADVANTAGE_NAMES.get(adv, adv.upper())
+    name = advantage_label(adv, config)
     if credit == "opsd":
         return "OPSD"
     if credit == "uniform":
@@ -161,7 +157,7 @@ class Run:
     def samples(self) -> Iterator[dict[str, Any]]:
         """The records of samples.jsonl (none when the file is absent)."""
         if self.samples_path.exists():
-            yield from read_jsonl(self.samples_path)
+            yield from read_jsonl(self.samples_path, partial_last_line=True)  # a run may be writing it
 
     def metric_keys(self) -> set[str]:
         return {k for row in self.metrics for k in row}
@@ -185,7 +181,7 @@ def load_run(path: str | Path) -> Run:
     if not isinstance(config, dict):
         raise ValueError(f"{cfg_path}: expected a JSON object")
     metrics_path = path / "metrics.jsonl"
-    metrics = read_jsonl(metrics_path) if metrics_path.exists() else []
+    metrics = read_jsonl(metrics_path, partial_last_line=True) if metrics_path.exists() else []
     for i, row in enumerate(metrics):
         step = row.get("step")
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step):
