@@ -15,6 +15,15 @@ prints, per method, the median over its runs of each curve key (``summary.json``
 value, a column per method). ``--eos-weights`` prints, per method and reward, the mean token weight the
 end-of-sequence token gets in the saved samples (the token that decides the length). A pooled summary
 (``mrtpo demo --pool``) works the same way.
+
+    python scripts/demo_compare.py --run-dirs DEMO_A DEMO_B --at 240
+
+reads the run folders of demos that stopped before writing their summary (``DIR/runs/ws<w>/<method>-seed<s>``,
+only runs whose metrics reach the step): per method and held-out curve key, each (warm start, seed)
+unit's difference from GDPO at that step (128 prompts; the final 256-prompt evaluation of a stopped
+demo is lost), and in steps to 0.9 on all and on the localizable constraints (the demo's trailing mean
+of 5 training values), with their plain mean, without intervals; with ``--curves KEYS``, each method's
+median of those curves over its runs at the ``--at`` steps.
 """
 
 from __future__ import annotations
@@ -136,9 +145,107 @@ def print_eos_weights(s: dict, parts: int = 3) -> None:
         print(f"  {s['methods'][m]['label']:<16}{name:<10}" + "".join(cells))
 
 
+CURVE_KEYS = ("heldout/satisfaction", "heldout/local", "heldout/met/length")
+STEP_KEYS = (("steps/overall", "task/satisfaction"), ("steps/localizable", "task/local"))
+"""Steps to 0.9 (the demo's trailing mean of 5; not reached: the step read) from the training metrics."""
+
+
+def read_run_dirs(dirs: list[str], step: int) -> dict[str, dict[tuple[int, int], dict[str, float]]]:
+    """``{method: {(warm start, seed): {curve key: value at step}}}`` from the run folders of ``dirs``.
+
+    Raises:
+        SystemExit: a unit in two folders with different values (two different runs).
+    """
+    from pathlib import Path
+
+    from mrtpo.analysis.runs import read_jsonl
+    from mrtpo.demo.summary import steps_to_threshold
+
+    out: dict[str, dict[tuple[int, int], dict[str, float]]] = {}
+    for root in dirs:
+        for run in sorted(Path(root).glob("runs/ws*/*-seed*")):
+            method, _, seed = run.name.rpartition("-seed")
+            if not (run / "metrics.jsonl").exists() or not seed.isdigit():
+                continue
+            all_rows = read_jsonl(run / "metrics.jsonl")
+            rows = [r for r in all_rows if r.get("step") == step and CURVE_KEYS[0] in r]
+            if not rows:
+                continue
+            unit = (int(run.parent.name[2:]), int(seed))
+            values = {k: rows[-1][k] for k in CURVE_KEYS if rows[-1].get(k) is not None}
+            train = [r for r in all_rows if r.get("step", 0) <= step]
+            for name, key in STEP_KEYS:
+                values[name] = float(steps_to_threshold(train, key, 0.9, 5) or step)
+            old = out.setdefault(method, {}).setdefault(unit, values)
+            if old != values:
+                raise SystemExit(
+                    f"{run}: unit ws{unit[0]} seed {unit[1]} of {method} differs from another folder's"
+                )
+    return out
+
+
+def print_run_dir_curves(dirs: list[str], keys: list[str], at: list[int]) -> None:
+    """Per method, the median over its runs (those reaching the last ``at`` step, of the units GDPO has
+    when the folders hold GDPO runs) of each curve key at the
+    ``at`` steps, read from run folders as ``mrtpo demo`` reads its curves (:func:`mrtpo.demo.dynamics.run_curves`,
+    a point every 20 steps)."""
+    import statistics
+    from pathlib import Path
+
+    from mrtpo.analysis.runs import read_jsonl
+    from mrtpo.demo.dynamics import run_curves
+
+    by_method: dict[str, dict[tuple[int, int], dict]] = {}
+    for root in dirs:
+        for run in sorted(Path(root).glob("runs/ws*/*-seed*")):
+            method, _, seed = run.name.rpartition("-seed")
+            if not (run / "metrics.jsonl").exists() or not seed.isdigit():
+                continue
+            rows = read_jsonl(run / "metrics.jsonl")
+            if not any(r.get("step") == at[-1] and CURVE_KEYS[0] in r for r in rows):
+                continue
+            unit = (int(run.parent.name[2:]), int(seed))
+            by_method.setdefault(method, {}).setdefault(unit, run_curves(rows, 20, at[-1]))
+    paired = set(by_method.get("gdpo", {}))  # with GDPO in the folders: only the units GDPO has
+    if paired:
+        by_method = {m: {u: c for u, c in units.items() if u in paired} for m, units in by_method.items()}
+    for key in keys:
+        print(f"{key}: median over runs at steps {' '.join(map(str, at))}")
+        for m, units in by_method.items():
+            cells = []
+            for step in at:
+                vals = [
+                    c[key][c["steps"].index(step)]
+                    for c in units.values()
+                    if key in c and step in c["steps"] and c[key][c["steps"].index(step)] is not None
+                ]
+                cells.append(f"{step}: {statistics.median(vals):.4g}" if vals else f"{step}: -")
+            print(f"  {m:<16}[{len(units)} runs]  " + "  ".join(cells))
+
+
+def print_run_dirs(dirs: list[str], step: int) -> None:
+    data = read_run_dirs(dirs, step)
+    if "gdpo" not in data:
+        raise SystemExit(f"no GDPO run reaching step {step} in {dirs}")
+    base = data["gdpo"]
+    print(f"held-out curve at step {step}: method - GDPO per (warm start, seed) unit, and the plain mean")
+    for m, units in data.items():
+        if m == "gdpo":
+            continue
+        paired = sorted(u for u in units if u in base)
+        for key in CURVE_KEYS + tuple(k for k, _ in STEP_KEYS):
+            diffs = [(u, units[u][key] - base[u][key]) for u in paired if key in units[u] and key in base[u]]
+            if not diffs:
+                continue
+            mean = sum(d for _, d in diffs) / len(diffs)
+            fmt = "+.1f" if key.startswith("steps/") else "+.3f"
+            cells = " ".join(f"ws{w}s{s}:{d:{fmt}}" for (w, s), d in diffs)
+            print(f"  {m:<16}{key:<22} mean {mean:{fmt}} over {len(diffs)} units  {cells}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("summary", help="summary.json of an mrtpo demo run (or of mrtpo demo --pool)")
+    p.add_argument("summary", nargs="?", help="summary.json of an mrtpo demo run (or of mrtpo demo --pool)")
     p.add_argument("pairs", nargs="*", help="A:B method pairs (names of mrtpo.demo.runs.METHODS)")
     p.add_argument("--curves", nargs="+", default=[], metavar="KEY", help="curve keys to print")
     p.add_argument(
@@ -148,7 +255,21 @@ def main() -> None:
     p.add_argument(
         "--eos-weights", action="store_true", help="the token weight of the end-of-sequence token per reward"
     )
+    p.add_argument(
+        "--run-dirs",
+        nargs="+",
+        default=[],
+        metavar="DIR",
+        help="stopped demos' folders (no summary), at the last --at step",
+    )
     args = p.parse_args()
+    if args.run_dirs:
+        print_run_dirs(args.run_dirs, args.at[-1])
+        if args.curves:
+            print_run_dir_curves(args.run_dirs, args.curves, args.at)
+        return
+    if args.summary is None:
+        raise SystemExit("give a summary.json (or --run-dirs)")
     with open(args.summary) as f:
         s = json.load(f)
     if not args.pairs and not args.curves and not args.eos_weights:

@@ -227,3 +227,50 @@ def test_report_reads_the_recorded_curves(quick, tmp_path):
     s = json.loads((quick / "summary.json").read_text())
     per = [r["curves"]["heldout/satisfaction"] for r in s["runs"] if r["method"] == "mrtpo"]
     assert band["center"] == pytest.approx([(a + b) / 2 for a, b in zip(*per)])
+
+
+def _load_compare_script():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "demo_compare.py"
+    spec = importlib.util.spec_from_file_location("demo_compare", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write_run(root: Path, method: str, w: int, seed: int, local: list[float], heldout: float) -> None:
+    run = root / "runs" / f"ws{w}" / f"{method}-seed{seed}"
+    run.mkdir(parents=True)
+    rows = [{"step": i + 1, "task/local": v, "task/satisfaction": v} for i, v in enumerate(local)]
+    rows[-1].update({"heldout/satisfaction": heldout, "heldout/local": heldout, "heldout/met/length": 0.5})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_compare_script_reads_stopped_run_folders(tmp_path, capsys):
+    """scripts/demo_compare.py --run-dirs: per-unit differences from GDPO at a step, from run folders of
+    demos that never wrote a summary (two folders, a GDPO run repeated identically in both)."""
+    mod = _load_compare_script()
+    a, b = tmp_path / "a", tmp_path / "b"
+    # 6 steps; the trailing mean of 5 reaches 0.9 first at step 6 (GDPO: 0.88 at 5, 0.92 at 6), at step 5
+    # (MRTPO: 3.55 / 4 = 0.8875 at 4, 4.55 / 5 = 0.91 at 5), or never (counted as the step read, 6)
+    _write_run(a, "gdpo", 0, 0, [0.8, 0.9, 0.9, 0.9, 0.9, 1.0], 0.70)
+    _write_run(b, "gdpo", 0, 0, [0.8, 0.9, 0.9, 0.9, 0.9, 1.0], 0.70)
+    _write_run(b, "mrtpo", 0, 0, [0.55, 1.0, 1.0, 1.0, 1.0, 1.0], 0.75)
+    _write_run(a, "gdpo", 1, 0, [0.5] * 6, 0.60)
+    _write_run(a, "mrtpo", 1, 0, [0.5] * 6, 0.50)
+    _write_run(a, "mrtpo", 2, 0, [0.5] * 3, 0.9)  # stopped at step 3: not read at step 6
+    data = mod.read_run_dirs([str(a), str(b)], 6)
+    assert set(data["gdpo"]) == {(0, 0), (1, 0)} and set(data["mrtpo"]) == {(0, 0), (1, 0)}
+    assert (
+        data["gdpo"][(0, 0)]["steps/localizable"] == 6.0 and data["mrtpo"][(0, 0)]["steps/localizable"] == 5.0
+    )
+    assert data["mrtpo"][(1, 0)]["steps/localizable"] == 6.0  # not reached: the step read
+    mod.print_run_dirs([str(a), str(b)], 6)
+    out = capsys.readouterr().out
+    # held-out: +0.05 and -0.10, mean -0.025; steps: -1 and 0, mean -0.5
+    assert "heldout/satisfaction   mean -0.025 over 2 units  ws0s0:+0.050 ws1s0:-0.100" in out
+    assert "steps/localizable      mean -0.5 over 2 units  ws0s0:-1.0 ws1s0:+0.0" in out
+    _write_run(tmp_path / "c", "gdpo", 0, 0, [0.8] * 6, 0.71)  # the same unit, other numbers: refused
+    with pytest.raises(SystemExit, match="ws0 seed 0 of gdpo differs"):
+        mod.read_run_dirs([str(a), str(tmp_path / "c")], 6)
