@@ -71,9 +71,9 @@ def test_credit_step_runs_the_scheme_with_its_options_and_schedule():
     gap = torch.tensor([[0.5, -0.5, 0.0]] * 4)[:, None, :]
     seen = []
 
-    def fn(kind, adv):
+    def fn(kind, adv):  # the kind's rule: the responses whose response advantage is not 0
         seen.append(kind)
-        return gap
+        return replay.ReplayResult(gap, torch.full((4,), 3), replayed=adv.sum(1, keepdim=True).abs() > 1e-8)
 
     opts = {"eps": 0.1, "warmup_steps": 4}
     cfg = MethodConfig(method="grpo", credit="rlsd", credit_beta=0.8, credit_options=opts)
@@ -82,6 +82,9 @@ def test_credit_step_runs_the_scheme_with_its_options_and_schedule():
     assert res.credit_options == {"eps": 0.1, "negative_only": False, "warmup_steps": 4, "decay_steps": 0}
     expect = credit.rlsd_token_advantages(res.local, gap, mask, lam=0.4, eps=0.1)
     torch.testing.assert_close(res.token_advantages, expect)
+    # the replay's answer travels: GRPO of R = [1, 0, 2, 1] gives Σ_k Â = 0 in rows 0 and 3
+    assert res.replayed[:, 0].tolist() == [False, True, True, False]
+    assert (res.distances[~res.replayed[:, 0]] == 0).all()  # rows not replayed are 0 from here on
     with pytest.raises(
         ValueError, match="unknown option 'clip' for credit scheme 'rlsd'; its options: decay_steps"
     ):

@@ -199,7 +199,7 @@ def test_a_new_replay_kind_is_one_function_and_one_registration(tiny_model, tiny
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
 
     def distances(kind, adv):  # what an engine hands the credit step (mrtpo.replay.DistanceFn)
-        return replay.for_scheme(tiny_model, [ctx] * 3, RESPONSES, adv, kind, width=4).distances
+        return replay.for_scheme(tiny_model, [ctx] * 3, RESPONSES, adv, kind, width=4)
 
     config = MethodConfig(method="grpo", credit="first_reward", credit_beta=0.6)  # validates the new scheme
     res = credit_step(config, rewards, [0] * 3, mask, distances=distances)

@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
             t0 = clock()
             try:
                 res = super()._replay(out, *a, **kw)
-                self.limit_fpe.append(res[1]["limit_fpe"])
+                self.limit_fpe.append(res.stats.limit_fpe_per_response)
                 return res
             finally:
                 self.replay_times.append(clock() - t0)
