@@ -15,6 +15,7 @@ CORE = [
     "mrtpo.advantages",
     "mrtpo.distance",
     "mrtpo.fused",
+    "mrtpo.checks",
     "mrtpo.credit",
     "mrtpo.losses",
     "mrtpo.records",

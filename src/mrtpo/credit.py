@@ -15,11 +15,11 @@ level), ``cort``, ``scaled`` (MRTPO's weights shrunk towards 1 by the reward's l
 one. :func:`mrtpo.step.credit_step` runs a scheme on a batch for every engine
 (:meth:`CreditScheme.apply`).
 
-Checks happen once, where tensors enter: :func:`check_batch` (shapes, finiteness, the mask, which rows
-were replayed) is called by the public functions (:func:`token_weights`, :func:`allocate`,
-:func:`rlsd_token_advantages`) and by :func:`mrtpo.step.credit_step`; what runs after it (the weights
-functions, :meth:`CreditScheme.apply`) trusts its inputs. A scheme's weights are the output of a
-plug-in and are checked against their contract (finite, mean 1) before they are used.
+Checks happen once, where tensors enter (:mod:`mrtpo.checks`): the public functions
+(:func:`token_weights`, :func:`allocate`, :func:`rlsd_token_advantages`) and
+:func:`mrtpo.step.credit_step` check their tensors; what runs after that (the weights functions,
+:meth:`CreditScheme.apply`) trusts its inputs. A scheme's weights are a plug-in's output and are checked
+against their contract (finite, mean 1) before they are used.
 
 RLSD (:func:`rlsd_token_advantages`) is a scheme of another shape: its token weight is a clipped
 teacher/student probability ratio whose direction follows the sign of the response advantage, so it
@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from mrtpo.checks import _bool_mask, check_batch, checked_weights
 from mrtpo.distance import DEFAULT_CHUNK_SIZE, js_distance, js_distance_from_hidden
 from mrtpo.registry import Registry
 from mrtpo.replay.service import REPLAY_KINDS, ReplayKind
@@ -50,7 +51,6 @@ __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "CreditScheme",
     "allocate",
-    "check_batch",
     "check_strength",
     "js_distance",
     "js_distance_from_hidden",
@@ -72,7 +72,7 @@ WeightsFn = Callable[[Tensor | None, Tensor, torch.Generator | None], Tensor]
 """Signature of a scheme's weights function: ``(distances, mask, generator) -> weights``.
 
 - distances: [N, K', T] float, finite and >= 0, already 0 on padding and on rows that were not
-  replayed (None for schemes without replay); checked by the caller (:func:`check_batch`);
+  replayed (None for schemes without replay); checked by the caller (:mod:`mrtpo.checks`);
 - mask: [N, T] bool;
 - generator: torch.Generator or None (only schemes that draw random numbers use it);
 - returns weights [N, K', T] (K' = 1 when distances is None) with mean 1 over each row's valid tokens
@@ -81,7 +81,7 @@ WeightsFn = Callable[[Tensor | None, Tensor, torch.Generator | None], Tensor]
 
 TokenAdvantagesFn = Callable[[Tensor, "Tensor | None", Tensor, float, Mapping[str, Any]], Tensor]
 """A scheme's own token advantages: ``(advantages [N, K], distances [N, K', T] | None, mask [N, T],
-strength, options) -> [N, T]`` (0 on padding); inputs checked by the caller (:func:`check_batch`:
+strength, options) -> [N, T]`` (0 on padding); inputs checked by the caller (:mod:`mrtpo.checks`:
 distances 0 on padding and on rows not replayed)."""
 
 StrengthFn = Callable[[int, float, Mapping[str, Any]], float]
@@ -184,7 +184,7 @@ class CreditScheme:
         options: Mapping[str, Any],
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """Token advantages ``[N, T]`` of this scheme from inputs :func:`check_batch` returned (no checks
+        """Token advantages ``[N, T]`` of this scheme from checked inputs (:mod:`mrtpo.checks`; none
         here): its own ``token_advantages``, the response level (``token_level=False``: Σ_k Â[j, k] on
         every valid token, exactly), or the mix of its weights with ``strength`` (:func:`allocate`)."""
         if self.token_advantages is not None:
@@ -402,193 +402,6 @@ register_scheme("none", replay="none", token_level=False)(_uniform_weights)  # r
 register_scheme("cort", replay="logprob", ramped=True, metrics=_cort_metrics)(_joint_weights)  # β ramped
 
 
-# --------------------------------------------------------------------------------------------------
-# The one check of a batch's credit tensors
-# --------------------------------------------------------------------------------------------------
-
-
-def _bool_mask(mask: Tensor, n: int | None = None) -> Tensor:
-    if not isinstance(mask, Tensor):
-        mask = torch.as_tensor(mask)
-    if mask.dim() != 2:
-        raise ValueError(f"mask has shape {tuple(mask.shape)}; expected (N, T)")
-    if n is not None and mask.shape[0] != n:
-        raise ValueError(
-            f"mask has shape {tuple(mask.shape)}; expected (N, T) with N = {n} (from advantages)"
-        )
-    if mask.dtype != torch.bool:
-        bad = (mask != 0) & (mask != 1)
-        if bad.any():
-            j, t = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"mask[{j}, {t}] = {mask[j, t].item()}; expected a bool or 0/1 mask")
-        mask = mask != 0
-    return mask
-
-
-def _clean_distances(
-    distances: Any,
-    mask: Tensor,
-    dtype: torch.dtype | None,
-    replayed: Tensor | None,
-    *,
-    signed: bool = False,
-    what: str = "distances",
-) -> Tensor:
-    """``distances`` [N, K', T] (shape checked by the caller) in ``dtype`` (None: its own, float32 at
-    least) with 0 on padding and on rows that were not replayed; ValueError naming (response, row, token)
-    of the first entry on a valid token of a replayed row that is not finite (or, unless ``signed``,
-    negative)."""
-    d = distances if isinstance(distances, Tensor) else torch.as_tensor(distances)
-    if dtype is None:
-        dtype = torch.promote_types(d.dtype if d.is_floating_point() else torch.float32, torch.float32)
-    mask = mask.to(d.device)
-    live = mask[:, None, :].expand(d.shape)  # [N, K', T]
-    if replayed is not None:
-        live = live & replayed.to(d.device)[:, :, None]
-    ok = torch.isfinite(d) if signed else torch.isfinite(d) & (d >= 0)
-    bad = live & ~ok
-    if bad.any():
-        j, k, t = (int(i) for i in bad.nonzero()[0])
-        value = d[j, k, t].item()
-        if signed:
-            raise ValueError(
-                f"{what}[{j}, {t}] = {value} on a valid token of a replayed response (response {j}, token {t}); "
-                f"{what} must be finite wherever mask is 1"
-            )
-        raise ValueError(
-            f"{what}[{j}, {k}, {t}] = {value} on a valid token (response {j}, reward {k}, token {t}); "
-            f"{what} must be finite and >= 0 wherever mask is 1"
-        )
-    return torch.where(live, d.to(dtype), torch.zeros((), dtype=dtype, device=d.device))
-
-
-def check_batch(
-    advantages: Tensor,
-    distances: Tensor | None,
-    mask: Tensor,
-    *,
-    replayed: Tensor | None = None,
-    rows: int | None = None,
-    signed: bool = False,
-    scheme_name: str | None = None,
-    what: str = "distances",
-) -> tuple[Tensor, Tensor | None, Tensor, Tensor | None]:
-    """The one check of a batch's credit tensors, where they enter (:func:`allocate`,
-    :func:`rlsd_token_advantages`, :func:`mrtpo.step.credit_step`).
-
-    Args:
-        advantages: [N, K] response-level advantages; finite.
-        distances: [N, K', T] replay measure, or None.
-        mask: [N, T] bool or 0/1.
-        replayed: [N, K'] bool, the rows replay measured (:attr:`mrtpo.replay.ReplayResult.replayed`);
-            the others are ignored (0: weight 1). None: every row that carries an advantage (a
-            per-reward row whose Â[j, k] is not 0, a shared row whose Σ_k Â[j, k] is not 0; a row that
-            carries 0 contributes 0 whatever its values, which may then be NaN).
-        rows: the K' that ``distances`` must have (the scheme's replay kind); None: K or 1.
-        signed: the measure is a signed gap (finite; may be negative).
-        scheme_name: the scheme, named in the message of a wrong row count.
-        what: how the distances are named in messages (``"gap"`` for RLSD's).
-
-    Returns:
-        ``(advantages [N, K] float32 at least, distances [N, K', T] in that dtype with 0 on padding and on
-        rows not replayed (None when None), mask [N, T] bool, replayed [N, K'] bool (None without
-        distances))``, all on the advantages' device.
-
-    Raises:
-        ValueError: naming the tensor and, for values, the (response, row, token) that is wrong.
-    """
-    adv = advantages if isinstance(advantages, Tensor) else torch.as_tensor(advantages)
-    if adv.dim() != 2:
-        raise ValueError(f"advantages has shape {tuple(adv.shape)}; expected (N, K)")
-    n, k = adv.shape
-    dtype = torch.promote_types(adv.dtype if adv.is_floating_point() else torch.float32, torch.float32)
-    adv = adv.to(dtype)
-    if not torch.isfinite(adv).all():
-        j, kk = (int(i) for i in (~torch.isfinite(adv)).nonzero()[0])
-        raise ValueError(
-            f"advantages[{j}, {kk}] = {adv[j, kk].item()} (response {j}, reward {kk}) is not finite"
-        )
-    mask = _bool_mask(mask, n).to(adv.device)
-    if distances is None:
-        return adv, None, mask, None
-    shape = (
-        tuple(distances.shape) if isinstance(distances, Tensor) else tuple(torch.as_tensor(distances).shape)
-    )
-    t = mask.shape[1]
-    if rows is None:
-        if len(shape) != 3 or shape[0] != n or shape[2] != t or shape[1] not in (k, 1):
-            raise ValueError(
-                f"{what} has shape {shape}; expected (N, K, T) = ({n}, {k}, {t}) or ({n}, 1, {t})"
-            )
-    elif len(shape) != 3 or shape != (n, rows, t):
-        raise ValueError(
-            (
-                f"credit scheme {scheme_name!r} takes one shared distance row per response: "
-                if rows == 1 and k != 1 and scheme_name
-                else ""
-            )
-            + f"{what} has shape {shape}; expected (N, K', T) = ({n}, {rows}, {t})"
-        )
-    if replayed is None:
-        carried = adv if shape[1] == k else adv.sum(1, keepdim=True)  # [N, K']
-        replayed = carried != 0
-    else:
-        replayed = torch.as_tensor(replayed).to(adv.device)
-        if tuple(replayed.shape) != (n, shape[1]) or replayed.dtype != torch.bool:
-            raise ValueError(
-                f"replayed has shape {tuple(replayed.shape)} ({replayed.dtype}); expected bool (N, K') = "
-                f"({n}, {shape[1]})"
-            )
-    d = _clean_distances(distances, mask, dtype, replayed, signed=signed, what=what).to(adv.device)
-    return adv, d, mask, replayed
-
-
-WEIGHT_MEAN_RTOL = 1e-3
-"""How far from 1 the mean of a scheme's weights over a row's valid tokens may be (float32 rounding
-over tens of thousands of tokens stays far below it)."""
-
-
-def _checked_weights(name: str, w: Tensor, mask: Tensor) -> Tensor:
-    """A scheme's weights [N, K', T], checked against the :data:`WeightsFn` contract that conservation
-    rests on: finite, 0 on padding and mean 1 over each row's valid tokens (rows without one: all 0).
-    The weights are a plug-in's output: they are checked where they enter the allocation.
-
-    Raises:
-        ValueError: naming the scheme and the first (response, row) that breaks the contract, e.g. a
-            scheme whose own normalization overflowed (credit would be destroyed, not redistributed).
-    """
-    if (
-        not isinstance(w, Tensor)
-        or w.dim() != 3
-        or w.shape[0] != mask.shape[0]
-        or w.shape[2] != mask.shape[1]
-    ):
-        shape = tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__
-        raise ValueError(
-            f"credit scheme {name!r} returned weights of shape {shape}; expected (N, K', T) = "
-            f"({mask.shape[0]}, K', {mask.shape[1]})"
-        )
-    valid = mask[:, None, :].expand(w.shape)  # [N, K', T]
-    finite = torch.isfinite(w)
-    if not bool((finite | ~valid).all()) or bool((w[~valid] != 0).any()):
-        j, k, t = (int(i) for i in ((valid & ~finite) | (~valid & (w != 0))).nonzero()[0])
-        raise ValueError(
-            f"credit scheme {name!r}: weights[{j}, {k}, {t}] = {w[j, k, t].item()} (response {j}, row {k}, "
-            f"token {t}); weights must be finite on valid tokens and 0 on padding"
-        )
-    count = mask.sum(dim=-1)  # [N]
-    wd = torch.where(valid, w, torch.zeros((), dtype=w.dtype, device=w.device)).double()  # [N, K', T]
-    mean = wd.sum(dim=-1) / count.clamp(min=1)[:, None]  # [N, K']
-    bad = (count > 0)[:, None] & ((mean - 1).abs() > WEIGHT_MEAN_RTOL)  # [N, K']
-    if bool(bad.any()):
-        j, k = (int(i) for i in bad.nonzero()[0])
-        raise ValueError(
-            f"credit scheme {name!r}: the weights of response {j}, row {k} average {mean[j, k].item():.6g} "
-            "over its valid tokens; a scheme's weights must average 1 (else credit is created or destroyed)"
-        )
-    return w
-
-
 def _weights_scheme(credit: str) -> CreditScheme:
     """The scheme ``credit``; ValueError for an unknown scheme or one without mean-1 weights (RLSD)."""
     s = scheme(credit)
@@ -599,13 +412,6 @@ def _weights_scheme(credit: str) -> CreditScheme:
             f"CREDIT_SCHEMES.get({credit!r}).token_advantages"
         )
     return s
-
-
-def _rows_of(s: CreditScheme, k: int | None) -> int | None:
-    """The K' a scheme's replay kind gives for K rewards when it is fixed to one shared row; else None
-    (K or 1 accepted)."""
-    kind = s.kind
-    return 1 if kind is not None and not kind.per_reward and k != 1 else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -652,30 +458,17 @@ def token_weights(
     Raises:
         ValueError: unknown scheme, shapes that disagree, a non-finite/negative distance on a valid
             token (naming response, reward, token), or weights of the scheme that are not finite or do
-            not average 1 (:func:`_checked_weights`).
+            not average 1 (:func:`mrtpo.checks.checked_weights`).
 
     Notation:
         N responses, K' distance rows per response (K rewards, or 1 shared), T response tokens,
         d the replay distance, w the weight.
     """
     s = _weights_scheme(credit)
-    mask = _bool_mask(mask)
-    n, t = mask.shape
-    if distances is not None:
-        if not isinstance(distances, Tensor):
-            distances = torch.as_tensor(distances)
-        if distances.dim() != 3 or distances.shape[0] != n or distances.shape[2] != t:
-            raise ValueError(
-                f"distances has shape {tuple(distances.shape)}; expected (N, K', T) with N = {n}, T = {t} "
-                "(from mask)"
-            )
-        if replayed is not None:
-            replayed = torch.as_tensor(replayed).to(distances.device).bool()
-        distances = _clean_distances(distances, mask, None, replayed)
-        mask = mask.to(distances.device)
-    elif s.kind is not None:
+    if distances is None and s.kind is not None:
         raise ValueError(f"credit scheme {credit!r} needs distances [N, K', T]; got None")
-    return _checked_weights(credit, s.weights(distances, mask, generator), mask)
+    _, d, mask, _ = check_batch(None, distances, mask, replayed=replayed)
+    return checked_weights(credit, s.weights(d, mask, generator), mask)
 
 
 def _mix(
@@ -686,10 +479,10 @@ def _mix(
     s: CreditScheme,
     generator: torch.Generator | None,
 ) -> Tensor:
-    """S[j, t] = Σ_k Â[j, k] · ((1 − β) + β · w[j, k, t]) from checked inputs (:func:`check_batch`), w the
-    scheme's weights (checked against their contract)."""
+    """S[j, t] = Σ_k Â[j, k] · ((1 − β) + β · w[j, k, t]) from checked inputs (:mod:`mrtpo.checks`), w
+    the scheme's weights (checked against their contract)."""
     dtype = adv.dtype
-    w = _checked_weights(s.name, s.weights(d, mask, generator), mask).to(dtype)  # [N, K', T]
+    w = checked_weights(s.name, s.weights(d, mask, generator), mask).to(dtype)  # [N, K', T]
     m = mask.to(dtype)  # [N, T]
     base = adv.sum(dim=1, keepdim=True) * m  # [N, T]  Σ_k Â[j, k] on valid tokens
     if w.shape[1] == 1:
@@ -730,7 +523,7 @@ def allocate(
     (``torch.no_grad``).
 
     A public entry point: it checks its scheme, β (:func:`check_strength`) and tensors
-    (:func:`check_batch`) once; :func:`mrtpo.step.credit_step` runs the same check on an engine's batch.
+    (:func:`mrtpo.checks.check_batch`) once; :func:`mrtpo.step.credit_step` checks an engine's batch alike.
 
     Args:
         advantages: [N, K] float, per-reward response-level advantages Â (any method of
@@ -742,7 +535,7 @@ def allocate(
             ``cort``, or one added with :func:`register_scheme`).
         generator: torch.Generator for ``shuffled``.
         replayed: [N, K'] bool, the rows replay measured (:attr:`mrtpo.replay.ReplayResult.replayed`);
-            None: the rows that carry an advantage (:func:`check_batch`).
+            None: the rows that carry an advantage (:func:`~mrtpo.checks.check_batch`).
 
     Returns:
         [N, T] token advantages S in the dtype of ``advantages`` (float32 at least); exactly 0 on padding.
@@ -750,7 +543,7 @@ def allocate(
     Raises:
         ValueError: β outside [0, 1], unknown scheme, shapes that disagree, non-finite advantages, a
             non-finite/negative distance on a valid token of a replayed row, or weights of the scheme
-            that are not finite or do not average 1 (:func:`_checked_weights`).
+            that are not finite or do not average 1 (:func:`mrtpo.checks.checked_weights`).
 
     Notation:
         N responses, K rewards, T response tokens; Â per-reward advantages; d Jensen–Shannon distances;
@@ -758,11 +551,11 @@ def allocate(
     """
     s = _weights_scheme(credit)  # validate the name before any other work
     beta = check_strength(beta)
-    k = advantages.shape[1] if isinstance(advantages, Tensor) and advantages.dim() == 2 else None
     if distances is None and s.kind is not None:
         raise ValueError(f"credit scheme {credit!r} needs distances [N, K', T]; got None")
+    shared = s.kind is not None and not s.kind.per_reward  # a shared-row kind: K' = 1, else K or 1
     adv, d, mask, _ = check_batch(
-        advantages, distances, mask, replayed=replayed, rows=_rows_of(s, k), scheme_name=credit
+        advantages, distances, mask, replayed=replayed, rows=1 if shared else None, scheme_name=credit
     )
     return _mix(adv, d, mask, beta, s, generator)
 
@@ -840,7 +633,7 @@ def rlsd_token_advantages(
     Unlike the mean-1 schemes of :func:`allocate`, the weights are clipped ratios: credit is moved
     within a response and may also grow or shrink, mean_t S[j, t] ∈ A_j · [1 − λε, 1 + λε].
 
-    A public entry point: λ, ε and the tensors are checked here, once (:func:`check_batch`).
+    A public entry point: λ, ε and the tensors are checked here, once (:func:`~mrtpo.checks.check_batch`).
 
     Args:
         advantages: [N, K] float, response-level per-reward advantages (any method).
@@ -874,7 +667,7 @@ def rlsd_token_advantages(
 def _rlsd(
     adv: Tensor, gap: Tensor | None, mask: Tensor, lam: float, eps: float, negative_only: bool
 ) -> Tensor:
-    """RLSD's token advantages from checked inputs (:func:`check_batch`: the gap ``[N, 1, T]`` is 0 on
+    """RLSD's token advantages from checked inputs (:mod:`mrtpo.checks`: the gap ``[N, 1, T]`` is 0 on
     padding and on responses not replayed)."""
     dtype = adv.dtype
     resp = adv.sum(1)  # [N]

@@ -10,7 +10,7 @@ schemes). The TRL trainer and the verl adapter only translate their data into th
 credit scheme registered with :func:`mrtpo.credit.register_scheme` works in both.
 
 Checks: the configuration was checked when it was built; the batch's tensors are checked here, once
-(:func:`mrtpo.advantages.compute`'s batch check for the rewards, :func:`mrtpo.credit.check_batch` for the
+(:func:`mrtpo.advantages.compute`'s batch check for the rewards, :func:`mrtpo.checks.check_batch` for the
 mask and the replay's answer); what runs after that trusts them.
 
 Core module: torch and the standard library only.
@@ -30,6 +30,7 @@ from torch import Tensor
 
 from mrtpo import advantages as adv_mod
 from mrtpo import credit
+from mrtpo.checks import check_batch
 from mrtpo.losses import linear_ramp
 from mrtpo.method import MethodConfig
 from mrtpo.replay import DistanceFn, ReplayResult, ReplayStats
@@ -44,7 +45,7 @@ class CreditResult:
         local: [B, K] float32, the rows handled here, on the mask's device.
         distances: [B, K', T] the replay's measure (0 on padding and on rows not replayed), or None (no
             replay).
-        replayed: [B, K'] bool, the rows replay measured (from its answer, :class:`mrtpo.replay.ReplayResult`),
+        replayed: [B, K'] bool, the rows replay measured (its answer, :class:`mrtpo.replay.ReplayResult`),
             or None (no replay). The allocation, the metrics and the saved samples read this; nobody
             re-derives it.
         token_advantages: [B, T] token advantages S (0 on padding).
@@ -121,7 +122,7 @@ def credit_step(
 
     Raises:
         ValueError: a configuration without a method, bad input (see :func:`mrtpo.advantages.compute`
-            and :func:`mrtpo.credit.check_batch`), a scheme that needs replay without ``distances``, or
+            and :func:`mrtpo.checks.check_batch`), a scheme that needs replay without ``distances``, or
             a replay answer that is not a :class:`~mrtpo.replay.ReplayResult`.
     """
     if config.method is None:
@@ -154,7 +155,7 @@ def credit_step(
                 "(distances [B, K', T] and replayed [B, K'], what mrtpo.replay.for_scheme returns)"
             )
     res = answer if isinstance(answer, ReplayResult) else None
-    local, d, mask, replayed = credit.check_batch(
+    local, d, mask, replayed = check_batch(
         local,
         res.distances if res is not None else answer,
         mask,

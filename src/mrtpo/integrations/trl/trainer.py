@@ -31,8 +31,8 @@ Baselines (docs/design.md §6; the papers' code is not public, these are this pr
   ``advantage_method`` (use ``grpo`` for the paper's setting): ``S = A ((1 - b_s) + b_s rel / mean rel)``
   with ``b_s = credit_beta * min(1, step / cort_ramp_steps)`` (linear ramp from 0).
 - **RLSD** (``credit="rlsd"``, :func:`mrtpo.credit.rlsd_token_advantages`): teacher = the policy on
-  ``C``, student = the policy as it sampled (TRL's old log-probabilities when TRL computed them and its
-  prompt is the rollout prompt, else a pass on the rollout prompt); gap ``log pi(y_t | C) - log pi(y_t |
+  ``C``, student = the policy on the rollout prompt (both passes run by replay, replay kind
+  ``teacher_gap``; TRL's old log-probabilities are not read); gap ``log pi(y_t | C) - log pi(y_t |
   rollout)`` of the sampled tokens at the sampling temperature, only for responses whose response
   advantage is not 0 and whose C has privileged segments (elsewhere teacher = student: weight 1);
   ``S = A ((1 - l) + l clip(exp(sign(A) gap), 1 - rlsd_eps, 1 + rlsd_eps))`` with ``l`` the
@@ -43,10 +43,12 @@ Conditioned rewards (GDPO Eq. 8): a task wrapped by :class:`mrtpo.tasks.conditio
 advantage; ``conditions/<reward>/{raw, conditioned, met}`` are logged beside TRL's ``rewards/*``.
 
 Reuse of the rollout pass: when TRL runs its old-log-probability pass (``gradient_accumulation_steps``
-not a multiple of ``steps_per_generation * num_iterations``, or vLLM importance sampling) a forward
-hook on the decoder body keeps its last hidden states, and replay does not run ``C`` again for
-responses whose full context equals the rollout prompt (CoRT then reuses TRL's log-probabilities
-instead). Otherwise replay runs ``C`` itself (1 FPE). The hidden states are reused only when that pass
+not a multiple of ``steps_per_generation * num_iterations``, or vLLM importance sampling) and the
+replay kind can use it (:attr:`mrtpo.replay.ReplayKind.reuses_rollout`: every kind whose compared
+context is not the rollout prompt itself, a user's kind included), a forward hook on the decoder body
+keeps its last hidden states, and replay does not run ``C`` again for responses whose full context
+equals the rollout prompt (CoRT's log-probabilities under ``C`` come from those hidden states too).
+Otherwise replay runs ``C`` itself (1 FPE). The hidden states are reused only when that pass
 is deterministic (no dropout; TRL runs it in training mode) and in the precision replay computes in
 (the parameters' dtype, or FSDP2's mixed-precision ``param_dtype`` whose master weights stay float32; an
 autocast to another dtype turns reuse off), so they equal what replay would compute.
