@@ -245,6 +245,7 @@ class MRTPOTrainer(GRPOTrainer):
         self.conditions = task_conditions(task)  # GDPO's conditioned rewards (mrtpo.tasks.conditions)
         if self.conditions:
             self.reward_bounds = task.bounds(self.reward_bounds)
+        self._bounds = torch.tensor(self.reward_bounds, dtype=torch.float32)  # [K, 2]
         # what the configuration alone cannot check, checked now against the task, naming the field
         args.method_config.check_rewards(len(self.reward_names), self.reward_names, self.reward_bounds)
         if args.loss == "opsd" and not has_privileged(first.segments):
@@ -413,7 +414,7 @@ class MRTPOTrainer(GRPOTrainer):
         if "tool_mask" in out:
             mask = mask * out["tool_mask"]
         mask = mask.bool()  # [B, T]
-        bounds = torch.tensor(self.reward_bounds, dtype=torch.float32)  # [K, 2]
+        bounds = self._bounds  # [K, 2]
 
         def distances(kind_name: str, adv_local: torch.Tensor) -> replay_mod.ReplayResult:  # DistanceFn
             return self._replay(out, scored, adv_local, captured, kind_name)
@@ -632,8 +633,9 @@ class MRTPOTrainer(GRPOTrainer):
 
     def _log_batch_metrics(self, mode, scored, adv_all):
         m = self._metrics[mode]
-        for k, name in enumerate(self.reward_names):
-            m[f"advantage/{name}/std"].append(adv_all[:, k].std().item() if adv_all.shape[0] > 1 else 0.0)
+        stds = adv_all.std(0).tolist() if adv_all.shape[0] > 1 else [0.0] * adv_all.shape[1]  # one reduction
+        for name, std in zip(self.reward_names, stds):
+            m[f"advantage/{name}/std"].append(std)
         b = len(scored.examples)
         pi = self.accelerator.process_index
         raw = scored.raw if scored.raw is not None else scored.rewards  # task metrics: the raw rewards
