@@ -190,14 +190,13 @@ def test_a_replay_kind_runs_through_every_engine(kind, tmp_path, monkeypatch):
 
 
 def _verl_part(kind: str, scheme: str, monkeypatch) -> None:
+    from mrtpo.integrations.verl import adapter as va
     from mrtpo.integrations.verl import worker as vw
     from mrtpo.method import MethodConfig
-    from mrtpo.step import credit_step
-    from tests.integrations.verl.test_worker import fake_worker_group, gdpo_advantages, rewards_of, toy_batch
-
-    from mrtpo.integrations.verl import adapter as va
     from mrtpo.models.tiny import build_model
+    from mrtpo.step import credit_step
     from mrtpo.tasks.toy import build_toy_tokenizer
+    from tests.integrations.verl.test_worker import fake_worker_group, gdpo_advantages, rewards_of, toy_batch
 
     tok = build_toy_tokenizer()
     model = build_model(len(tok), hidden_size=32, num_layers=2, seed=0, dtype=torch.float32)
