@@ -254,7 +254,7 @@ def test_rlsd_on_verl_workers_through_the_hook(verl_case, monkeypatch):
     ):
         va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distances_for=vw.make_worker_distances_for(wg))
     # the in-process replay computes the same gap
-    d_local = va.make_distances_for(model, tok)(data)("teacher_gap", a)
+    d_local = va.make_distances_for(model, tok)(data)("teacher_gap", a).distances
     torch.testing.assert_close(d_local, gap, atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match=r"algorithm\.mrtpo\.credit_options: unknown option 'lam'"):
         va.VerlMRTPOConfig(credit="rlsd", credit_options={"lam": 0.5})
