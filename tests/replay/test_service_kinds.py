@@ -87,9 +87,10 @@ def test_a_replay_kind_runs_through_every_engine(kind, tmp_path, monkeypatch):
         credit=scheme,
         advantage_method="grpo",
         credit_beta=0.5,
-        per_device_train_batch_size=4,
+        per_device_train_batch_size=8,  # generations of 16 responses: 4 prompts, privileged and not
         steps_per_generation=2,  # TRL runs its old-log-prob pass: the rollout pass a kind may reuse
         max_steps=4,
+        learning_rate=1e-5,  # the policy keeps sampling varied rewards: both generations have Â != 0
     )
     tr.train()
     names = spec.row_names(tr.reward_names)
@@ -103,25 +104,25 @@ def test_a_replay_kind_runs_through_every_engine(kind, tmp_path, monkeypatch):
         if credit.scheme(scheme).token_advantages is None:
             mean_s = (b["token_advantages"] * mask).sum(1) / mask.sum(1)
             torch.testing.assert_close(mean_s, adv.sum(1), atol=1e-5, rtol=0)
-    assert any(b["replayed"].any() for b in tr.batches), "no row was replayed: the contract is untested"
+    assert all(b["replayed"].any() for b in tr.batches), (
+        "a generation replayed nothing: the contract is untested"
+    )
 
     # ------------------------------------------------------------------ logging under the kind's own rows
     logs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     distance_keys = {k for r in logs for k in r if k.startswith("distance/")}
     assert distance_keys and distance_keys <= {f"distance/{n}/mean" for n in names}, distance_keys
     assert any("replay/fpe" in r for r in logs)
-    # the rollout pass stands in for C only where the kind says it can: reused for a replayed response of
-    # an odd (non-privileged) prompt, never for RLSD's teacher_gap (there C is the rollout prompt: row 0)
+    # the rollout pass stands in for C only where the kind says it can: for the replayed responses of odd
+    # (non-privileged) prompts, never for RLSD's teacher_gap (there C is the rollout prompt: its row is 0
+    # without a pass); replay/full_reused is that share, per generation
     reused = [r["replay/full_reused"] for r in logs if "replay/full_reused" in r]
-    could = any(
-        b["replayed"][j].any() and not _has_privileged(ex.segments)
-        for b in tr.batches
-        for j, ex in enumerate(b["examples"])
-    )
-    if spec.reuses_rollout and could:
-        assert max(reused) > 0
-    if not spec.reuses_rollout:
-        assert all(v == 0 for v in reused)
+    want = []
+    for b in tr.batches:
+        ran = b["replayed"].any(1).tolist()
+        plain = [r and not _has_privileged(ex.segments) for r, ex in zip(ran, b["examples"])]
+        want.append(sum(plain) / sum(ran) if spec.reuses_rollout else 0.0)
+    assert reused == pytest.approx(want) and (max(want) > 0) == spec.reuses_rollout
 
     # ------------------------------------------------------------------ samples.jsonl: kind, rows, null rows
     records = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
@@ -142,24 +143,13 @@ def test_a_replay_kind_runs_through_every_engine(kind, tmp_path, monkeypatch):
     from mrtpo.cli.main import main
 
     for i, rec in enumerate(records):
-        view = credit_view(rec, credit_beta=None)
-        assert view.skipped == [row is None for row in rec["distances"]] if rec["distances"] else True
+        view = credit_view(rec, credit_beta=None)  # null rows taken as the record says, never an error
+        assert view.rows == (names if not spec.signed else tr.reward_names)
         if not spec.signed:  # the record's own scheme and rows give back its token advantages
+            assert view.skipped == [row is None for row in rec["distances"]]
             assert view.token_total.tolist() == pytest.approx(rec["token_advantages"], abs=1e-5), i
-    assert (
-        main(
-            [
-                "explain",
-                "--samples",
-                str(run / "samples.jsonl"),
-                "--index",
-                "-1",
-                "--out",
-                str(tmp_path / "e"),
-            ]
-        )
-        == 0
-    )
+    samples = ["explain", "--samples", str(run / "samples.jsonl"), "--index", "-1"]
+    assert main([*samples, "--out", str(tmp_path / "e")]) == 0
 
     import mrtpo.models.loading
     from mrtpo.models.tiny import build_model
@@ -192,7 +182,6 @@ def test_a_replay_kind_runs_through_every_engine(kind, tmp_path, monkeypatch):
 def _verl_part(kind: str, scheme: str, monkeypatch) -> None:
     from mrtpo.integrations.verl import adapter as va
     from mrtpo.integrations.verl import worker as vw
-    from mrtpo.method import MethodConfig
     from mrtpo.models.tiny import build_model
     from mrtpo.step import credit_step
     from mrtpo.tasks.toy import build_toy_tokenizer
@@ -213,7 +202,7 @@ def _verl_part(kind: str, scheme: str, monkeypatch) -> None:
     assert torch.equal(data.batch[va.REPLAYED_KEY].cpu(), local.replayed)  # the answer came back whole
     mask = data.batch["response_mask"]
     ref = credit_step(
-        MethodConfig(method="gdpo", credit=scheme, credit_beta=0.5),
+        va.VerlMRTPOConfig.from_algorithm(cfg).method_config.with_method("gdpo"),
         rewards_of(data), list(data.non_tensor_batch["uid"]), mask.bool(),
         reward_min=[0.0] * 5, reward_max=[1.0] * 5, lengths=mask.sum(1).double(), distances=local,
     )  # fmt: skip
