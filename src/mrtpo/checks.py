@@ -19,14 +19,10 @@ __all__ = ["WEIGHT_MEAN_RTOL", "check_batch", "checked_weights"]
 
 
 def _bool_mask(mask: Tensor, n: int | None = None) -> Tensor:
-    if not isinstance(mask, Tensor):
-        mask = torch.as_tensor(mask)
-    if mask.dim() != 2:
-        raise ValueError(f"mask has shape {tuple(mask.shape)}; expected (N, T)")
-    if n is not None and mask.shape[0] != n:
-        raise ValueError(
-            f"mask has shape {tuple(mask.shape)}; expected (N, T) with N = {n} (from advantages)"
-        )
+    mask = mask if isinstance(mask, Tensor) else torch.as_tensor(mask)
+    if mask.dim() != 2 or (n is not None and mask.shape[0] != n):
+        rows = f" with N = {n} (from advantages)" if n is not None else ""
+        raise ValueError(f"mask has shape {tuple(mask.shape)}; expected (N, T){rows}")
     if mask.dtype != torch.bool:
         bad = (mask != 0) & (mask != 1)
         if bad.any():
@@ -47,22 +43,19 @@ def check_batch(
     scheme_name: str | None = None,
     what: str = "distances",
 ) -> tuple[Tensor | None, Tensor | None, Tensor, Tensor | None]:
-    """The one check of a batch's credit tensors, where they enter (:func:`token_weights`,
-    :func:`allocate`, :func:`rlsd_token_advantages`, :func:`mrtpo.step.credit_step`); what runs after it
-    trusts them.
+    """The one check of a batch's credit tensors, where they enter the core; what runs after it trusts them.
 
     Args:
         advantages: [N, K] response-level advantages, finite (None: only distances and mask).
-        distances: [N, K', T] replay measure (finite, and >= 0 unless ``signed``, on the valid tokens of
-            replayed rows), or None.
+        distances: [N, K', T] replay measure: finite (and >= 0 unless ``signed``) on the valid tokens of
+            replayed rows; or None.
         mask: [N, T] bool or 0/1.
         replayed: [N, K'] bool, the rows replay measured (:attr:`mrtpo.replay.ReplayResult.replayed`); the
-            others become 0 (weight 1). None: the rows that carry an advantage (Â[j, k] for a per-reward
-            row, Σ_k Â[j, k] for a shared one, not 0: a row that carries 0 contributes 0 whatever it
-            holds, NaN included); every row without advantages.
-        rows: the K' that ``distances`` must have (the scheme's replay kind); None: K or 1.
-        signed: the measure is a signed gap; scheme_name: named when a shared row is expected.
-        what: the distances' name in messages (``"gap"`` for RLSD's).
+            others become 0 (weight 1). None: the rows that carry an advantage (Â[j, k] of a per-reward
+            row, Σ_k Â[j, k] of a shared one, not 0; a row carrying 0 adds 0 whatever it holds, NaN
+            included); every row when ``advantages`` is None.
+        rows: the K' of the scheme's replay kind; None: K or 1. ``scheme_name`` names the scheme when it
+            takes one shared row; ``what`` names the distances in messages (``"gap"`` for RLSD's).
 
     Returns:
         ``(advantages float32 at least, distances in that dtype with 0 on padding and on rows not
@@ -84,53 +77,42 @@ def check_batch(
                 f"advantages[{j}, {k}] = {adv[j, k].item()} (response {j}, reward {k}) is not finite"
             )
     mask = _bool_mask(mask, None if adv is None else adv.shape[0])
-    n, t = mask.shape
+    dev = mask.device if adv is None else adv.device
     if distances is None:
-        return adv, None, mask if adv is None else mask.to(adv.device), None
+        return adv, None, mask.to(dev), None
     d = distances if isinstance(distances, Tensor) else torch.as_tensor(distances)
-    k = None if adv is None else adv.shape[1]
-    shape = tuple(d.shape)
+    (n, t), k, shape = mask.shape, None if adv is None else adv.shape[1], tuple(d.shape)
     if k is None:
-        want, ok = f"with N = {n}, T = {t} (from mask)", True
+        want, ok = f"(N, K', T) with N = {n}, T = {t} (from mask)", True
     elif rows is None:
-        want, ok = f"= ({n}, {k}, {t}) or ({n}, 1, {t})", d.dim() == 3 and shape[1] in (k, 1)
+        want, ok = f"(N, K, T) = ({n}, {k}, {t}) or ({n}, 1, {t})", d.dim() == 3 and shape[1] in (k, 1)
     else:
-        want, ok = f"= ({n}, {rows}, {t})", d.dim() == 3 and shape[1] == rows
+        want, ok = f"(N, K', T) = ({n}, {rows}, {t})", d.dim() == 3 and shape[1] == rows
     if not ok or d.dim() != 3 or shape[0] != n or shape[2] != t:
         shared = rows == 1 and k != 1 and scheme_name is not None
         head = f"credit scheme {scheme_name!r} takes one shared distance row per response: " if shared else ""
-        dims = "(N, K, T)" if rows is None and k is not None else "(N, K', T)"
-        raise ValueError(f"{head}{what} has shape {shape}; expected {dims} {want}")
+        raise ValueError(f"{head}{what} has shape {shape}; expected {want}")
     if dtype is None:
         dtype = torch.promote_types(d.dtype if d.is_floating_point() else torch.float32, torch.float32)
     if replayed is None:
         carried = None if adv is None else adv if shape[1] == k else adv.sum(1, keepdim=True)  # [N, K']
         replayed = torch.ones(n, shape[1], dtype=torch.bool) if carried is None else carried != 0
-    elif (
-        tuple(torch.as_tensor(replayed).shape) != (n, shape[1])
-        or torch.as_tensor(replayed).dtype != torch.bool
-    ):
-        r = torch.as_tensor(replayed)
+    replayed = torch.as_tensor(replayed)
+    if tuple(replayed.shape) != (n, shape[1]) or replayed.dtype != torch.bool:
         raise ValueError(
-            f"replayed has shape {tuple(r.shape)} ({r.dtype}); expected bool (N, K') = ({n}, {shape[1]})"
+            f"replayed has shape {tuple(replayed.shape)} ({replayed.dtype}); expected bool (N, K')"
         )
-    live = mask.to(d.device)[:, None, :] & torch.as_tensor(replayed).to(d.device)[:, :, None]  # [N, K', T]
+    live = mask.to(d.device)[:, None, :] & replayed.to(d.device)[:, :, None]  # [N, K', T]
     bad = live & ~(torch.isfinite(d) if signed else torch.isfinite(d) & (d >= 0))
     if bad.any():
         j, r, tt = (int(i) for i in bad.nonzero()[0])
-        v = d[j, r, tt].item()
-        if signed:
-            raise ValueError(
-                f"{what}[{j}, {tt}] = {v} on a valid token of a replayed response (response {j}, token {tt}); "
-                f"{what} must be finite wherever mask is 1"
-            )
+        at, need = (f"[{j}, {tt}]", "finite") if signed else (f"[{j}, {r}, {tt}]", "finite and >= 0")
         raise ValueError(
-            f"{what}[{j}, {r}, {tt}] = {v} on a valid token (response {j}, reward {r}, token {tt}); "
-            f"{what} must be finite and >= 0 wherever mask is 1"
+            f"{what}{at} = {d[j, r, tt].item()} on a valid token (response {j}, reward {r}, token {tt}); "
+            f"{what} must be {need} wherever mask is 1 in a replayed row"
         )
     d = torch.where(live, d.to(dtype), torch.zeros((), dtype=dtype, device=d.device))
-    dev = d.device if adv is None else adv.device
-    return adv, d.to(dev), mask.to(dev), torch.as_tensor(replayed).to(dev)
+    return adv, d.to(dev), mask.to(dev), replayed.to(dev)
 
 
 WEIGHT_MEAN_RTOL = 1e-3
@@ -139,9 +121,8 @@ over tens of thousands of tokens stays far below it)."""
 
 
 def checked_weights(name: str, w: Tensor, mask: Tensor) -> Tensor:
-    """A scheme's weights [N, K', T], checked against the :data:`WeightsFn` contract that conservation
-    rests on: finite, 0 on padding and mean 1 over each row's valid tokens (rows without one: all 0).
-    The weights are a plug-in's output: they are checked where they enter the allocation.
+    """A scheme's weights [N, K', T] (a plug-in's output) checked against the contract conservation rests
+    on: finite, 0 on padding and mean 1 over each row's valid tokens (rows without one: all 0).
 
     Raises:
         ValueError: naming the scheme and the first (response, row) that breaks the contract, e.g. a
