@@ -19,6 +19,8 @@ from mrtpo.prompt import Segment
 from mrtpo.tasks.base import Example
 from tests.integrations.trl.test_trainer import TinyTask, make_trainer
 
+pytestmark = pytest.mark.slow  # each kind trains TRL for four steps and replays on two fake workers (~10 s)
+
 USER_KIND = "user_first_reward"  # the README's "first_reward" kind, as a user writes it
 
 
@@ -85,7 +87,7 @@ def test_a_replay_kind_runs_through_every_engine(kind, tmp_path, monkeypatch):
         run,
         task=HalfPrivileged(),
         credit=scheme,
-        advantage_method="grpo",
+        method="grpo",
         credit_beta=0.5,
         per_device_train_batch_size=8,  # generations of 16 responses: 4 prompts, privileged and not
         steps_per_generation=2,  # TRL runs its old-log-prob pass: the rollout pass a kind may reuse
@@ -198,12 +200,13 @@ def _verl_part(kind: str, scheme: str, monkeypatch) -> None:
     assert torch.equal(shard.replayed, local.replayed)
     wg = fake_worker_group(model, tok, 2, 1, monkeypatch)
     cfg = {"mrtpo": {"credit": scheme, "credit_beta": 0.5}}
+    data.meta_info["global_steps"] = 11  # verl counts from 1: optimizer step 10 (CoRT's ramp at 10/50)
     va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distances_for=vw.make_worker_distances_for(wg))
     assert torch.equal(data.batch[va.REPLAYED_KEY].cpu(), local.replayed)  # the answer came back whole
     mask = data.batch["response_mask"]
     ref = credit_step(
         va.VerlMRTPOConfig.from_algorithm(cfg).method_config.with_method("gdpo"),
         rewards_of(data), list(data.non_tensor_batch["uid"]), mask.bool(),
-        reward_min=[0.0] * 5, reward_max=[1.0] * 5, lengths=mask.sum(1).double(), distances=local,
+        reward_min=[0.0] * 5, reward_max=[1.0] * 5, lengths=mask.sum(1).double(), distances=local, step=10,
     )  # fmt: skip
     torch.testing.assert_close(data.batch["advantages"], ref.token_advantages, atol=1e-5, rtol=1e-5)

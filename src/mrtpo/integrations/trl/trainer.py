@@ -15,6 +15,9 @@ changes three seams:
 3. ``_compute_loss``: only for the OPSD baseline (``loss="opsd"``), a self-distillation divergence
    (``mrtpo.losses``) instead of the policy-gradient surrogate.
 
+With vLLM (``use_vllm``) TRL's importance-sampling correction multiplies every token's term, token
+advantages included; what mrtpo does there: :mod:`mrtpo.integrations.trl.vllm`.
+
 Baselines (docs/design.md §6; the papers' code is not public, these are this project's choices):
 
 - **OPSD** (``loss="opsd"``): teacher = the policy on the full context ``C`` (privileged segments
@@ -28,15 +31,16 @@ Baselines (docs/design.md §6; the papers' code is not public, these are this pr
 - **CoRT** (``credit="cort"``): joint replay (``C`` and ``C_-all``) with relevance
   ``|log pi(y_t | C) - log pi(y_t | C_-all)|`` of the sampled token at the sampling temperature, used as
   the single shared distance row of ``mrtpo.credit.allocate`` on the response advantage of
-  ``advantage_method`` (use ``grpo`` for the paper's setting): ``S = A ((1 - b_s) + b_s rel / mean rel)``
-  with ``b_s = credit_beta * min(1, step / cort_ramp_steps)`` (linear ramp from 0).
+  ``method.method`` (use ``grpo`` for the paper's setting): ``S = A ((1 - b_s) + b_s rel / mean rel)``
+  with ``b_s = credit_beta * min(1, step / ramp_steps)`` (linear ramp from 0; ``method.ramp_steps``).
 - **RLSD** (``credit="rlsd"``, :func:`mrtpo.credit.rlsd_token_advantages`): teacher = the policy on
   ``C``, student = the policy on the rollout prompt (both passes run by replay, replay kind
   ``teacher_gap``; TRL's old log-probabilities are not read); gap ``log pi(y_t | C) - log pi(y_t |
   rollout)`` of the sampled tokens at the sampling temperature, only for responses whose response
   advantage is not 0 and whose C has privileged segments (elsewhere teacher = student: weight 1);
-  ``S = A ((1 - l) + l clip(exp(sign(A) gap), 1 - rlsd_eps, 1 + rlsd_eps))`` with ``l`` the
-  ``credit_beta`` scheduled by ``rlsd_warmup_steps`` / ``rlsd_decay_steps`` (:func:`mrtpo.credit.rlsd_lambda`).
+  ``S = A ((1 - l) + l clip(exp(sign(A) gap), 1 - eps, 1 + eps))`` with ``l`` the ``credit_beta``
+  scheduled by the ``warmup_steps`` / ``decay_steps`` of ``method.credit_options``
+  (:func:`mrtpo.credit.rlsd_lambda`).
 
 Conditioned rewards (GDPO Eq. 8): a task wrapped by :class:`mrtpo.tasks.conditions.ConditionedTask`
 (the task option ``conditions``) has its reward matrix conditioned right after scoring, before any
@@ -82,11 +86,13 @@ from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from mrtpo import advantages as adv_mod
 from mrtpo import replay as replay_mod
 from mrtpo.head import autocast_dtype, head_of
 from mrtpo.integrations.trl import checkpoints as checkpoints_mod
 from mrtpo.integrations.trl import data as data_mod
 from mrtpo.integrations.trl import sharding as sharding_mod
+from mrtpo.integrations.trl import vllm as vllm_mod
 from mrtpo.integrations.trl.config import MRTPOConfig
 from mrtpo.integrations.trl.passes import response_hidden
 from mrtpo.integrations.trl.run_logging import (
@@ -247,7 +253,13 @@ class MRTPOTrainer(GRPOTrainer):
             self.reward_bounds = task.bounds(self.reward_bounds)
         self._bounds = torch.tensor(self.reward_bounds, dtype=torch.float32)  # [K, 2]
         # what the configuration alone cannot check, checked now against the task, naming the field
-        args.method_config.check_rewards(len(self.reward_names), self.reward_names, self.reward_bounds)
+        args.method.check_rewards(len(self.reward_names), self.reward_names, self.reward_bounds)
+        if args.method.credit == "rlsd" and not has_privileged(first.segments):
+            logger.warning(
+                "RLSD: example %r has no privileged segment, so the teacher context equals the rollout prompt "
+                "and RLSD gives it the response-level advantage",
+                first.id,
+            )
         if args.loss == "opsd" and not has_privileged(first.segments):
             logger.warning(
                 "OPSD: example %r has no privileged segment, so the teacher context equals the rollout prompt "
@@ -280,20 +292,17 @@ class MRTPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ setup helpers
 
     def _run_json(self) -> dict[str, Any]:
-        a, mc = self.args, self.args.method_config
+        a, mc = self.args, self.args.method
         model = getattr(getattr(self.model, "config", None), "_name_or_path", None)
         info = {
             "task": getattr(self.task, "name", type(self.task).__name__),
             "model": model,
-            "advantage_method": mc.method,
-            "advantage_options": dict(mc.options),
-            "credit": mc.credit,
-            "credit_beta": mc.credit_beta,
+            "method": mc.to_dict(),
+            "method_label": adv_mod.ADVANTAGES.get(mc.method).label,  # the registry's display name
             "loss": a.loss,
             "seed": a.seed,
             "reward_names": self.reward_names,
             "reward_bounds": [list(b) for b in self.reward_bounds],
-            "whiten": mc.options.get("whiten", "response"),
         }
         if self.conditions:
             info["conditions"] = {c.reward: [c.primary, c.threshold] for c in self.conditions}
@@ -393,7 +402,7 @@ class MRTPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         a = self.args
-        mc = a.method_config
+        mc = a.method
         scheme = mc.scheme
         kind = scheme.kind  # None: the scheme does not replay (no capture, no replay, no replay logging)
         self._captured = [] if kind is not None and kind.reuses_rollout and self._reuse_ok else None
@@ -469,6 +478,7 @@ class MRTPOTrainer(GRPOTrainer):
             "examples": scored.examples,
             "texts": scored.texts,
             "completion_ids": scored.completion_ids,
+            **vllm_mod.engine_sampling(out),  # vLLM's sampling log-probs and TRL's IS ratio (or None)
         }
         if mode == "train" and a.run_files and self.accelerator.is_main_process and a.log_samples:
             step = self.state.global_step + 1
@@ -619,7 +629,7 @@ class MRTPOTrainer(GRPOTrainer):
                 h_s = student.hidden_states[-1][:, -t - 1 : -1]  # [B, T, H]
                 div = distill_divergence_from_hidden(h_s, h_t, weight, bias, mask.bool(), **kw)  # [B, T]
         self.last_loss_terms = {"opsd_divergence": div.detach()}  # [B, T]: the check of the matrix
-        loss = masked_token_mean(div, mask)
+        loss = masked_token_mean(vllm_mod.weight_tokens(div, inputs), mask)  # vLLM: TRL's IS ratio
         mode = "train" if self.model.training else "eval"
         totals = self.accelerator.reduce(
             torch.stack([(div.detach() * mask).sum(), mask.sum().float()]), "sum"
@@ -732,7 +742,7 @@ class MRTPOTrainer(GRPOTrainer):
         own fields. A kind whose measure is signed (RLSD's gap) keeps no rows."""
         tok = self.processing_class
         a = self.args
-        mc = a.method_config
+        mc = a.method
         kind = res.scheme.kind
         adv_local, distances, replayed = res.local, res.distances, res.replayed
         records = []
