@@ -33,12 +33,16 @@ class WarningTally(logging.Filter):
         super().__init__()
         self.kinds: Counter[str] = Counter()
         self._show = None
+        self._last: logging.LogRecord | None = None
         self._filtered: list[logging.Filterer] = []
 
     # logging.Filter: False drops the record
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.WARNING or record.name.split(".")[0] == "mrtpo":
             return True
+        if record is self._last:  # the same record at a second handler: counted once
+            return False
+        self._last = record
         try:
             text = record.getMessage()
         except Exception:  # a malformed record: let logging report it

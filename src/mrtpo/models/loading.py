@@ -99,8 +99,10 @@ def load_model_and_tokenizer(
 
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}")
+    _check_reachable(name_or_path)
     tokenizer = load_tokenizer(name_or_path)
     _check_weights(name_or_path)
+    _check_adapter(name_or_path)
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
     if device == "auto":
@@ -108,6 +110,53 @@ def load_model_and_tokenizer(
     if device is not None:
         model = model.to(device)
     return (model.eval() if eval_mode else model), tokenizer
+
+
+def _hub_problem(repo_id: str) -> str | None:
+    from mrtpo.integrations.trl.checks import hub_model_problem  # stdlib only until the cache is read
+
+    return hub_model_problem(repo_id)
+
+
+def _check_reachable(name_or_path: str) -> None:
+    """Raise at once, in one line naming it, for a hub id that needs the network while there is none
+    (``HF_HUB_OFFLINE`` set, or the hub unreachable) and that is not in the local cache."""
+    if not looks_like_path(name_or_path):
+        problem = _hub_problem(name_or_path)
+        if problem:
+            raise FileNotFoundError(f"model {name_or_path!r}: {problem}")
+
+
+def adapter_base(name_or_path: str | Path) -> str | None:
+    """The base model a LoRA adapter folder names (``base_model_name_or_path`` of its adapter_config.json),
+    None for a folder that holds a whole model. Raises ValueError (one line, naming the file) for an
+    adapter that names no base, and FileNotFoundError for a base that cannot be had here."""
+    folder = Path(name_or_path).expanduser()
+    cfg = folder / "adapter_config.json"
+    if not cfg.is_file():
+        return None
+    try:
+        base = json.loads(cfg.read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError) as e:
+        raise ValueError(f"{cfg}: cannot be read as JSON ({type(e).__name__})") from None
+    if not base:
+        raise ValueError(
+            f"{cfg}: base_model_name_or_path is null, so the LoRA adapter names no base model; set it to the "
+            "base's hub id or absolute folder (runs of `mrtpo train` record it)"
+        )
+    base = str(base)
+    if looks_like_path(base):
+        if not Path(base).expanduser().is_dir():
+            raise FileNotFoundError(f"{cfg}: base model folder {base!r} does not exist")
+    else:
+        problem = _hub_problem(base)
+        if problem:
+            raise FileNotFoundError(f"{cfg}: base model: {problem}")
+    return base
+
+
+def _check_adapter(name_or_path: str) -> None:
+    adapter_base(name_or_path)
 
 
 def safetensors_problem(path: str | Path) -> str | None:
