@@ -100,9 +100,9 @@ def load_model_and_tokenizer(
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}")
     _check_reachable(name_or_path)
+    adapter_base(name_or_path)  # a LoRA folder: its base must be loadable here (one line if not)
     tokenizer = load_tokenizer(name_or_path)
     _check_weights(name_or_path)
-    _check_adapter(name_or_path)
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
     if device == "auto":
@@ -153,10 +153,6 @@ def adapter_base(name_or_path: str | Path) -> str | None:
         if problem:
             raise FileNotFoundError(f"{cfg}: base model: {problem}")
     return base
-
-
-def _check_adapter(name_or_path: str) -> None:
-    adapter_base(name_or_path)
 
 
 def safetensors_problem(path: str | Path) -> str | None:
