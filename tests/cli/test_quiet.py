@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
+import subprocess
+import sys
 import warnings
+from pathlib import Path
+
+import pytest
 
 from mrtpo.cli.quiet import MRTPO_DIR, WarningTally
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_tally_holds_back_third_party_warnings_and_counts_kinds(capsys):
@@ -42,3 +51,28 @@ def test_tally_holds_back_third_party_warnings_and_counts_kinds(capsys):
     # uninstalled: nothing is held back any more
     assert tally not in logging.getLogger("DeepSpeed").filters and warnings.showwarning is before
     assert WarningTally().summary() is None
+
+
+WARNING_LINE = re.compile(r"(?i)warn|^\s+return func\(")  # a warning, or the source line printed under one
+
+
+@pytest.mark.slow
+def test_five_step_tiny_run_prints_compact_lines_and_at_most_two_warning_lines(tmp_path):
+    """`mrtpo train recipes/tiny_cpu.yaml` for 5 steps as a user runs it: at most 2 warning lines (before:
+    9), one short line per step instead of TRL's 53-key dict, the final line once."""
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "mrtpo.cli.main", "train", str(ROOT / "recipes" / "tiny_cpu.yaml"),
+        "--trl.max_steps", "5", "--trl.report_to", "[]", "--trl.output_dir", str(out), "--threads", "1",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = proc.stdout + "\n" + proc.stderr
+    warned = [x for x in text.splitlines() if WARNING_LINE.search(x)]
+    assert len(warned) <= 2, warned
+    steps = re.findall(r"step (\d)/5 \| loss \S+ \| reward \S+ \(start \S+, end \S+", proc.stdout)
+    assert steps == ["1", "2", "3", "4", "5"], proc.stdout
+    assert "'completions/mean_length'" not in text  # no dicts
+    assert proc.stdout.count("mrtpo train: 5 steps; run folder and final model") == 1
+    assert re.search(r"^done: 5 steps in \S+ s", proc.stdout, re.M)
