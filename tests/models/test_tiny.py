@@ -7,7 +7,7 @@ from transformers import AutoTokenizer
 from mrtpo.models.loading import load_tokenizer
 from mrtpo.models.tiny import build_model, build_tokenizer
 
-WORDS = "many words pillow first apple <b> </b> last".split()
+WORDS = ["many", "words", "pillow", "first", "apple", "<b>", "</b>", "last"]
 TEXTS = [
     "many words pillow first",  # gave input_ids [] through AutoTokenizer before auto_map
     "apple first last",

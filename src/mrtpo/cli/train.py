@@ -43,7 +43,7 @@ def fields_help() -> str:
             "trl: transformers' TrainingArguments",
             sorted(n for n, d in described.items() if d["group"] != "grpo"),
         ),
-        ("peft", ["peft.LoraConfig fields (r, lora_alpha, target_modules, ...)"]),
+        ("peft", ["peft.LoraConfig fields (r, lora_alpha, target_modules, ...)", "save_merged"]),
     ]
     lines = ["config fields (--section.key VALUE; defaults: --print-config):"]
     for title, names in groups:

@@ -90,6 +90,8 @@ def test_lora_save_merged_writes_a_plain_model(tmp_path):
     run = tmp_path / "run"
     trainer = _lora_run(run, save_merged=True)
     assert not (run / "adapter_config.json").exists() and (run / "adapter" / "adapter_config.json").is_file()
+    files = json.loads((run / "run.json").read_text())["files"]
+    assert files["adapter/"].startswith("the final LoRA adapter") and "base/" in files
     merged = AutoModelForCausalLM.from_pretrained(run).eval()  # no peft involved
     ids = torch.tensor([[8, 9, 10]])
     model = trainer.accelerator.unwrap_model(trainer.model).eval()

@@ -20,7 +20,10 @@ def test_compact_line_of_a_step_the_end_and_an_evaluation():
         **{f"other/{i}": i for i in range(40)},  # the rest stays out of the line
     }
     line = compact_line(logs, 3, 20)
-    assert line == "step 3/20 | loss 0.181 | reward 0.25 (start 0, length 0.19) | all met 0.062 | len 10.1 | 0.4 s"
+    assert (
+        line
+        == "step 3/20 | loss 0.181 | reward 0.25 (start 0, length 0.19) | all met 0.062 | len 10.1 | 0.4 s"
+    )
     assert compact_line({"loss": 2e-8}, 1, 0) == "step 1 | loss 2.0e-08"
     end = {"train_runtime": 2.861, "train_steps_per_second": 1.747, "train_loss": 0.0254, "epoch": 0.04}
     assert compact_line(end, 5, 5) == "done: 5 steps in 2.86 s (1.75 steps/s), mean loss 0.0254"

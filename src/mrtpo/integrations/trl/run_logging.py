@@ -69,7 +69,19 @@ def write_run_json(run_dir: str | Path, info: dict[str, Any]) -> Path:
     """Write ``run.json`` (the resolved config, plus ``"files"``: what the folder holds) into ``run_dir``."""
     path = Path(run_dir) / RUN_JSON
     path.parent.mkdir(parents=True, exist_ok=True)
-    info = {**info, "files": folder_contents(info.get("trl"))}
+    files = folder_contents(info.get("trl"))
+    peft = info.get("peft")
+    if isinstance(peft, dict):  # a LoRA run (docs/run-format.md, "Loading a run folder outside mrtpo")
+        del files["model.safetensors, config.json, tokenizer*"]
+        adapter = "the final LoRA adapter; adapter_config.json names its base model"
+        if peft.get("save_merged"):
+            files["model.safetensors, config.json, tokenizer*"] = "the final merged model and tokenizer"
+            files["adapter/"] = adapter
+        else:
+            files["adapter_config.json, adapter_model.safetensors, tokenizer*"] = adapter
+        if info.get("model") == "tiny":
+            files["base/"] = "the base model (the tiny model as built) and its tokenizer"
+    info = {**info, "files": files}
     path.write_text(json.dumps(_jsonable(info), indent=2, sort_keys=False) + "\n")
     return path
 
