@@ -33,6 +33,7 @@ class WarningTally(logging.Filter):
         super().__init__()
         self.kinds: Counter[str] = Counter()
         self._show = None
+        self.done = False  # summarized (mrtpo.cli.train)
         self._last: logging.LogRecord | None = None
         self._filtered: list[logging.Filterer] = []
 

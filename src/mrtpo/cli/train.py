@@ -170,11 +170,19 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _train(args, cfg, rest, threads, plugins, resume, overwrite, tally)
     finally:
-        if tally is not None:
-            tally.uninstall()
-            line = tally.summary()
-            if line and int(os.environ.get("RANK", "0")) == 0:
-                print(f"mrtpo train: {line}", file=sys.stderr)
+        _summarize(tally)
+
+
+def _summarize(tally) -> None:
+    """Stop holding warnings back and print the one-line count (main process; once: a second call does
+    nothing)."""
+    if tally is None or tally.done:
+        return
+    tally.uninstall()
+    tally.done = True
+    line = tally.summary()
+    if line and int(os.environ.get("RANK", "0")) == 0:
+        print(f"mrtpo train: {line}", file=sys.stderr, flush=True)
 
 
 def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally) -> int:
@@ -192,6 +200,7 @@ def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally) -> int:
         trainer = train(cfg, resume=resume, overwrite=overwrite)
     except TrainingInterrupted as e:
         _close_process_group()
+        _summarize(tally)  # before the resume command, which stays the last line
         where = f"saved {e.checkpoint}" if e.checkpoint else "no checkpoint was written"
         print(
             f"mrtpo train: interrupted at step {e.step}; {where}; resume with: {_resume_command(args, rest, threads, plugins)}",
@@ -202,6 +211,7 @@ def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally) -> int:
         from mrtpo.integrations.trl.checkpoints import pick_checkpoint
 
         _close_process_group()
+        _summarize(tally)
         folder, _ = pick_checkpoint(out)
         if folder is None:
             print(
@@ -216,6 +226,7 @@ def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally) -> int:
             )
         return 130
     _close_process_group(barrier=True)
+    _summarize(tally)
     if trainer.accelerator.is_main_process:  # several processes: one final line
         print(
             f"mrtpo train: {trainer.state.global_step} steps; run folder and final model: {trainer.args.output_dir}"
