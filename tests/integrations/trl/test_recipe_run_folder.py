@@ -126,3 +126,15 @@ def test_adapter_without_a_reachable_base_is_one_line(tmp_path, capsys, monkeypa
     rc = main(["eval", "sql", "--model", "someorg/not-cached-model", "--limit", "1"])
     err = _error_lines(capsys)
     assert rc == 2 and len(err) == 1 and "'someorg/not-cached-model'" in err[0] and "HF_HUB_OFFLINE" in err[0]
+
+
+def test_peft_save_merged_is_mrtpos_option_not_loraconfigs():
+    from mrtpo.integrations.trl.recipe import load_config
+
+    raw = yaml.safe_load((ROOT / "recipes" / "tiny_cpu.yaml").read_text())
+    cfg = load_config(raw={**raw, "peft": {**LORA, "save_merged": True}})
+    lora = cfg.peft_config()  # LoraConfig never sees save_merged
+    assert cfg.peft_save_merged and lora.r == 4 and set(lora.target_modules) == {"q_proj", "v_proj"}
+    assert not load_config(raw={**raw, "peft": LORA}).peft_save_merged
+    with pytest.raises(ValueError, match=r"field 'peft.save_merged' must be true or false, got 'yes'"):
+        load_config(raw={**raw, "peft": {**LORA, "save_merged": "yes"}}).check()
