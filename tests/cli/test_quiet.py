@@ -63,10 +63,12 @@ def test_five_step_tiny_run_prints_compact_lines_and_at_most_two_warning_lines(t
     out = tmp_path / "run"
     cmd = [
         sys.executable, "-m", "mrtpo.cli.main", "train", str(ROOT / "recipes" / "tiny_cpu.yaml"),
-        "--trl.max_steps", "5", "--trl.report_to", "[]", "--trl.output_dir", str(out), "--threads", "1",
+        "--trl.report_to", "[]", "--trl.output_dir", str(out), "--threads", "1",
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [*cmd, "--trl.max_steps", "5"], capture_output=True, text=True, env=env, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = proc.stdout + "\n" + proc.stderr
     warned = [x for x in text.splitlines() if WARNING_LINE.search(x)]
@@ -76,3 +78,13 @@ def test_five_step_tiny_run_prints_compact_lines_and_at_most_two_warning_lines(t
     assert "'completions/mean_length'" not in text  # no dicts
     assert proc.stdout.count("mrtpo train: 5 steps; run folder and final model") == 1
     assert re.search(r"^done: 5 steps in \S+ s", proc.stdout, re.M)
+    # --resume names its checkpoint; transformers' warning about the changed save_steps is held back too
+    proc = subprocess.run(
+        [*cmd, "--trl.max_steps", "6", "--trl.save_steps", "3", "--resume"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"mrtpo train: resuming from {(out / 'checkpoint-5').resolve()} (step 5)" in proc.stderr
+    warned = [x for x in (proc.stdout + "\n" + proc.stderr).splitlines() if WARNING_LINE.search(x)]
+    assert len(warned) <= 2 and "do not match" not in proc.stderr, warned
+    assert re.findall(r"step (\d)/6 \| loss", proc.stdout) == ["6"]

@@ -193,11 +193,21 @@ def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally) -> int:
         torch.set_num_threads(threads)
     from mrtpo.integrations.trl.recipe import TrainingInterrupted, train
 
+    callbacks = []
     if tally is not None:
-        tally.cover_handlers()  # the libraries' log handlers exist now
+        import transformers.utils.logging  # noqa: F401  (sets up the handler of transformers' loggers)
+        from transformers import TrainerCallback
+
+        tally.cover_handlers()
+
+        class CoverHandlers(TrainerCallback):  # and those set up while the trainer was built
+            def on_train_begin(self, args, state, control, **kwargs):
+                tally.cover_handlers()
+
+        callbacks.append(CoverHandlers())
     out = cfg.trainer["output_dir"]
     try:
-        trainer = train(cfg, resume=resume, overwrite=overwrite)
+        trainer = train(cfg, resume=resume, overwrite=overwrite, callbacks=callbacks or None)
     except TrainingInterrupted as e:
         _close_process_group()
         _summarize(tally)  # before the resume command, which stays the last line
