@@ -173,7 +173,7 @@ def _check_reachable(name_or_path: str) -> None:
     if not looks_like_path(name_or_path):
         problem = hub_model_problem(name_or_path)
         if problem:
-            raise FileNotFoundError(f"model {name_or_path!r}: {problem}")
+            raise _offline_error(name_or_path, OSError(problem))
 
 
 def adapter_base(name_or_path: str | Path) -> str | None:
