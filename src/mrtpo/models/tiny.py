@@ -82,3 +82,37 @@ def build_model(
     if dtype is not None:
         model = model.to(dtype)
     return model.eval()
+
+
+def build_bpe_tokenizer(texts: Sequence[str], *, merges: int = 16, chat_template: str | None = None):
+    """A byte-level BPE fast tokenizer trained locally on ``texts`` with at most ``merges`` merges.
+
+    Few merges split words into pieces unlike the word-level tokenizer's (``"substitute"`` becomes
+    several tokens), so the two give different token boundaries over one text: what the tests of the
+    character-span mapping between a scorer's tokenizer and the policy's need. Specials: ``<pad>`` (id 0),
+    ``<unk>``, ``<eos>``, ``<|im_start|>``, ``<|im_end|>``; the chat template is ChatML (``chat_template`` replaces it).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    specials = [t for t in SPECIAL_TOKENS if t.startswith("<")]  # role names stay plain text here
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(specials) + len(alphabet) + merges,
+        special_tokens=specials,
+        initial_alphabet=alphabet,
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(texts), trainer)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>"
+    )
+    hf.chat_template = chat_template or (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    hf.padding_side = "left"
+    return hf
