@@ -18,6 +18,8 @@ CORE = [
     "mrtpo.credit",
     "mrtpo.losses",
     "mrtpo.records",
+    "mrtpo.attribution",
+    "mrtpo.audit",
     "mrtpo.method",
     "mrtpo.step",
     "mrtpo.replay",
