@@ -42,6 +42,7 @@ __all__ = [
     "SEGMENTS",
     "TRANSFERS",
     "AttributionStats",
+    "ResponseInfluence",
     "attribute",
     "influence",
     "influence_weights",
@@ -104,16 +105,18 @@ def _check_choice(value: str, choices: Sequence[str], label: str) -> str:
     return value
 
 
-def log_odds(logits: Tensor, positive: int = -1, negatives: Sequence[int] | None = None) -> Tensor:
-    """The verdict's log-odds ``d = z_pos − logsumexp(z_neg)`` of each row of ``logits`` ``[B, C]``.
+def log_odds(
+    logits: Tensor, positive: int | Sequence[int] = -1, negatives: Sequence[int] | None = None
+) -> Tensor:
+    """The verdict's log-odds ``d = logsumexp(z_pos) − logsumexp(z_neg)`` of each row of ``logits`` ``[B, C]``.
 
-    One logit (C = 1, a scalar reward model's head): d = z. Two labels: ``z_pos − z_neg``. A judge's
-    next-token logits ``[B, V]``: ``positive`` the "yes" token, ``negatives`` the "no" token(s); other
+    One logit (C = 1, a scalar reward model's head): d = z. Two labels: ``z_1 − z_0``. A judge's
+    next-token logits ``[B, V]``: ``positive`` the "yes" token(s), ``negatives`` the "no" token(s); other
     entries are ignored, so σ(d) is P(yes | yes or no).
 
     Args:
         logits: [B, C] float.
-        positive: the positive entry (default: the last, label 1 of a two-label head).
+        positive: the positive entry or entries (default: the last, label 1 of a two-label head).
         negatives: the negative entries (default: every other entry).
 
     Returns:
@@ -123,11 +126,28 @@ def log_odds(logits: Tensor, positive: int = -1, negatives: Sequence[int] | None
     c = z.shape[-1]
     if c == 1:
         return z[:, 0]
-    pos = positive % c
-    neg = [i for i in range(c) if i != pos] if negatives is None else [int(i) % c for i in negatives]
-    if not neg or pos in neg:
-        raise ValueError(f"negatives={list(neg)} must be non-empty and exclude the positive entry {pos}")
-    return z[:, pos] - torch.logsumexp(z[:, neg], dim=-1)
+    pos = sorted({int(i) % c for i in ([positive] if isinstance(positive, int) else positive)})
+    neg = [i for i in range(c) if i not in pos] if negatives is None else [int(i) % c for i in negatives]
+    if not pos or not neg or set(pos) & set(neg):
+        raise ValueError(
+            f"positive entries {pos} and negative entries {sorted(neg)} must be non-empty and disjoint"
+        )
+    return torch.logsumexp(z[:, pos], dim=-1) - torch.logsumexp(z[:, neg], dim=-1)
+
+
+@dataclass
+class ResponseInfluence:
+    """A scorer's influence on one response, on the scorer's own tokens.
+
+    Attributes:
+        values: [L] float32, the influence I of the scorer tokens that overlap the response text.
+        spans: [L] their character spans ``(start, end)`` in the response text (clipped to it).
+        scalar: the scalar S that was differentiated (float).
+    """
+
+    values: Tensor
+    spans: list[tuple[int, int]]
+    scalar: float = 0.0
 
 
 def verdict_scalar(d: Tensor, scalar: str = "logit_diff") -> Tensor:

@@ -116,3 +116,37 @@ def build_bpe_tokenizer(texts: Sequence[str], *, merges: int = 16, chat_template
     )
     hf.padding_side = "left"
     return hf
+
+
+def build_classifier(
+    vocab_size: int,
+    *,
+    num_labels: int = 1,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    seed: int = 0,
+):
+    """A randomly initialised ``Qwen2ForSequenceClassification`` (a tiny reward model: ``num_labels=1``
+    gives one score per sequence), pad id 0 (``seed`` makes it reproducible)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForSequenceClassification
+
+    cfg = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=4096,
+        num_labels=num_labels,
+        pad_token_id=0,
+        eos_token_id=2,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForSequenceClassification(cfg)
+    return model.eval()
