@@ -253,3 +253,103 @@ def test_token_char_ranges_of_generated_ids(two_tokenizers):
         assert ranges[-1][0] == ranges[-1][1]  # <eos>: an empty range
         for (a, b), i in zip(ranges[:-1], ids[:-1]):
             assert text[a:b].strip() == tok.decode([i]).strip()
+
+
+# --------------------------------------------------------------------------------------------------
+# P2T's weights of a batch: scorer on its tokenizer, weights on the policy's
+# --------------------------------------------------------------------------------------------------
+
+
+class _FakeScorer:
+    """A differentiable verifier whose influence is given: one value per scorer token of the response."""
+
+    differentiable = True
+
+    def __init__(self, tok, per_token):
+        self.tok, self.per_token, self.calls = tok, per_token, 0
+
+    def attribute(self, examples, responses, *, scalar="logit_diff", stats=None):
+        self.calls += 1
+        out = []
+        for r in responses:
+            enc = self.tok(r, add_special_tokens=False, return_offsets_mapping=True)
+            spans = [tuple(o) for o in enc["offset_mapping"]]
+            out.append(
+                attr.ResponseInfluence(torch.tensor([self.per_token(r[a:b]) for a, b in spans]), spans)
+            )
+        return out
+
+
+class _Rule:
+    name = "rule"
+
+
+def test_gradient_weights_on_the_policys_tokens(two_tokenizers):
+    """The scorer tokenizes with BPE, the policy word by word: each policy word takes the per-character
+    density of its pieces' influence, then w = T · softmax(I' / τ); rules and inactive pairs are left out."""
+    word, bpe = two_tokenizers
+    scorer = _FakeScorer(bpe, lambda piece: float(len(piece)))  # influence = the piece's length
+    texts = ["substitute the value", "the cat\n\nsat"]
+    ranges = [_ranges(word, t)[1] for t in texts]
+    adv = torch.tensor([[1.0, 0.5], [0.0, -2.0]])
+    verifiers = [[_Rule(), scorer], [_Rule(), scorer]]
+    stats = attr.AttributionStats()
+    w, done = attr.gradient_weights(verifiers, [None, None], texts, ranges, adv, 5, stats=stats)
+    assert done.tolist() == [[False, True], [False, True]] and scorer.calls == 1
+    assert (w[:, 0] == 0).all()
+    for j, text in enumerate(texts):
+        _, br = _ranges(bpe, text)
+        dens = []
+        for a, b in ranges[j]:
+            ov = [(max(0, min(b, e) - max(a, s)), e - s) for s, e in br]
+            dens.append(sum(o * n for o, n in ov) / sum(o for o, _ in ov))  # Σ ov · len / Σ ov
+        want = torch.softmax(torch.tensor(dens), 0) * len(dens)
+        assert w[j, 1, : len(dens)].tolist() == pytest.approx(want.tolist(), rel=1e-5)
+        assert (w[j, 1, len(dens) :] == 0).all()
+    # steps: "the cat" and "sat" keep their own mass (2 and 1 tokens)
+    w2, _ = attr.gradient_weights(
+        verifiers, [None, None], texts, ranges, adv, 5, attr.P2TOptions(segments="steps")
+    )
+    assert w2[1, 1, :2].sum().item() == pytest.approx(2.0) and w2[1, 1, 2].item() == pytest.approx(1.0)
+    # inactive advantage: not attributed
+    w3, done3 = attr.gradient_weights(
+        verifiers, [None, None], texts, ranges, torch.tensor([[1.0, 0.0], [1.0, 0.0]]), 5
+    )
+    assert not done3.any() and (w3 == 0).all()
+
+
+def test_p2t_options_refuse_bad_values():
+    with pytest.raises(ValueError, match="segments='lines' must be one of response, steps"):
+        attr.P2TOptions(segments="lines")
+    with pytest.raises(ValueError, match="tau=-1 must be a finite number > 0"):
+        attr.P2TOptions(tau=-1)
+
+
+def test_linear_scorer_on_another_tokenizer_end_to_end(two_tokenizers):
+    """A ModelReward whose linear scorer reads BPE tokens, weights on a word-level policy's tokens: each
+    word's influence is the density of the closed-form influences ⟨e_i − e_null, u⟩ of its pieces."""
+    from mrtpo.prompt import Segment
+    from mrtpo.tasks import Example
+    from mrtpo.tasks.model_reward import ModelReward
+    from tests.tasks.test_model_reward import LinearScorer
+
+    word, bpe = two_tokenizers
+    scorer = LinearScorer(len(bpe), seed=7)
+    rm = ModelReward("rm", scorer, tokenizer=bpe, device="cpu")
+    text = "substitute the value"
+    ranges = [_ranges(word, text)[1]]
+    ex = Example("e", [Segment("say it")])
+    w, done = attr.gradient_weights(
+        [[rm]], [ex], [text], ranges, torch.ones(1, 1), 3, attr.P2TOptions(tau=2.0)
+    )
+    ids, br = _ranges(bpe, text)
+    e, u = scorer.emb.weight.detach(), scorer.u.detach()
+    closed = [((e[i] - e[bpe.pad_token_id]) @ u).item() for i in ids]
+    dens = []
+    for a, b in ranges[0]:
+        ov = [max(0, min(b, t) - max(a, s)) for s, t in br]
+        dens.append(sum(o * c for o, c in zip(ov, closed)) / sum(ov))
+    assert done.all()
+    assert w[0, 0].tolist() == pytest.approx(
+        (torch.softmax(torch.tensor(dens) / 2.0, 0) * 3).tolist(), rel=1e-4
+    )

@@ -33,6 +33,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -42,8 +43,11 @@ __all__ = [
     "SEGMENTS",
     "TRANSFERS",
     "AttributionStats",
+    "P2TOptions",
     "ResponseInfluence",
     "attribute",
+    "differentiable",
+    "gradient_weights",
     "influence",
     "influence_weights",
     "log_odds",
@@ -414,3 +418,104 @@ def token_char_ranges(tokenizer, ids: Sequence[int]) -> tuple[str, list[tuple[in
         ranges.append((prev, end))
         prev = end
     return text, ranges
+
+
+def differentiable(verifier: Any) -> bool:
+    """True for a verifier whose reward comes from a differentiable scorer (it has ``attribute``, as
+    :class:`mrtpo.tasks.model_reward.ModelReward` does); rule verifiers are not."""
+    return bool(getattr(verifier, "differentiable", False)) and callable(getattr(verifier, "attribute", None))
+
+
+@dataclass
+class P2TOptions:
+    """The options of the credit scheme ``p2t``.
+
+    Attributes:
+        tau: the temperature τ of ``softmax(I / τ)`` (> 0).
+        segments: ``response`` (mass kept over the whole response) or ``steps`` (per step, blank lines).
+        scalar: what is differentiated: ``logit_diff``, ``prob`` or ``logprob``.
+        transfer: scorer tokens -> policy tokens: ``mean`` (P2T's per-character density) or ``sum``.
+    """
+
+    tau: float = 1.0
+    segments: str = "response"
+    scalar: str = "logit_diff"
+    transfer: str = "mean"
+
+    def __post_init__(self) -> None:
+        t = self.tau
+        if isinstance(t, bool) or not (isinstance(t, (int, float)) and math.isfinite(t) and t > 0):
+            raise ValueError(f"tau={t!r} must be a finite number > 0")
+        self.tau = float(t)
+        _check_choice(self.segments, SEGMENTS, "segments")
+        _check_choice(self.scalar, SCALARS, "scalar")
+        _check_choice(self.transfer, TRANSFERS, "transfer")
+
+
+def gradient_weights(
+    verifiers: Sequence[Sequence[Any]],
+    examples: Sequence[Any],
+    texts: Sequence[str],
+    ranges: Sequence[Sequence[tuple[int, int]]],
+    advantages: Tensor,
+    width: int,
+    options: P2TOptions | None = None,
+    *,
+    active_tol: float = 1e-8,
+    stats: AttributionStats | None = None,
+) -> tuple[Tensor, Tensor]:
+    """P2T's token weights ``[B, K, T]`` of every (response, reward) pair with a differentiable scorer.
+
+    For reward k of response j whose verifier is :func:`differentiable` and whose advantage is active
+    (``|Â[j, k]| > active_tol``): the scorer's influence on its own tokens (``verifier.attribute``, one
+    batched call per scorer), moved onto the policy's tokens by character spans (:func:`transfer`), then
+    ``w = n_s · softmax(I' / τ)`` per segment (:func:`influence_weights`, :func:`step_segments`). Other
+    pairs stay 0 and unmarked.
+
+    Args:
+        verifiers: ``[B][K]`` the verifiers of each response's example.
+        examples: ``[B]`` the examples.
+        texts: ``[B]`` each response's text, the text of ``ranges``.
+        ranges: ``[B][T_j]`` the character span of each policy token in its text (empty for special tokens).
+        advantages: ``[B, K]`` Â.
+        width: T, the padded width.
+        options: :class:`P2TOptions`.
+        active_tol: the advantage below which a pair is not attributed.
+        stats: the cost, counted.
+
+    Returns:
+        ``(weights [B, K, T] float32, attributed [B, K] bool)``; each attributed row has mean 1 over its
+        ``T_j`` tokens and 0 beyond.
+    """
+    opts = options or P2TOptions()
+    adv = torch.as_tensor(advantages).detach().float().cpu()
+    b = len(verifiers)
+    k = adv.shape[1] if adv.dim() == 2 else 0
+    out = torch.zeros(b, k, int(width))
+    done = torch.zeros(b, k, dtype=torch.bool)
+    t0 = time.perf_counter()
+    seconds = stats.seconds if stats is not None else 0.0
+    for col in range(k):
+        groups: dict[int, tuple[Any, list[int]]] = {}
+        for j in range(b):
+            v = verifiers[j][col]
+            if differentiable(v) and abs(float(adv[j, col])) > active_tol and len(ranges[j]):
+                groups.setdefault(id(v), (v, []))[1].append(j)
+        for v, rows in groups.values():
+            results = v.attribute(
+                [examples[j] for j in rows], [texts[j] for j in rows], scalar=opts.scalar, stats=stats
+            )
+            for j, res in zip(rows, results, strict=True):
+                tj = min(len(ranges[j]), int(width))
+                values = transfer(res.values, res.spans, ranges[j][:tj], how=opts.transfer)
+                seg = None
+                if opts.segments == "steps":
+                    seg = torch.tensor([step_segments(ranges[j][:tj], texts[j])], dtype=torch.long)
+                w = influence_weights(
+                    values[None], torch.ones(1, tj, dtype=torch.bool), tau=opts.tau, segments=seg
+                )
+                out[j, col, :tj] = w[0]
+                done[j, col] = True
+    if stats is not None:  # the scorer's own time is in stats already; add the mapping's
+        stats.seconds = seconds + (time.perf_counter() - t0)
+    return out, done
