@@ -60,6 +60,11 @@ class ReplayStats:
             common to all rows of its prompt counted once (split evenly between them), whether or not the
             prefix ran once (:data:`DEFAULT_PREFIX_MIN_SAVED`, a token budget that splits the prompt's
             rows, a model without a prefix cache).
+        attributed: (response, reward) pairs whose row came from a scorer's gradient (P2T, replay kind
+            ``gradient``) instead of a replayed context.
+        scorer_forwards: gradient-tracked forward calls of scorers (P2T).
+        scorer_backwards: backward calls to scorers' input embeddings (P2T).
+        scorer_tokens: scorer tokens processed by those calls (padding excluded).
         seconds: wall time of the call.
     """
 
@@ -77,6 +82,10 @@ class ReplayStats:
     padded_tokens: int = 0
     cost_fpe: float = 0.0
     limit_fpe: float = 0.0
+    attributed: int = 0
+    scorer_forwards: int = 0
+    scorer_backwards: int = 0
+    scorer_tokens: int = 0
     seconds: float = 0.0
 
     @property
@@ -115,9 +124,12 @@ class ReplayResult:
         stats: cost accounting.
         replayed: ``[N, K] bool``, the rows that were measured (False where a pair was skipped), from
             :func:`mrtpo.replay.for_scheme`; None from :func:`mrtpo.replay.replay`.
+        attributed: ``[N, K] bool``, the rows that hold P2T's token weights from a scorer's gradient
+            (replay kind ``gradient``) rather than distances; None: no such row.
     """
 
     distances: torch.Tensor
     lengths: torch.Tensor
     stats: ReplayStats = field(default_factory=ReplayStats)
     replayed: torch.Tensor | None = None
+    attributed: torch.Tensor | None = None
