@@ -178,9 +178,20 @@ class ModelReward(Verifier):
         return isinstance(self._model_spec, str) and self._model_spec == POLICY
 
     def attach_policy(self, model: Any, tokenizer: Any) -> None:
-        """Make the policy (``model``, ``tokenizer``) the judge of a ``model: policy`` reward (no-op otherwise)."""
-        if self.uses_policy:
-            self._model, self._tokenizer, self._answer_ids = model, tokenizer, None
+        """Make the policy (``model``, ``tokenizer``) the judge of a ``model: policy`` reward (no-op otherwise).
+
+        Raises:
+            ValueError: the policy's parameters are sharded (FSDP2's DTensors, ZeRO-3's partitions): a
+                forward of one process alone would hang its collectives.
+        """
+        if not self.uses_policy:
+            return
+        if any(type(p).__name__ == "DTensor" or hasattr(p, "ds_id") for p in model.parameters()):
+            raise ValueError(
+                f"model reward {self.name!r}: model='policy' is not supported with sharded parameters (FSDP2, "
+                "DeepSpeed ZeRO-3); give the judge its own model"
+            )
+        self._model, self._tokenizer, self._answer_ids = model, tokenizer, None
 
     def _device(self):
         import torch
