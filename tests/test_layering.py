@@ -25,6 +25,7 @@ CORE = [
     "mrtpo.replay",
     "mrtpo.replay.service",
     "mrtpo.plugins",
+    "mrtpo.io",
 ]
 HEAVY = ["transformers", "trl", "accelerate", "datasets", "matplotlib", "mrtpo.tasks", "mrtpo.integrations"]
 

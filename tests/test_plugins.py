@@ -225,6 +225,7 @@ def test_module_class_task_in_load_task_and_verl_data(tmp_path, monkeypatch, cap
     rebuilding the task from extra_info) and verl_data's --task."""
     from mrtpo.integrations.verl import adapter as va
     from mrtpo.integrations.verl import data as verl_data
+    from mrtpo.integrations.verl import reward as verl_reward
     from mrtpo.tasks import load_task
 
     (tmp_path / "user_task_x.py").write_text(TWO_WORDS)
@@ -251,7 +252,7 @@ def test_module_class_task_in_load_task_and_verl_data(tmp_path, monkeypatch, cap
         assert [v.score(ex, "river apple") for v in rebuilt.verifiers(ex)] == [1.0, 1.0]
     finally:
         sys.modules.pop("user_task_x", None)
-        va._load_task.cache_clear()
+        verl_reward._load_task.cache_clear()
 
 
 def test_verl_entry_points_import_plugins(tmp_path, user_ext, monkeypatch, capsys):
@@ -284,13 +285,14 @@ def test_verl_entry_points_import_plugins(tmp_path, user_ext, monkeypatch, capsy
     from verl.trainer.ppo import core_algos
 
     from mrtpo.integrations.verl import adapter as va
+    from mrtpo.integrations.verl import estimators as verl_estimators
 
     try:  # install() (every verl process, through verl_plugin) registers the user's method's estimator
         assert "mrtpo_by_position" in va.install()
         assert core_algos.get_adv_estimator_fn("mrtpo_by_position") is va.make_estimator("by_position")
     finally:
         core_algos.ADV_ESTIMATOR_REGISTRY.pop("mrtpo_by_position", None)
-        va._ESTIMATORS.pop("by_position", None)
+        verl_estimators._ESTIMATORS.pop("by_position", None)
     sys.modules.pop("my_ext", None)
     credit.CREDIT_SCHEMES.remove("squared")
     advantages.ADVANTAGES.remove("by_position")

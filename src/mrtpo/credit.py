@@ -87,7 +87,10 @@ class CreditScheme:
         replay: what it needs from replay: "none", or a replay kind of
             :data:`mrtpo.replay.REPLAY_KINDS` ("reward": one JS row per reward, [N, K, T]; "joint": one
             shared JS row, C vs C_-all; "logprob": CoRT's sampled-token log-probability gap to C_-all;
-            "teacher_gap": RLSD's signed gap to the rollout prompt; or a kind a user registered).
+            "teacher_gap": RLSD's signed gap to the rollout prompt; or a kind a user registered). Every
+            kind is measured by :func:`mrtpo.replay.for_scheme`; where ``C`` is the rollout prompt it
+            reuses the rollout pass's hidden states for ``C`` (projected through the LM head, CoRT's
+            log-probabilities included), never the engine's log-probabilities.
         weights: its :data:`WeightsFn` (token weights of mean 1; :func:`allocate` mixes them with β).
         token_level: False for the response-level scheme ``none`` (engines then hand their loss one
             advantage per response instead of [N, T]).
@@ -323,11 +326,9 @@ register_scheme("cort", replay="logprob", ramped=True)(_joint_weights)  # CoRT: 
 
 
 def scheme(name: str) -> CreditScheme:
-    """The registered :class:`CreditScheme` ``name``; ValueError listing the known names otherwise."""
-    try:
-        return CREDIT_SCHEMES.get(name)
-    except KeyError as e:
-        raise ValueError(e.args[0]) from None
+    """The registered :class:`CreditScheme` ``name``; :class:`mrtpo.registry.UnknownName` (a ValueError
+    listing the known names) otherwise."""
+    return CREDIT_SCHEMES.get(name)
 
 
 def _weights_fn(credit: str) -> WeightsFn:
@@ -635,7 +636,9 @@ def rlsd_weights(gap: Tensor, sign: Tensor, mask: Tensor, eps: float = RLSD_EPS)
     gap[j, t] = log π_T(y_t) − log π_S(y_t)
 
     (RLSD, arXiv 2604.03128; ms-swift PR #9758). Teacher T: the policy under the full context C
-    (privileged information included); student S: the policy as it sampled (the rollout prompt). For a
+    (privileged information included); student S: the same policy under the rollout prompt (what it
+    sampled from), from a teacher-forced replay pass on that prompt (replay kind ``teacher_gap``) at the
+    sampling temperature; the engine's old log-probabilities (TRL's, verl's) are not read. For a
     positive advantage the tokens the teacher finds likelier get more credit, for a negative one the
     tokens it finds less likely get more blame. w > 0 always, so no token's advantage changes sign.
 

@@ -16,7 +16,7 @@ from mrtpo.analysis.curves import (
     series,
     steps_to_threshold,
 )
-from mrtpo.analysis.runs import find_run_dirs, group_by_method, load_run, method_label, read_jsonl
+from mrtpo.analysis.runs import find_run_dirs, group_by_method, load_run, method_label
 
 
 def test_series_sorts_and_skips_missing_values():
@@ -128,14 +128,7 @@ def test_find_load_and_group_runs(tmp_path):
         find_run_dirs([tmp_path / "none"])
 
 
-def test_read_errors_name_file_and_line(tmp_path):
-    p = tmp_path / "metrics.jsonl"
-    p.write_text('{"step": 1}\n\n[1, 2]\n')
-    with pytest.raises(ValueError, match=r"metrics.jsonl line 3: expected a JSON object"):
-        read_jsonl(p)
-    p.write_text('{"step": 1}\n{"step": \n')
-    with pytest.raises(ValueError, match=r"line 2: invalid JSON"):
-        read_jsonl(p)
+def test_load_run_errors_name_the_folder_and_row(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     with pytest.raises(FileNotFoundError, match="is not a run folder"):
@@ -143,6 +136,12 @@ def test_read_errors_name_file_and_line(tmp_path):
     (run / "run.json").write_text("{}")
     (run / "metrics.jsonl").write_text('{"reward": 1}\n')
     with pytest.raises(ValueError, match=r"row 1 has step=None; expected an integer"):
+        load_run(run)
+    # a run still writing metrics.jsonl: its last, unfinished line is not read; a bad line before it is named
+    (run / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "rew')
+    assert load_run(run).metrics == [{"step": 1, "reward": 0.5}]
+    (run / "metrics.jsonl").write_text('{"step": 1, "rew\n{"step": 2}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl:1: not JSON"):
         load_run(run)
 
 

@@ -264,7 +264,7 @@ def test_every_bad_setting_is_one_line_naming_the_field(tmp_path, capsys):
     err = _one_line_error(
         capsys, [*base, "--task.name", "tools", "--task.options", "{}", f"--data.source={bad}"]
     )
-    assert f"{bad}:2: not a JSON line (Expecting value, column 17)" in err
+    assert f"{bad}:2: not JSON (Expecting value, column 17)" in err
 
 
 def test_mrtpo_lists_commands_version_and_train_fields(capsys):

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mrtpo.io import read_jsonl  # re-exported: the demo reads run files through this module
+
 __all__ = [
     "ADVANTAGE_NAMES",
     "RESPONSE_LEVEL_CREDITS",
@@ -46,31 +48,6 @@ RESPONSE_LEVEL_CREDITS = (None, "none", "uniform", "response")
 """``credit`` values meaning "every token gets the response-level advantage" (no replay)."""
 
 DEFAULT_BETA = 0.5
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The objects of a JSON-lines file (blank lines skipped).
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: a line that is not a JSON object, naming the file and line number.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
-    out = []
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} line {i}: invalid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{path} line {i}: expected a JSON object, got {type(obj).__name__}")
-            out.append(obj)
-    return out
 
 
 def method_key(config: dict[str, Any]) -> tuple[str, str, float | None]:
@@ -161,7 +138,7 @@ class Run:
     def samples(self) -> Iterator[dict[str, Any]]:
         """The records of samples.jsonl (none when the file is absent)."""
         if self.samples_path.exists():
-            yield from read_jsonl(self.samples_path)
+            yield from read_jsonl(self.samples_path, partial_last_line=True)  # a run may be writing it
 
     def metric_keys(self) -> set[str]:
         return {k for row in self.metrics for k in row}
@@ -185,7 +162,7 @@ def load_run(path: str | Path) -> Run:
     if not isinstance(config, dict):
         raise ValueError(f"{cfg_path}: expected a JSON object")
     metrics_path = path / "metrics.jsonl"
-    metrics = read_jsonl(metrics_path) if metrics_path.exists() else []
+    metrics = read_jsonl(metrics_path, partial_last_line=True) if metrics_path.exists() else []
     for i, row in enumerate(metrics):
         step = row.get("step")
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step):

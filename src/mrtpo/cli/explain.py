@@ -135,7 +135,7 @@ def _load_example(task, spec: str, data: str | None, split: str):
 
 def _explain_samples(args):
     from mrtpo.analysis.explain import explain_records, select_records
-    from mrtpo.analysis.runs import read_jsonl
+    from mrtpo.io import read_jsonl
 
     records = read_jsonl(args.samples)
     if not records:
@@ -158,6 +158,7 @@ def _explain_live(args):
 
     from mrtpo.analysis.explain import explain_records, group_advantages, live_record
     from mrtpo.eval.generation import SamplingConfig, TransformersGenerator
+    from mrtpo.io import write_jsonl
     from mrtpo.models.loading import load_model_and_tokenizer
     from mrtpo.tasks import load_task
 
@@ -236,7 +237,7 @@ def _explain_live(args):
     ]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "record.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
+    write_jsonl(out / "record.jsonl", [record])
     return explain_records(
         [record],
         out,

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from mrtpo.eval.benchmark import Benchmark, Item, Responses, register_benchmark
+from mrtpo.io import iter_jsonl
 
 SYSTEM_STEER = "if_system_steerability_oss"
 RULE = "=" * 40
@@ -173,14 +174,7 @@ def read_table(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
     if path.suffix == ".json" and text.lstrip().startswith("["):
         rows = json.loads(text)
         return [(f"{path}:item {i}", r) for i, r in enumerate(rows)]
-    out = []
-    for i, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                out.append((f"{path}:{i}", json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i}: not JSON ({e.msg})") from None
-    return out
+    return list(iter_jsonl(path, objects=False))
 
 
 def response_text(value: Any, where: str) -> str:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from mrtpo.io import iter_jsonl, write_jsonl
 from mrtpo.registry import Registry
 
 
@@ -77,33 +78,6 @@ def check_unique_ids(name: str, items: Sequence[Item]) -> None:
         seen.add(it.id)
 
 
-def read_json_lines(path: str | Path):
-    """Yield ``(where, row)`` for each non-empty line of a JSON-lines file, ``where`` = ``"FILE:LINE"``.
-
-    Raises ``FileNotFoundError`` for a missing file and ``ValueError`` naming the line for bad JSON."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"responses file {str(path)!r} does not exist")
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i}: not JSON ({e.msg})") from None
-            yield f"{path}:{i}", row
-
-
-def write_json_lines(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    """One JSON object per line (UTF-8, non-ASCII kept), creating the parent folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
 class Benchmark:
     """Base class of an evaluation. Subclasses set ``name``/``description`` and override the methods.
 
@@ -139,7 +113,7 @@ class Benchmark:
         no item (it checks every id against :meth:`load`); a plain dict works too.
         """
         out = Responses(path)
-        for where, row in read_json_lines(path):
+        for where, row in iter_jsonl(path, objects=False, what="responses file"):
             if not isinstance(row, dict) or "id" not in row or not isinstance(row.get("response"), str):
                 raise ValueError(f"{where}: expected an object with 'id' and 'response' (a string)")
             out.add(str(row["id"]), row["response"], where)
@@ -148,7 +122,7 @@ class Benchmark:
     def write_responses(self, path: Path, items: Sequence[Item], responses: Mapping[str, str]) -> None:
         """Write generated responses in the format :meth:`read_responses` reads (default: JSON lines
         ``{"id", "response"}``), so that a generation can be rescored with ``--responses``."""
-        write_json_lines(path, [{"id": it.id, "response": responses[it.id]} for it in items])
+        write_jsonl(path, [{"id": it.id, "response": responses[it.id]} for it in items])
 
     def score(self, items: Sequence[Item], responses: Mapping[str, str]) -> list[dict[str, Any]]:
         """One verdict record per item (JSON-able), in the order of ``items``."""

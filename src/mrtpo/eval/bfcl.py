@@ -62,10 +62,9 @@ from mrtpo.eval.benchmark import (
     Benchmark,
     Item,
     Responses,
-    read_json_lines,
     register_benchmark,
-    write_json_lines,
 )
+from mrtpo.io import iter_jsonl, read_jsonl, write_jsonl
 from mrtpo.tasks.tools.data import SEP, toolrl_system_prompt, toolrl_user_prompt
 from mrtpo.tasks.tools.parse import ToolCallParseError, parse_calls
 
@@ -126,20 +125,6 @@ def default_data_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
-def _json_lines(path: Path) -> list[dict]:
-    if not path.exists():
-        raise FileNotFoundError(f"BFCL file {str(path)!r} does not exist")
-    rows = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: line {i + 1} is not JSON ({e.msg})") from None
-    return rows
-
-
 def load_bfcl(
     category: str, *, data_dir: str | Path | None = None, limit: int | None = None
 ) -> list[BfclEntry]:
@@ -156,8 +141,8 @@ def load_bfcl(
         raise ValueError(f"unknown BFCL category {category!r}; known: {', '.join(CATEGORIES)}")
     root = Path(data_dir) if data_dir is not None else default_data_dir()
     name = f"{VERSION_PREFIX}_{category}.json"
-    questions = _json_lines(root / name)
-    answers = {a.get("id"): a for a in _json_lines(root / "possible_answer" / name)}
+    questions = read_jsonl(root / name, objects=False, what="BFCL file")
+    answers = {a.get("id"): a for a in read_jsonl(root / "possible_answer" / name, what="BFCL file")}
     out = []
     for i, q in enumerate(questions[:limit] if limit is not None else questions):
         qid = q.get("id")
@@ -682,7 +667,7 @@ class BfclBenchmark(Benchmark):
         out = Responses(path)
         chosen = set(self.args.categories or CATEGORIES)
         for file in files:
-            for where, row in read_json_lines(file):
+            for where, row in iter_jsonl(file, objects=False, what="responses file"):
                 if not isinstance(row, dict) or not isinstance(row.get("id"), str) or "result" not in row:
                     raise ValueError(
                         f"{where}: expected BFCL's result format, an object with 'id' and 'result'"
@@ -703,10 +688,10 @@ class BfclBenchmark(Benchmark):
     def write_responses(self, path: Path, items: Sequence[Item], responses: Mapping[str, str]) -> None:
         rows = [{"id": it.id, "result": responses[it.id]} for it in items]
         if path.suffix in (".json", ".jsonl"):
-            write_json_lines(path, rows)
+            write_jsonl(path, rows)
             return
         for cat in dict.fromkeys(category_of(r["id"]) for r in rows):
-            write_json_lines(
+            write_jsonl(
                 path / f"{VERSION_PREFIX}_{cat}_result.json", [r for r in rows if category_of(r["id"]) == cat]
             )
 

@@ -42,10 +42,9 @@ from mrtpo.eval.benchmark import (
     Item,
     Responses,
     check_unique_ids,
-    read_json_lines,
     register_benchmark,
-    write_json_lines,
 )
+from mrtpo.io import iter_jsonl, write_jsonl
 from mrtpo.tasks.instruct import checkers
 
 
@@ -226,7 +225,7 @@ class _IfBenchmark(Benchmark):
                 return
 
     def read_responses(self, path: Path) -> Responses:
-        lines = list(read_json_lines(path))
+        lines = list(iter_jsonl(path, objects=False, what="responses file"))
         for where, row in lines:
             if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
                 raise ValueError(
@@ -249,7 +248,7 @@ class _IfBenchmark(Benchmark):
         return out
 
     def write_responses(self, path: Path, items: Sequence[Item], responses: Mapping[str, str]) -> None:
-        write_json_lines(
+        write_jsonl(
             path, [{"prompt": it.data["row"]["prompt"], "response": responses[it.id]} for it in items]
         )
 

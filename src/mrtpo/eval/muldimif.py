@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mrtpo.eval.benchmark import Benchmark, Item, Responses, register_benchmark
+from mrtpo.io import iter_jsonl
 from mrtpo.tasks.instruct import muldimif as rules
 
 REQUIRED = ("id", "conversations", "constraints", "constraint_pattern", "difficulty")
@@ -46,14 +47,7 @@ def read_rows(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{e.lineno}: not JSON ({e.msg})") from None
         return [(f"{path}: row {i}", r) for i, r in enumerate(rows)]
-    out = []
-    for i, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                out.append((f"{path}:{i}", json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i}: not JSON ({e.msg})") from None
-    return out
+    return list(iter_jsonl(path, objects=False))
 
 
 def parse_row(row: Any, where: str) -> Item:

@@ -30,10 +30,9 @@ from mrtpo.eval.benchmark import (
     Benchmark,
     Item,
     Responses,
-    read_json_lines,
     register_benchmark,
-    write_json_lines,
 )
+from mrtpo.io import iter_jsonl, write_jsonl
 
 REWARDS = ("format", "executable", "execution")
 BIRD_SEPARATOR = "\t----- bird -----\t"
@@ -260,7 +259,7 @@ class SqlBenchmark(Benchmark):
                 for pos, it in enumerate(items):
                     short[str(pos)] = it.id
                     short[it.id.rsplit("-", 1)[1]] = it.id  # the question_id part of the item id
-            for where, row in read_json_lines(path):
+            for where, row in iter_jsonl(path, objects=False, what="responses file"):
                 if not isinstance(row, dict) or "id" not in row:
                     raise ValueError(f"{where}: expected an object with 'id' and 'response' or 'sql'")
                 key = str(row["id"])
@@ -307,7 +306,7 @@ class SqlBenchmark(Benchmark):
     def write_responses(self, path: Path, items: Sequence[Item], responses: Mapping[str, str]) -> None:
         from mrtpo.tasks.sql.verify import parse_response
 
-        write_json_lines(
+        write_jsonl(
             path,
             [
                 {"id": it.id, "response": responses[it.id], "sql": parse_response(responses[it.id]).sql}

@@ -107,11 +107,9 @@ def register_replay(
 
 
 def replay_kind(name: str) -> ReplayKind:
-    """The kind registered as ``name``; an unknown name raises ValueError listing the known ones."""
-    try:
-        return REPLAY_KINDS.get(name)
-    except KeyError as e:
-        raise ValueError(e.args[0]) from None
+    """The kind registered as ``name``; an unknown name raises :class:`mrtpo.registry.UnknownName` (a
+    ValueError listing the known ones)."""
+    return REPLAY_KINDS.get(name)
 
 
 def _runs(a: float) -> bool:

@@ -10,7 +10,16 @@ import importlib.util
 
 from mrtpo.tasks.base import TASKS, Example, Task, Verdict, Verifier
 
-__all__ = ["TASKS", "Example", "Task", "Verdict", "Verifier", "load_task", "user_task_class"]
+__all__ = [
+    "TASKS",
+    "Example",
+    "Task",
+    "Verdict",
+    "Verifier",
+    "import_builtin_tasks",
+    "load_task",
+    "user_task_class",
+]
 
 
 def load_task(name: str, **kwargs) -> Task:
@@ -36,11 +45,21 @@ def load_task(name: str, **kwargs) -> Task:
         return user_task_class(name)(**kwargs)
     if name not in TASKS and importlib.util.find_spec(f"mrtpo.tasks.{name}") is not None:
         importlib.import_module(f"mrtpo.tasks.{name}")
-    try:
-        cls = TASKS.get(name)
-    except KeyError as e:
-        raise ValueError(e.args[0]) from None
-    return cls(**kwargs)
+    if name not in TASKS:  # list every built-in task in the error, not only those imported so far
+        import_builtin_tasks()
+    return TASKS.get(name)(**kwargs)  # an unknown name: UnknownName, a ValueError listing the tasks
+
+
+def import_builtin_tasks() -> None:
+    """Import every task package under ``mrtpo.tasks`` so that :data:`TASKS` lists them (they register on
+    import; a task whose optional dependencies are not installed is left out)."""
+    import contextlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        if info.ispkg:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(f"mrtpo.tasks.{info.name}")
 
 
 def user_task_class(name: str) -> type[Task]:

@@ -196,7 +196,7 @@ def test_read_rows_formats(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         data.read_rows(str(tmp_path / "missing.jsonl"))
     (tmp_path / "bad.jsonl").write_text('{"a": 1}\nnot json\n')
-    with pytest.raises(ValueError, match="line 2 is not JSON"):
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: not JSON \(Expecting value, column 1\)"):
         data.read_rows(str(tmp_path / "bad.jsonl"))
 
 

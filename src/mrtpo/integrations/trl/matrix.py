@@ -47,6 +47,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from mrtpo.io import append_jsonl, read_jsonl
+
 ENGINES = ("single", "ddp", "fsdp2", "zero3")
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-weights")
 ADAPTERS = ("full", "lora")
@@ -513,8 +515,7 @@ def worker(argv: list[str]) -> int:
     for cell in cells:
         res = _run_cell(cell, out, a.device)
         results.append(res)
-        with open(out / f"rank{res['rank']}.jsonl", "a") as f:
-            f.write(json.dumps(res) + "\n")
+        append_jsonl(out / f"rank{res['rank']}.jsonl", [res])
     return 0
 
 
@@ -582,9 +583,8 @@ def run(cells: list[Cell], out: Path, *, device: str = "cpu", nproc: int = 2, ti
         sub = out / engine
         tail = _launch(engine, mine, sub, device, 1 if engine == "single" else nproc, timeout)
         rows: dict[str, list[dict[str, Any]]] = {}
-        for f in sorted(sub.glob("rank*.jsonl")):
-            for line in f.read_text().splitlines():
-                r = json.loads(line)
+        for f in sorted(sub.glob("rank*.jsonl")):  # a process killed mid-line leaves a partial last line
+            for r in read_jsonl(f, partial_last_line=True):
                 rows.setdefault(r["cell"], []).append(r)
         for c in mine:
             rs = rows.get(c.name, [])

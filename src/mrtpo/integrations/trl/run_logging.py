@@ -14,6 +14,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from mrtpo import io
+
 RUN_JSON = "run.json"
 METRICS_JSONL = "metrics.jsonl"
 SAMPLES_JSONL = "samples.jsonl"
@@ -73,29 +75,19 @@ def write_run_json(run_dir: str | Path, info: dict[str, Any]) -> Path:
 
 
 def append_jsonl(path: str | Path, records: list[dict[str, Any]]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        for r in records:
-            f.write(json.dumps(_jsonable(r)) + "\n")
+    """Append ``records`` to a run file (:func:`mrtpo.io.append_jsonl`), non-finite floats as null and
+    tensors as numbers."""
+    io.append_jsonl(path, [_jsonable(r) for r in records])
 
 
 def truncate_after(path: str | Path, step: int) -> None:
-    """Drop the lines of ``path`` whose ``step`` is greater than ``step`` (a resumed run rewrites them)."""
+    """Drop the lines of ``path`` whose ``step`` is greater than ``step`` (a resumed run rewrites them),
+    and a last line cut off by the interrupted run."""
     path = Path(path)
     if not path.exists():
         return
-    kept = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        try:
-            s = json.loads(line).get("step", 0)
-        except json.JSONDecodeError:
-            continue
-        if s is None or s <= step:
-            kept.append(line)
-    path.write_text("".join(k + "\n" for k in kept))
+    rows = io.read_jsonl(path, partial_last_line=True)
+    io.write_jsonl(path, [r for r in rows if r.get("step", 0) is None or r.get("step", 0) <= step])
 
 
 class JSONLMetricsCallback(TrainerCallback):

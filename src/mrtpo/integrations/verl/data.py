@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mrtpo.integrations.verl.adapter import EXAMPLE_KEY, TASK_KEY, TASK_KWARGS_KEY
+from mrtpo.integrations.verl.reward import EXAMPLE_KEY, TASK_KEY, TASK_KWARGS_KEY
 from mrtpo.plugins import add_plugin_argument, import_plugins
 from mrtpo.tasks.base import Example
 

@@ -42,7 +42,8 @@ from verl.trainer import main_ppo_v0
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.utils import Role
 
-from mrtpo.integrations.verl import adapter as va
+from mrtpo.integrations.verl.config import VerlMRTPOConfig, _get
+from mrtpo.integrations.verl.hook import install
 from mrtpo.integrations.verl.worker import MRTPOActorRolloutRefWorker, ReplayConfig, make_worker_distances_for
 from mrtpo.plugins import ENV_VAR as PLUGINS_ENV_VAR
 from mrtpo.plugins import env_plugins, import_plugins, split_plugin_args
@@ -62,7 +63,7 @@ class MRTPORayPPOTrainer(RayPPOTrainer):
         self.mrtpo_distances_for = make_worker_distances_for(self.actor_rollout_wg, options)
         # the step of RLSD's λ schedule: verl's global_steps counts from 1 and is current during the step
         # (fit() sets it; before that, None: the batch's meta_info or a refusal decides)
-        va.install(distances_for=self.mrtpo_distances_for, step_fn=self._mrtpo_step)
+        install(distances_for=self.mrtpo_distances_for, step_fn=self._mrtpo_step)
         logger.info("mrtpo: compute_advantage replays on the actor workers (%s)", options)
 
     def _mrtpo_step(self) -> int | None:
@@ -92,8 +93,8 @@ def select_legacy_trainer(config: Any) -> bool:
 
     An explicit ``trainer.use_v1=True`` on the command line is overridden the same way: the V1 trainer
     cannot run MRTPO's estimators (:data:`LEGACY_WHY`). The line goes to standard error."""
-    trainer = va._get(config, "trainer")
-    if trainer is None or not va._get(trainer, "use_v1", False):
+    trainer = _get(config, "trainer")
+    if trainer is None or not _get(trainer, "use_v1", False):
         return False
     from omegaconf import open_dict
 
@@ -109,9 +110,9 @@ def check_config(config: Any) -> None:
 
     The modules of ``$MRTPO_PLUGINS`` are imported first (a user's method or scheme then validates)."""
     import_plugins()
-    if va._get(va._get(config, "trainer"), "use_v1", False):
+    if _get(_get(config, "trainer"), "use_v1", False):
         raise ValueError(f"trainer.use_v1=True: {LEGACY_WHY}; set trainer.use_v1=False")
-    va.VerlMRTPOConfig.from_algorithm(va._get(config, "algorithm"))  # the mrtpo node parses
+    VerlMRTPOConfig.from_algorithm(_get(config, "algorithm"))  # the mrtpo node parses
     ReplayConfig.from_config(config)  # and so do its replay options
 
 
@@ -128,7 +129,7 @@ class _MRTPOTaskRunner(main_ppo_v0.TaskRunner.__ray_actor_class__):
 
     def run(self, config: Any) -> None:
         check_config(config)
-        va.install()  # estimators and hook in this process (the distances_for comes with init_workers)
+        install()  # estimators and hook in this process (the distances_for comes with init_workers)
         with _trainer_class(MRTPORayPPOTrainer):
             super().run(config)
 

@@ -57,7 +57,9 @@ from verl.single_controller.base.decorator import make_nd_compute_dataproto_disp
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
 from mrtpo import replay as replay_mod
-from mrtpo.integrations.verl import adapter as va
+from mrtpo.integrations.verl.config import DISTANCES_KEY, VerlMRTPOConfig, _get, _plain
+from mrtpo.integrations.verl.replay import DistancesFor, batch_temperature, replay_distances
+from mrtpo.integrations.verl.reward import _extra_infos, task_from_extra_info
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +141,7 @@ class ReplayConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> ReplayConfig:
         """From a dict / DictConfig (None: defaults); unknown keys raise ValueError listing the known ones."""
-        values = va._plain(values) if values is not None else {}
+        values = _plain(values) if values is not None else {}
         if not isinstance(values, dict):
             raise ValueError(f"algorithm.mrtpo.replay must be a mapping; got {type(values).__name__}")
         known = {f.name for f in fields(cls)}
@@ -155,15 +157,15 @@ class ReplayConfig:
     def from_config(cls, config: Any) -> ReplayConfig:
         """From verl's whole config: ``algorithm.mrtpo.replay``, template kwargs defaulting to
         ``data.apply_chat_template_kwargs``."""
-        mrtpo_cfg = va.VerlMRTPOConfig.from_algorithm(va._get(config, "algorithm"))
+        mrtpo_cfg = VerlMRTPOConfig.from_algorithm(_get(config, "algorithm"))
         opts = cls.from_mapping(mrtpo_cfg.replay)
         if not opts.template_kwargs:
-            data_kwargs = va._get(va._get(config, "data"), "apply_chat_template_kwargs")
+            data_kwargs = _get(_get(config, "data"), "apply_chat_template_kwargs")
             if data_kwargs:
-                opts.template_kwargs = dict(va._plain(data_kwargs))
+                opts.template_kwargs = dict(_plain(data_kwargs))
         if opts.temperature is None:
-            rollout = va._get(va._get(config, "actor_rollout_ref"), "rollout")
-            value = va._get(rollout, "temperature")
+            rollout = _get(_get(config, "actor_rollout_ref"), "rollout")
+            value = _get(rollout, "temperature")
             if value is not None:
                 opts.temperature = float(value)
         return opts
@@ -230,7 +232,7 @@ def _reward_names(data: DataProto, reward_names: Any) -> list[str]:
             "replay_shard needs reward_names (or meta_info['mrtpo_reward_names']) for a chunk without rows "
             "or without non_tensor_batch['extra_info']"
         )
-    return list(va.task_from_extra_info(infos[0]).reward_names)
+    return list(task_from_extra_info(infos[0]).reward_names)
 
 
 def _group_device(group: Any) -> torch.device:
@@ -330,14 +332,14 @@ def replay_shard(
         group = sp_group if split_over_sp else None
         size = dist.get_world_size(group) if group is not None else 1
         if size == 1:
-            res = va.replay_distances(model, tokenizer, data, advantages=advantages, **kw)
+            res = replay_distances(model, tokenizer, data, advantages=advantages, **kw)
             return replay_mod.ReplayResult(res.distances, lengths, res.stats, res.replayed)
         rank = dist.get_rank(group)
         m = math.ceil(n / size)
         lo, hi = min(rank * m, n), min(rank * m + m, n)
         part = data.select_idxs(torch.arange(lo, hi, dtype=torch.long))
         adv = None if advantages is None else advantages[lo:hi]
-        res = va.replay_distances(model, tokenizer, part, advantages=adv, **kw)
+        res = replay_distances(model, tokenizer, part, advantages=adv, **kw)
         dev = _group_device(group)
         buf = torch.zeros(m, kk, t, dtype=torch.float32, device=dev)  # [m, K', T]
         if hi > lo:
@@ -397,7 +399,7 @@ class MRTPOActorRolloutRefWorker(ActorRolloutRefWorker):
         if not engine.is_mp_src_rank_with_outputs():
             return None
         metrics = {METRIC_PREFIX + k: float(v) for k, v in res.stats.as_dict().items()}
-        return DataProto.from_dict(tensors={va.DISTANCES_KEY: res.distances}, meta_info={"metrics": metrics})
+        return DataProto.from_dict(tensors={DISTANCES_KEY: res.distances}, meta_info={"metrics": metrics})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -420,13 +422,11 @@ def worker_batch(
         raise ValueError(f"the batch has no {missing}: replay needs verl's padded prompts/responses layout")
     tensors = {k: data.batch[k] for k in _SENT_KEYS}
     tensors[ADVANTAGES_KEY] = torch.as_tensor(advantages).detach().float().cpu()
-    infos = va._extra_infos(data.non_tensor_batch, "MRTPO worker replay")
-    temperature = options.temperature if options.temperature is not None else va.batch_temperature(data)
+    infos = _extra_infos(data.non_tensor_batch, "MRTPO worker replay")
+    temperature = options.temperature if options.temperature is not None else batch_temperature(data)
     meta = {KIND_KEY: kind, OPTIONS_KEY: options.as_dict(), TEMPERATURE_KEY: float(temperature)}
     meta[REWARD_NAMES_KEY] = (
-        list(reward_names)
-        if reward_names is not None
-        else list(va.task_from_extra_info(infos[0]).reward_names)
+        list(reward_names) if reward_names is not None else list(task_from_extra_info(infos[0]).reward_names)
     )
     return DataProto.from_dict(
         tensors=tensors, non_tensors={"extra_info": np.asarray(infos, dtype=object)}, meta_info=meta
@@ -451,7 +451,7 @@ def sum_metrics(meta_info: Mapping[str, Any]) -> dict[str, float]:
 
 def make_worker_distances_for(
     worker_group: Any, options: ReplayConfig | Mapping[str, Any] | None = None
-) -> va.DistancesFor:
+) -> DistancesFor:
     """A :data:`mrtpo.integrations.verl.adapter.DistancesFor` that replays on ``worker_group`` (verl's
     ``actor_rollout_wg`` of :class:`MRTPOActorRolloutRefWorker`).
 
@@ -464,7 +464,7 @@ def make_worker_distances_for(
     def distances_for(data: Any) -> replay_mod.DistanceFn:
         def distances(kind: str, advantages: Tensor) -> Tensor:
             out = worker_group.mrtpo_replay(worker_batch(data, advantages, kind, opts))
-            d = out.batch[va.DISTANCES_KEY]
+            d = out.batch[DISTANCES_KEY]
             if d.shape[0] != len(data):
                 raise RuntimeError(f"mrtpo_replay returned {d.shape[0]} rows for a batch of {len(data)}")
             if isinstance(getattr(data, "meta_info", None), dict):

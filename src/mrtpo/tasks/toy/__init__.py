@@ -13,11 +13,10 @@ absent types do not count (see :meth:`ToyTask.metrics`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import ClassVar
 
+from mrtpo.io import read_jsonl
 from mrtpo.tasks.base import TASKS, Example, Task, Verifier
 from mrtpo.tasks.toy.data import (
     CONSTRAINT_TYPES,
@@ -121,10 +120,7 @@ class ToyTask(Task):
     ) -> list[Example]:
         """Built-in examples (``source=None``) or rows of a JSON-lines file of ``Example.to_dict()``."""
         if source is not None:
-            path = Path(source)
-            if not path.exists():
-                raise FileNotFoundError(f"toy data file {source!r} does not exist")
-            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            rows = read_jsonl(source, what="toy data file")
             examples = [Example.from_dict(r) for r in rows]
             for ex in examples:  # re-validate the constraints
                 make_example(ex.meta.get("constraints", {}), ex.id, list(ex.meta.get("constraints", {})))

@@ -1,4 +1,4 @@
-"""mrtpo.advantages: hand-computed values, identities, edge cases, errors, and loop references."""
+"""mrtpo.advantages.methods: hand-computed values, identities, edge cases, and loop references of every method."""
 
 from __future__ import annotations
 
@@ -9,77 +9,7 @@ import pytest
 import torch
 
 from mrtpo import advantages as adv
-
-EPS = 1e-6
-METHODS = ["corr_grpo", "dara", "dvao", "gd2po", "gdpo", "grpo", "rdpo", "sa_mrpo", "saw"]
-# every (method, options) combination the registry offers, for the sweeps below
-VARIANTS = [
-    ("grpo", {}),
-    ("gdpo", {}),
-    ("saw", {}),
-    ("dara", {"variant": "asym"}),
-    ("dara", {"variant": "sym"}),
-    ("dvao", {}),
-    ("sa_mrpo", {}),
-    ("sa_mrpo", {"gamma": 2.0}),
-    ("gd2po", {"variant": "hard"}),
-    ("gd2po", {"variant": "snr"}),
-    ("corr_grpo", {}),
-    ("rdpo", {}),
-    ("rdpo", {"decorrelate": "group"}),
-    ("rdpo", {"decorrelate": "none"}),
-]
-WHITENING = {"gdpo", "saw", "dara", "sa_mrpo", "gd2po", "rdpo"}
-
-
-def t(rows) -> torch.Tensor:
-    return torch.tensor(rows, dtype=torch.float64)
-
-
-def close(a: torch.Tensor, expected, tol: float = 1e-5) -> None:
-    torch.testing.assert_close(a.double(), t(expected), atol=tol, rtol=0)
-
-
-def call(method, r, g, bounds=None, **kw):
-    lo, hi = bounds if bounds is not None else (None, None)
-    return adv.compute(method, r, g, reward_min=lo, reward_max=hi, **kw)
-
-
-# ------------------------------------------------------------------ registry
-
-
-def test_available_lists_every_method():
-    assert adv.available() == METHODS
-
-
-def test_unknown_method_is_a_value_error_listing_names():
-    with pytest.raises(
-        ValueError, match=r"unknown advantage method 'gpdo'; known: corr_grpo, dara, dvao, gd2po"
-    ):
-        adv.compute("gpdo", t([[1.0], [0.0]]), [0, 0])
-
-
-def test_registered_functions_share_one_signature():
-    import inspect
-
-    # every method is fn(batch, *, typed keyword options); "eps" is common to all
-    for name in adv.available():
-        params = list(inspect.signature(adv.ADVANTAGES.get(name).fn).parameters.values())
-        assert params[0].name == "b" and params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD, name
-        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[1:]), name
-        assert "eps" in adv.ADVANTAGES.get(name).options(), name
-    assert adv.ADVANTAGES.get("saw").needs == ("reward_min",)
-    assert adv.ADVANTAGES.get("sa_mrpo").needs == ("reward_min", "reward_max")
-
-
-# ------------------------------------------------------------------ hand-computed values
-
-
-def test_group_zscore_binary_group():
-    # one group, G = 4, rewards [1, 0, 0, 1]: mean 0.5, unbiased std sqrt((4 * 0.25) / 3) = 0.57735,
-    # z = ±0.5 / (0.57735 + 1e-6) = ±0.866024
-    z = adv.group_zscore(t([[1.0], [0.0], [0.0], [1.0]]), torch.zeros(4, dtype=torch.long), 1)
-    close(z[:, 0], [0.866024, -0.866024, -0.866024, 0.866024])
+from tests.advantages.common import EPS, VARIANTS, WHITENING, call, close, t
 
 
 def test_grpo_hand_values():
@@ -160,11 +90,6 @@ def test_saw_user_weights_multiply_computed_weights():
     close(a, b.tolist(), tol=1e-12)
 
 
-def test_saw_equal_weights_when_no_variation():
-    # all rewards at their minimum: every CV is 0 <= delta, so ω = [1, 1]
-    close(adv.saw_weights(t([[0, -3], [0, -3]]), t([0, -3])), [1.0, 1.0])
-
-
 def test_dara_hand_values():
     # group 0: r = [[1,1],[0,0]] -> both columns z = ±0.707106 (active); group 1: r = [[1,0],[0,0]] -> column 0
     # active, column 1 constant. π = [2/2, 1/2]; λ = [1, min(5, sqrt(1 / 0.5))] = [1, 1.414214].
@@ -181,18 +106,6 @@ def test_dara_hand_values():
     # Â = [[0.468689, 0.662827], [-0.468689, -0.662827], [0.468689, 0], [-0.468689, 0]]
     s = adv.compute("dara", r, [0, 0, 1, 1], variant="sym")
     close(s, [[0.468689, 0.662827], [-0.468689, -0.662827], [0.468689, 0.0], [-0.468689, 0.0]])
-
-
-def test_dara_scale_cap():
-    # reward 0 varies in 1 of 30 groups, reward 1 in all 30: λ_0 = min(5, sqrt(30)) = 5, λ_1 = 1
-    r = torch.zeros(60, 2, dtype=torch.float64)
-    r[0::2, 1] = 1.0
-    r[0, 0] = 1.0
-    group = torch.arange(60) // 2
-    z = adv.group_zscore(r, group, 30)
-    close(adv.dara_scales(z, group, 30), [5.0, 1.0])
-    # a reward that never varies has π = 0 and λ = 1
-    close(adv.dara_scales(torch.zeros(4, 1, dtype=torch.float64), torch.tensor([0, 0, 1, 1]), 2), [1.0])
 
 
 def test_dvao_hand_values():
@@ -298,9 +211,6 @@ def test_corr_grpo_hand_values():
     # uncorrelated columns [1,0,0,1] and [1,1,0,0]: ρ = I, Σρ = 2, Â = ±0.5 / sqrt(2 + 1e-6) = ±0.353553
     b = adv.compute("corr_grpo", t([[1, 1], [0, 1], [0, 0], [1, 0]]), [0] * 4)
     close(b.abs(), [[0.353553] * 2] * 4)
-
-
-# ------------------------------------------------------------------ identities
 
 
 def _random_batch(seed: int, k: int, continuous: bool, equal_groups: bool = False):
@@ -422,113 +332,6 @@ def test_permuting_rows_permutes_the_result(method, opts):
     # string ids name the same groups
     c = call(method, r, [f"p{x}" for x in gids], bounds, weights=w, **opts, **extra)
     assert torch.equal(c, a)
-
-
-def test_output_dtypes():
-    r = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
-    assert adv.compute("gdpo", torch.tensor(r, dtype=torch.float64), [0, 0, 0]).dtype == torch.float64
-    assert adv.compute("gdpo", torch.tensor(r, dtype=torch.float32), [0, 0, 0]).dtype == torch.float32
-    assert adv.compute("gdpo", torch.tensor(r, dtype=torch.bfloat16), [0, 0, 0]).dtype == torch.float32
-    assert adv.compute("gdpo", r, torch.tensor([0, 0, 0])).dtype == torch.float32
-
-
-def test_eps_option_is_used():
-    # [1, 0, 0, 1] with eps = 0.5: z = ±0.5 / (0.57735 + 0.5) = ±0.464102 (GRPO with K = 1 is the z-score)
-    a = adv.compute("grpo", t([[1], [0], [0], [1]]), [0] * 4, eps=0.5)
-    close(a[:, 0], [0.464102, -0.464102, -0.464102, 0.464102])
-
-
-# ------------------------------------------------------------------ errors
-
-
-def test_nonfinite_rewards_name_row_column_and_group():
-    r = torch.zeros(9, 3)
-    g = [0, 0, 0, 1, 1, 1, 3, 3, 3]
-    r[7, 2] = float("nan")
-    with pytest.raises(ValueError, match=r"^rewards\[7, 2\] is nan \(group 3\)$"):
-        adv.compute("gdpo", r, g)
-    r[7, 2] = 0.0
-    r[4, 0] = float("-inf")
-    with pytest.raises(ValueError, match=r"^rewards\[4, 0\] is -inf \(group 1\)$"):
-        adv.compute("grpo", r, g)
-    r[4, 0] = float("inf")
-    with pytest.raises(ValueError, match=r"^rewards\[4, 0\] is inf \(group 1\)$"):
-        adv.compute("saw", r, g, reward_min=[0, 0, 0])
-
-
-def test_shape_errors():
-    r = torch.zeros(4, 2)
-    with pytest.raises(ValueError, match=r"rewards has shape \(4,\); expected 2-D \[N, K\]"):
-        adv.compute("gdpo", torch.zeros(4), [0] * 4)
-    with pytest.raises(ValueError, match=r"rewards must be a floating-point tensor .* torch.int64"):
-        adv.compute("gdpo", torch.zeros(4, 2, dtype=torch.long), [0] * 4)
-    with pytest.raises(ValueError, match=r"rewards has shape \(0, 2\)"):
-        adv.compute("gdpo", torch.zeros(0, 2), [])
-    with pytest.raises(ValueError, match=r"group_ids has 3 entries; expected N=4"):
-        adv.compute("gdpo", r, [0, 0, 1])
-    with pytest.raises(ValueError, match=r"group_ids has 5 entries; expected N=4"):
-        adv.compute("gdpo", r, torch.zeros(5, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"group_ids must hold integer ids; got dtype torch.float32"):
-        adv.compute("gdpo", r, torch.zeros(4))
-    with pytest.raises(ValueError, match=r"weights has shape \(3,\); expected \[K=2\]"):
-        adv.compute("gdpo", r, [0] * 4, weights=[1, 1, 1])
-    with pytest.raises(ValueError, match=r"weights\[1\] is -0.5; reward weights must be >= 0"):
-        adv.compute("gdpo", r, [0] * 4, weights=[1, -0.5])
-    with pytest.raises(ValueError, match=r"reward_min has shape \(1,\); expected \[K=2\]"):
-        adv.compute("saw", r, [0] * 4, reward_min=[0])
-    with pytest.raises(ValueError, match=r"lengths has shape \(3,\); expected \[N=4\]"):
-        adv.compute("gdpo", r, [0] * 4, whiten="token", lengths=[1, 2, 3])
-    with pytest.raises(ValueError, match=r"lengths\[1\] is -2.0; token counts must be >= 0"):
-        adv.compute("gdpo", r, [0] * 4, whiten="token", lengths=[1, -2, 3, 4])
-
-
-def test_missing_bounds_name_method_and_bound():
-    r = torch.zeros(4, 2)
-    with pytest.raises(ValueError, match=r"'saw' needs reward_min .*missing: reward_min"):
-        adv.compute("saw", r, [0] * 4)
-    with pytest.raises(ValueError, match=r"'sa_mrpo' needs reward_min and reward_max .*missing: reward_max"):
-        adv.compute("sa_mrpo", r, [0] * 4, reward_min=[0, 0])
-    with pytest.raises(ValueError, match=r"missing: reward_min, reward_max"):
-        adv.compute("sa_mrpo", r, [0] * 4)
-    with pytest.raises(ValueError, match=r"reward_max\[1\] = 0.0 must exceed reward_min\[1\] = 0.0"):
-        adv.compute("sa_mrpo", r, [0] * 4, reward_min=[0, 0], reward_max=[1, 0])
-    with pytest.raises(
-        ValueError, match=r"rewards\[2, 1\] = -4.0 is below reward_min\[1\] = -3.0 \(group 5\)"
-    ):
-        adv.compute("saw", t([[0, 0], [0, 0], [0, -4]]), [1, 1, 5], reward_min=[0, -3])
-    with pytest.raises(ValueError, match=r"rewards\[0, 0\] = 2.0 is above reward_max\[0\] = 1.0"):
-        adv.compute("sa_mrpo", t([[2, 0], [0, 0]]), [1, 1], reward_min=[0, 0], reward_max=[1, 1])
-    # a rounding error past a bound is accepted
-    adv.compute("saw", t([[-3.0000000000000004], [3]]), [1, 1], reward_min=[-3])
-
-
-def test_option_errors():
-    r = torch.zeros(4, 2)
-    with pytest.raises(
-        ValueError,
-        match=r"unknown option 'gama' for advantage method 'sa_mrpo'; its options: eps, gamma, whiten",
-    ):
-        adv.compute("sa_mrpo", r, [0] * 4, reward_min=[0, 0], reward_max=[1, 1], gama=1.0)
-    with pytest.raises(
-        ValueError, match=r"unknown option 'whiten' for advantage method 'grpo'; its options: eps"
-    ):
-        adv.compute("grpo", r, [0] * 4, whiten="token")
-    with pytest.raises(ValueError, match=r"option variant must be one of 'asym', 'sym'; got 'both'"):
-        adv.compute("dara", r, [0] * 4, variant="both")
-    with pytest.raises(ValueError, match=r"option variant must be one of 'hard', 'snr'"):
-        adv.compute("gd2po", r, [0] * 4, variant="soft")
-    with pytest.raises(ValueError, match=r"option whiten must be one of 'response', 'token'"):
-        adv.compute("gdpo", r, [0] * 4, whiten="tokens")
-    with pytest.raises(ValueError, match=r"whiten='token' needs option lengths"):
-        adv.compute("gdpo", r, [0] * 4, whiten="token")
-    for bad in (0, -1e-6, float("nan"), "1e-6"):
-        with pytest.raises(ValueError, match=r"option eps must be a positive finite number"):
-            adv.compute("corr_grpo", r, [0] * 4, eps=bad)
-    with pytest.raises(ValueError, match=r"option gamma must be a finite number >= 0; got -1"):
-        adv.compute("sa_mrpo", r, [0] * 4, reward_min=[0, 0], reward_max=[1, 1], gamma=-1)
-
-
-# ------------------------------------------------------------------ loop references
 
 
 def _mean(xs):
@@ -779,38 +582,3 @@ def test_vectorized_matches_loop_reference(method, opts, continuous):
         torch.testing.assert_close(
             got, t(expected), atol=1e-9, rtol=1e-9, msg=lambda m, s=seed: f"{method} {opts} seed {s}: {m}"
         )
-
-
-# ------------------------------------------------------------------ huge rewards
-
-
-@pytest.mark.parametrize("method, opts", VARIANTS)
-def test_huge_rewards_do_not_overflow(method, opts):
-    # r² overflows float64 beyond ~1.3e154; every std is taken of exactly rescaled values instead.
-    # Scale-invariant methods give the same advantages (eps is negligible at both scales here, the
-    # group stds being ~0.5 and ~5e154; SAW's delta = 1e-8 moves its weights by ~1e-8 relative);
-    # CorrGRPO's advantage is the centered reward, so it scales.
-    r = t([[1, 0], [0, 1], [1, 1], [0, 0], [1, 0], [0, 0]])
-    g = [0, 0, 0, 0, 1, 1]
-    lo, hi = [0, 0], [1, 1]
-    small = call(method, r, g, (lo, hi), eps=1e-12, **opts)
-    big = call(method, r * 1e155, g, ([0, 0], [1e155, 1e155]), eps=1e-12, **opts)
-    assert torch.isfinite(big).all()
-    expected = small * 1e155 if method == "corr_grpo" else small
-    torch.testing.assert_close(big, expected, rtol=1e-7, atol=1e-7 * expected.abs().max().item())
-
-
-def test_issue_reproduction_corr_grpo_1e155():
-    r = torch.tensor([[1e155, 0], [0, 1e155], [1e155, 1e155], [0, 0]], dtype=torch.float64)
-    out = adv.compute("corr_grpo", r, [0, 0, 0, 0])
-    # ρ of the two columns: centered [±0.5] patterns [+,-,+,-] and [-,+,+,-]: cov 0, so Σρ = 2;
-    # Â = c / sqrt(2 + eps) with c = ±0.5e155
-    c = t([[0.5, -0.5], [-0.5, 0.5], [0.5, 0.5], [-0.5, -0.5]]) * 1e155
-    torch.testing.assert_close(out, c / math.sqrt(2 + EPS), rtol=1e-12, atol=0)
-
-
-def test_result_that_overflows_is_a_clear_error():
-    # the group mean of 1.7e308, 1.7e308, -1.7e308 overflows: no finite advantage exists in float64
-    r = t([[1.7e308], [1.7e308], [-1.7e308]])
-    with pytest.raises(ValueError, match=r"'corr_grpo' gives non-finite advantages .* rescale the rewards"):
-        adv.compute("corr_grpo", r, [0, 0, 0])

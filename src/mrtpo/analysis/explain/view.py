@@ -1,0 +1,260 @@
+"""The numbers of one record: :class:`CreditView` (distances, response-level and MRTPO token
+advantages, per reward and in total), their colour scale and labels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mrtpo.records import SampleRecord
+
+DEFAULT_BETA = 0.5
+
+ZERO_TOL = 1e-8
+"""Advantages with ``|value| <= ZERO_TOL`` are drawn as 0 (``mrtpo.advantages.ACTIVE_TOL``)."""
+
+
+@dataclass
+class CreditView:
+    """Everything drawn for one response.
+
+    Attributes:
+        title: a heading (source, step, method).
+        tokens: [T] display pieces of the response tokens.
+        reward_names: [K].
+        rewards: [K] reward values (None when the record has none).
+        advantages: [K] float64, the response-level advantages Â.
+        distances: [K', T] float64 (K' = K, or 1 for joint replay); 0 in skipped rows.
+        skipped: [K'] True where the record's row is null (replay skipped the pair: Â = 0).
+        weights: [K', T] token weights w = d / mean_t d (:func:`mrtpo.credit.token_weights`; 1 in
+            skipped rows).
+        method: the response-level method's name (``gdpo``).
+        credit_beta: β used for the MRTPO columns.
+        credit: credit scheme of the MRTPO columns, ``reward`` or ``joint`` (from K'); ``none`` without replay.
+        response_level: [K, T] Â[k] on every token.
+        response_total: [T] Σ_k Â[k] on every token.
+        token_level: [K, T] Â[k] · ((1 − β) + β · w[k, t]).
+        token_total: [T] S = allocate(Â, d, mask, β, credit).
+        logged: [T] the record's ``token_advantages`` (None when absent).
+        logged_note: how ``logged`` compares with ``token_total``.
+        checked: reward name -> [T] 0/1 tokens its verifier reads (rewards without spans are absent).
+        prompt, response: texts (None when absent).
+        notes: free-text lines shown under the heading (e.g. where Â came from).
+    """
+
+    title: str
+    tokens: list[str]
+    reward_names: list[str]
+    rewards: list[float] | None
+    advantages: np.ndarray
+    distances: np.ndarray
+    skipped: list[bool]
+    weights: np.ndarray
+    method: str
+    credit_beta: float
+    credit: str
+    response_level: np.ndarray
+    response_total: np.ndarray
+    token_level: np.ndarray
+    token_total: np.ndarray
+    logged: np.ndarray | None = None
+    logged_note: str = ""
+    checked: dict[str, list[int]] = field(default_factory=dict)
+    prompt: str | None = None
+    response: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The numbers as JSON-serialisable lists (the ``explain.json`` entry)."""
+        out: dict[str, Any] = {}
+        for k, v in self.__dict__.items():
+            out[k] = v.tolist() if isinstance(v, np.ndarray) else v
+        return out
+
+
+def _display_tokens(tokens: list[str], response: str | None) -> list[str]:
+    """Token strings for display, spelling the response where possible.
+
+    As given when they join to the response. Otherwise the byte-level / SentencePiece markers (Ġ, ▁, Ċ)
+    become the characters they stand for, and, when the pieces still do not join to the response
+    (tokens decoded one by one lose the spaces of a word-level tokenizer), each token takes the
+    whitespace that precedes it in the response; a token not found there (``<eos>``, ``<unk>``) is
+    shown as it is.
+    """
+    if response is None or "".join(tokens) == response:
+        return tokens
+    table = str.maketrans({"Ġ": " ", "▁": " ", "Ċ": "\n", "ĉ": "\t"})
+    pieces = [t.translate(table) for t in tokens]
+    if "".join(pieces) == response:
+        return pieces
+    out, pos = [], 0
+    for piece in pieces:
+        at = response.find(piece, pos) if piece else -1
+        if at >= 0 and (at == pos or response[pos:at].isspace()):
+            out.append(response[pos : at + len(piece)])
+            pos = at + len(piece)
+        else:
+            out.append(piece)
+    return out
+
+
+_UNSHUFFLED = {"shuffled": "reward", "scaled_shuffled": "scaled"}
+
+
+def credit_view(
+    record: dict[str, Any] | SampleRecord, *, credit_beta: float | None = DEFAULT_BETA, where: str = "record"
+) -> CreditView:
+    """Compute the response-level and MRTPO token advantages of a samples.jsonl record.
+
+    Args:
+        record: ``{"tokens": [T], "reward_names": [K], "advantages": [K], "distances": [K or 1][T] (rows
+            may be null), ...}`` (docs/run-format.md); ``rewards``, ``token_advantages``,
+            ``checked_tokens``, ``method``, ``credit``, ``credit_beta`` (``beta`` in records of earlier
+            versions), ``step``, ``prompt``, ``response`` are
+            optional.
+        credit_beta: β of the MRTPO columns; None: the record's ``credit_beta`` (0.5 when absent).
+        where: how to name the record in error messages (``samples.jsonl line 3``).
+
+    Raises:
+        ValueError: a missing or malformed field, naming it; a null distance row whose advantage is not 0.
+    """
+    import torch
+
+    from mrtpo import credit
+    from mrtpo.advantages import ACTIVE_TOL
+
+    rec = record if isinstance(record, SampleRecord) else SampleRecord.from_json(record, where)
+    names, tokens, adv = rec.reward_names, rec.tokens, rec.advantages
+    k, t_len = len(names), len(tokens)
+    rows = rec.distances
+    if rows is None:  # a run without replay (response-level credit): nothing to redistribute
+        rows, credit_name = [None] * k, "none"
+    else:
+        credit_name = "reward" if len(rows) == k else "joint"
+    dist = np.zeros((len(rows), t_len), dtype=np.float64)  # [K', T]
+    skipped = []
+    for i, row in enumerate(rows):
+        if row is None and credit_name != "none":  # replay skips pairs with |Â| <= ACTIVE_TOL
+            needed = (
+                abs(adv[i]) > ACTIVE_TOL if credit_name == "reward" else any(abs(a) > ACTIVE_TOL for a in adv)
+            )
+            if needed:
+                which = f"advantages[{i}] = {adv[i]}" if credit_name == "reward" else f"advantages = {adv}"
+                raise ValueError(f"{where}: distances[{i}] is null but {which} is not 0")
+        if row is not None:
+            dist[i] = row
+        skipped.append(row is None)
+    rewards = rec.rewards
+    if credit_beta is None:
+        credit_beta = DEFAULT_BETA if rec.credit_beta is None else rec.credit_beta
+    beta = float(credit_beta)
+
+    a = torch.tensor([adv], dtype=torch.float64)  # [1, K]
+    d = torch.from_numpy(dist)[None]  # [1, K', T]
+    mask = torch.ones(1, t_len, dtype=torch.bool)  # [1, T]
+    weights_credit = "uniform" if credit_name == "none" else credit_name  # no distances: w = 1
+    # the record's own scheme (a plug-in's too) when its weights come from these rows; a shuffled scheme's
+    # random permutation cannot be redrawn, so its unshuffled counterpart is shown
+    own_name = _UNSHUFFLED.get(rec.credit, rec.credit)
+    if credit_name != "none" and own_name in credit.CREDIT_SCHEMES:
+        own = credit.scheme(own_name)
+        if (
+            own.token_advantages is None
+            and own.replay != "none"
+            and (own.replay == "reward") == (credit_name == "reward")
+        ):
+            weights_credit = own.name
+    total = credit.allocate(a, d, mask, beta=beta, credit=weights_credit)[0]  # [T]
+    per_reward = torch.zeros(k, t_len, dtype=torch.float64)  # [K, T]
+    for j in range(k):
+        only = torch.zeros_like(a)
+        only[0, j] = a[0, j]
+        per_reward[j] = credit.allocate(only, d, mask, beta=beta, credit=weights_credit)[0]
+    resp_total = credit.allocate(a, None, mask, beta=beta, credit="uniform")[0]  # [T]  Σ_k Â[k]
+    weights = credit.token_weights(d, mask, credit=weights_credit)[0]  # [K', T]
+
+    logged, note = None, ""
+    if rec.token_advantages is not None:
+        logged = np.asarray(rec.token_advantages)
+        rec_beta, rec_credit = rec.credit_beta, rec.credit
+        diff = float(np.abs(logged - total.numpy()).max())
+        if credit_name == "none":
+            same_setting = rec_credit in (None, "none", "uniform")
+        else:
+            same_setting = (rec_beta is None or float(rec_beta) == beta) and rec_credit in (
+                None,
+                credit_name,
+                weights_credit,
+            )
+        if same_setting:
+            note = f"logged token advantages: max |logged − S| = {diff:.3g}"
+        else:
+            note = f"logged token advantages (credit {rec_credit}, β={rec_beta}) differ by up to {diff:.3g}"
+
+    method = rec.method or "response-level"
+    step = rec.step
+    named = step is not None and f"step {step}" in where  # the caller's name already gives the step
+    parts = (
+        [where]
+        + ([f"step {step}"] if step is not None and not named else [])
+        + [f"{method.upper()} vs MRTPO (β={beta:g})"]
+    )
+    return CreditView(
+        title=" · ".join(parts),
+        tokens=_display_tokens(tokens, rec.response),
+        reward_names=list(names),
+        rewards=rewards,
+        advantages=a[0].numpy(),
+        distances=dist,
+        skipped=skipped,
+        weights=weights.numpy(),
+        method=method,
+        credit_beta=beta,
+        credit=credit_name,
+        response_level=np.repeat(np.asarray(adv, dtype=np.float64)[:, None], t_len, axis=1),
+        response_total=resp_total.numpy(),
+        token_level=per_reward.numpy(),
+        token_total=total.numpy(),
+        logged=logged,
+        logged_note=note,
+        checked=dict(rec.checked_tokens or {}),
+        prompt=rec.prompt,
+        response=rec.response,
+        notes=list(rec.notes or [])
+        + (
+            [
+                f"no replay distances in this record (credit {rec.credit!r}): the token-level column "
+                "equals the response level"
+            ]
+            if credit_name == "none"
+            else []
+        ),
+    )
+
+
+def select_records(
+    records: Sequence[dict[str, Any]], indices: Sequence[int], *, source: str = "samples"
+) -> list:
+    """``records[i]`` for each index (negative counts from the end); ValueError naming a bad index."""
+    out = []
+    for i in indices:
+        if not -len(records) <= i < len(records):
+            raise ValueError(f"--index {i} is out of range: {source} has {len(records)} records")
+        out.append(records[i])
+    return out
+
+
+def advantage_scale(*rows: np.ndarray) -> float:
+    """The colour scale shared by a reward's response-level and MRTPO rows: ``max |value|`` over them,
+    or 0 when that is at most :data:`ZERO_TOL` (the rows are drawn as zero, not stretched to full
+    colour)."""
+    scale = max((float(np.abs(r).max()) for r in rows if np.size(r)), default=0.0)
+    return scale if scale > ZERO_TOL else 0.0
+
+
+def signed_label(v: float) -> str:
+    """Short signed value for labels; rounding noise (|v| < 5e-7, e.g. a GDPO row sum of 0) shows as +0."""
+    return f"{round(float(v), 6) + 0.0:+.3g}"

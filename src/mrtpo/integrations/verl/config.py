@@ -1,0 +1,196 @@
+"""The ``algorithm.mrtpo`` node of verl's config (:class:`VerlMRTPOConfig`) and the names this
+integration shares with verl: the verl release, the estimator prefix, the batch key of replay distances."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+from mrtpo import advantages as adv_registry
+from mrtpo.method import MethodConfig
+
+VERL_VERSION = "0.9.1"
+"""The verl release this adapter is written and tested against."""
+
+ESTIMATOR_PREFIX = "mrtpo_"
+"""verl estimator names are ``ESTIMATOR_PREFIX + method`` (``mrtpo_gdpo``)."""
+
+CONFIG_NODE = "mrtpo"
+"""Key of this adapter's options under verl's ``algorithm`` config."""
+
+RENAMED_KEYS = {"beta": "credit_beta"}
+"""Keys of ``algorithm.mrtpo`` that earlier versions read, and their names now (an old key is an error
+that names the new one)."""
+
+DISTANCES_KEY = "mrtpo_distances"
+"""``batch[DISTANCES_KEY]``: replay distances [N, K', T] float32 read by credit schemes that need them."""
+
+
+@dataclass
+class VerlMRTPOConfig:
+    """Options of the ``mrtpo_*`` estimators, read from ``algorithm.mrtpo`` of verl's config.
+
+    Every field is optional; with no node at all an estimator is the response-level method with
+    default options (``credit="none"``). The method fields are validated once, into
+    :attr:`method_config` (a :class:`mrtpo.method.MethodConfig`; its ``method`` comes from the estimator
+    name ``algorithm.adv_estimator=mrtpo_<method>`` in :meth:`from_algorithm`, else from the
+    estimator that is called).
+    """
+
+    credit: str = field(
+        default="none",
+        metadata={
+            "help": "Token credit. 'none': every valid token gets the row sum Σ_k Â[j, k] (the response-level "
+            "method). 'reward' (MRTPO), 'joint', 'shuffled', 'cort' (CoRT: the relevance "
+            "|log π(y_t|C) - log π(y_t|C_-all)| at the sampling temperature) and 'rlsd' (RLSD: the gap "
+            "log π(y_t|C) - log π(y_t|rollout prompt)) need batch['mrtpo_distances'] (replay, see "
+            "install(distances_for=...); python -m mrtpo.integrations.verl.main installs it); 'uniform' is w = 1 "
+            "(equals 'none' up to rounding). The default is 'none' here because verl's own entry point "
+            "(verl.trainer.main_ppo) computes no distances."
+        },
+    )
+    credit_beta: float = field(
+        default=0.5,
+        metadata={
+            "help": "Allocation strength β in [0, 1]: S = Σ_k Â_k ((1 - β) + β w_k) (constant: no CoRT ramp)."
+        },
+    )
+    options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Options of the advantage method, e.g. {eps: 1e-4}, {whiten: token} (token counts come "
+            "from response_mask), {gamma: 0.5} for sa_mrpo, {variant: sym} for dara, {decorrelate: group} for rdpo."
+        },
+    )
+    credit_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Options of the credit scheme: for rlsd {eps: 0.2, negative_only: false, warmup_steps: 0, "
+            "decay_steps: 0} (λ is credit_beta; its schedule counts verl's meta_info['global_steps'] from 1)."
+        },
+    )
+    weights: list[float] | None = field(
+        default=None,
+        metadata={"help": "Reward weights w_k in reward-key order (None: the method's default)."},
+    )
+    reward_keys: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "non_tensor_batch keys of the K per-reward scores, in column order. None: the reward "
+            "names of the task named in extra_info['mrtpo_task'] (what compute_score returns)."
+        },
+    )
+    reward_min: list[float] | None = field(
+        default=None,
+        metadata={"help": "Each reward's minimum (SAW, SA-MRPO). None: the task verifiers' declared bounds."},
+    )
+    reward_max: list[float] | None = field(
+        default=None,
+        metadata={"help": "Each reward's maximum (SA-MRPO). None: the task verifiers' declared bounds."},
+    )
+    seed: int = field(
+        default=0, metadata={"help": "Seed of credit='shuffled' (mixed with a hash of the batch's uids)."}
+    )
+    replay: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Options of the replay on verl's actor workers (mrtpo.integrations.verl.main): sharding, "
+            "token_budget, chunk_size, prefix_sharing, projection_dtype, distance_kernel, template_kwargs, temperature; see mrtpo.integrations.verl.worker.ReplayConfig."
+        },
+    )
+
+    method_config: MethodConfig = field(init=False, repr=False, compare=False)
+    """The validated method configuration of these fields (``method`` None until an estimator names it)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.replay, dict):
+            raise ValueError(
+                f"algorithm.mrtpo.replay must be a mapping of replay options; got {self.replay!r}"
+            )
+        self.method_config = MethodConfig(
+            method=None,
+            options=self.options,
+            weights=self.weights,
+            credit=self.credit,
+            credit_beta=self.credit_beta,
+            credit_options=self.credit_options,
+            seed=self.seed,
+            labels={
+                name: f"algorithm.{CONFIG_NODE}.{name}"
+                for name in ("options", "weights", "credit", "credit_beta", "credit_options", "seed")
+            },
+        )
+        if self.reward_keys is not None:
+            if not self.reward_keys or not all(isinstance(k, str) for k in self.reward_keys):
+                raise ValueError(
+                    f"algorithm.mrtpo.reward_keys must be a non-empty list of names; got {self.reward_keys!r}"
+                )
+            if len(set(self.reward_keys)) != len(self.reward_keys):
+                raise ValueError(f"algorithm.mrtpo.reward_keys has duplicates: {self.reward_keys}")
+            self.method_config.check_rewards(len(self.reward_keys), self.reward_keys)
+
+    @classmethod
+    def from_algorithm(cls, config: Any) -> VerlMRTPOConfig:
+        """Read the ``mrtpo`` node of verl's algorithm config (a DictConfig, an AlgoConfig, a dict or None).
+
+        Unknown keys raise ValueError listing the known ones. An ``mrtpo_<method>`` estimator name in
+        ``adv_estimator`` sets :attr:`method_config`'s method (its options are then checked here).
+        """
+        node = _get(config, CONFIG_NODE)
+        estimator = _get(config, "adv_estimator")
+        name = estimator.value if isinstance(estimator, Enum) else estimator
+        method = _method_of(name) if isinstance(name, str) else None
+        if node is None:
+            return cls()._with_method(method)
+        values = _plain(node)
+        if not isinstance(values, dict):
+            raise ValueError(f"algorithm.mrtpo must be a mapping; got {type(node).__name__}")
+        for old, new in RENAMED_KEYS.items():
+            if old in values:
+                raise ValueError(
+                    f"field 'algorithm.{CONFIG_NODE}.{old}' is now 'algorithm.{CONFIG_NODE}.{new}'"
+                )
+        known = {f.name for f in fields(cls) if f.init}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown key(s) {', '.join(map(repr, unknown))} under algorithm.mrtpo; known: {', '.join(sorted(known))}"
+            )
+        return cls(**values)._with_method(method)
+
+    def _with_method(self, method: str | None) -> VerlMRTPOConfig:
+        if method is not None:
+            self.method_config = self.method_config.with_method(method)
+        return self
+
+
+def _get(config: Any, key: str, default: Any = None) -> Any:
+    """``config[key]`` of a DictConfig / dataclass / dict / None, or ``default``."""
+    if config is None:
+        return default
+    if isinstance(config, Mapping):
+        return config.get(key, default)
+    getter = getattr(config, "get", None)
+    if callable(getter):
+        try:
+            return getter(key, default)
+        except Exception:  # a struct-mode config raises on a missing key
+            return default
+    return getattr(config, key, default)
+
+
+def _plain(x: Any) -> Any:
+    """Nested Mapping / sequence (OmegaConf containers included) -> dicts and lists."""
+    if isinstance(x, Mapping):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
+        return [_plain(v) for v in x]
+    return x
+
+
+def _method_of(name: str) -> str | None:
+    if name.startswith(ESTIMATOR_PREFIX) and name[len(ESTIMATOR_PREFIX) :] in adv_registry.available():
+        return name[len(ESTIMATOR_PREFIX) :]
+    return None

@@ -1,0 +1,121 @@
+"""verl's reward function :func:`compute_score` and the examples and tasks it reads from
+``extra_info`` (written by :mod:`mrtpo.integrations.verl.data`)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from mrtpo.integrations.verl.config import _plain
+from mrtpo.tasks.base import Example, Task
+from mrtpo.tasks.conditions import apply_conditions, task_conditions
+
+EXAMPLE_KEY = "mrtpo_example"
+"""``extra_info[EXAMPLE_KEY]``: the example (``Example.to_dict()``) as JSON text or a dict."""
+
+TASK_KEY = "mrtpo_task"
+"""``extra_info[TASK_KEY]``: the task name (``mrtpo.tasks.load_task``)."""
+
+TASK_KWARGS_KEY = "mrtpo_task_kwargs"
+"""``extra_info[TASK_KWARGS_KEY]``: JSON object of the task's constructor arguments (optional)."""
+
+RESERVED_KEYS = frozenset({"score", "acc"})
+"""Reward-info keys verl itself uses; a reward may not be named after one."""
+
+
+@functools.lru_cache(maxsize=32)
+def _load_task(name: str, kwargs_json: str) -> Task:
+    from mrtpo.tasks import load_task
+
+    return load_task(name, **json.loads(kwargs_json))
+
+
+def task_from_extra_info(extra_info: Mapping[str, Any] | None) -> Task:
+    """The task named by ``extra_info["mrtpo_task"]`` (built once per process and name + kwargs)."""
+    if not isinstance(extra_info, Mapping) or not extra_info.get(TASK_KEY):
+        raise ValueError(
+            f"extra_info has no '{TASK_KEY}' (the task name); build the data with "
+            "mrtpo.integrations.verl.data (python -m mrtpo.integrations.verl.data --task NAME --out DIR)"
+        )
+    kwargs = extra_info.get(TASK_KWARGS_KEY) or "{}"
+    if isinstance(kwargs, Mapping):
+        kwargs = json.dumps(_plain(kwargs), sort_keys=True)
+    return _load_task(str(extra_info[TASK_KEY]), str(kwargs))
+
+
+def example_from_extra_info(extra_info: Mapping[str, Any] | None) -> Example:
+    """The :class:`Example` stored in ``extra_info["mrtpo_example"]`` (JSON text or a dict)."""
+    if not isinstance(extra_info, Mapping) or extra_info.get(EXAMPLE_KEY) is None:
+        raise ValueError(
+            f"extra_info has no '{EXAMPLE_KEY}' (the example's segments and meta); build the data with "
+            "mrtpo.integrations.verl.data"
+        )
+    value = extra_info[EXAMPLE_KEY]
+    if isinstance(value, (str, bytes)):
+        value = json.loads(value)
+    return Example.from_dict(_plain(value))
+
+
+def _extra_infos(non_tensor_batch: Mapping[str, Any] | None, what: str) -> list[Mapping[str, Any]]:
+    if non_tensor_batch is None or "extra_info" not in non_tensor_batch:
+        raise ValueError(
+            f"{what} needs non_tensor_batch['extra_info'] (one dict per response, from the dataset)"
+        )
+    return list(non_tensor_batch["extra_info"])
+
+
+def compute_score(
+    data_source: str | None = None,
+    solution_str: str = "",
+    ground_truth: Any = None,
+    extra_info: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, float]:
+    """verl reward function: the task's verifiers on one response, total plus every reward.
+
+    ``{"score": Σ_k r_k, name_1: r_1, ..., name_K: r_K}`` with the names in ``task.reward_names`` order.
+    verl's reward managers use ``score`` as the response reward and keep every key in
+    ``reward_extra_info`` (``non_tensor_batch[name]`` in the trainer), where the ``mrtpo_*``
+    estimators read the K columns. ``data_source`` and ``ground_truth`` are not used: the example and
+    the task come from ``extra_info`` (see :mod:`mrtpo.integrations.verl.data`).
+
+    Config: ``reward.custom_reward_function.path=pkg://mrtpo.integrations.verl.adapter``,
+    ``reward.custom_reward_function.name=compute_score``.
+
+    Raises:
+        ValueError: ``extra_info`` without the example or task; a verifier list that does not match the
+            task's reward names; a reward named ``score`` or ``acc``; a non-finite reward.
+    """
+    task = task_from_extra_info(extra_info)
+    ex = example_from_extra_info(extra_info)
+    verifiers = task.verifiers(ex)
+    names = [v.name for v in verifiers]
+    if names != list(task.reward_names):
+        raise ValueError(
+            f"task.verifiers(example {ex.id!r}) returns {names}; expected the reward columns {list(task.reward_names)}"
+        )
+    clash = sorted(RESERVED_KEYS & set(names))
+    if clash:
+        raise ValueError(
+            f"reward name(s) {clash} collide with verl's reward-info keys {sorted(RESERVED_KEYS)}"
+        )
+    text = solution_str if isinstance(solution_str, str) else str(solution_str)
+    out: dict[str, float] = {}
+    for v in verifiers:
+        value = float(v.score(ex, text))
+        if not math.isfinite(value):
+            raise ValueError(f"verifier {v.name!r} returned {value} for example {ex.id!r}")
+        out[v.name] = value
+    conditions = task_conditions(task)
+    if conditions:  # GDPO Eq. 8 before the advantages; the raw values stay as "<name>_raw"
+        raw = torch.tensor([[out[n] for n in names]], dtype=torch.float64)
+        cond = apply_conditions(raw, conditions)[0].tolist()
+        raws = {f"{c.reward}_raw": out[c.reward] for c in conditions}
+        out = {**dict(zip(names, cond)), **raws}
+        return {"score": float(sum(out[n] for n in names)), **out}
+    return {"score": float(sum(out.values())), **out}

@@ -1,0 +1,546 @@
+"""The schemas of ``sql_tiny`` (:mod:`mrtpo.tasks.sql.build_tiny`): six made-up databases (schools, a store,
+a library, music, an airline, a clinic), their columns and the value pools their rows are drawn from.
+A data table; :func:`specs` draws the names from ``rng``, so the same seed gives the same schemas."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Col:
+    """A data column. ``kind``: "num" (INTEGER/REAL drawn in [lo, hi] by ``step``) or "cat" (TEXT drawn
+    from ``values``); ``phrase``/``plural`` name it in questions."""
+
+    name: str
+    kind: str
+    phrase: str
+    plural: str = ""
+    sql_type: str = "INTEGER"
+    lo: float = 0
+    hi: float = 0
+    step: float = 1
+    values: tuple[str, ...] = ()
+    aggs: tuple[str, ...] = ("avg", "max", "min", "sum")  # aggregates that make sense for the column
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table with ``id INTEGER PRIMARY KEY``, a unique TEXT label column and data columns.
+
+    ``parent``/``fk``/``rel``: the table it references (``fk`` column → ``parent.id``) and how a row
+    relates to one parent row in a question ("in the {v} department"). ``childless``: the last
+    ``childless`` rows of this table get no rows of any child table (for NOT IN questions)."""
+
+    name: str
+    singular: str
+    plural: str
+    label: str
+    label_phrase: str
+    labels: tuple[str, ...]
+    cols: tuple[Col, ...]
+    parent: str | None = None
+    fk: str | None = None
+    rel: str = ""
+    childless: int = 0
+
+
+@dataclass(frozen=True)
+class Database:
+    db_id: str
+    split: str
+    tables: tuple[Table, ...]  # parents before children
+    chain: tuple[str, str, str, str] | None = None  # (grandchild, child, parent, phrase with {v})
+    cap: int = 80
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+FIRST = _words(
+    "Alice Bruno Carmen Daniel Elena Felix Grace Hugo Irene Jonas Karin Leon Maya Nikolai Olga Pablo Quinn Rosa Samuel Tanya Umar Vera Walter Xenia Yusuf Zoe Aaron Bianca Cyrus Delia"
+)
+LAST = _words(
+    "Adams Baker Castro Dubois Evans Fischer Garcia Hansen Ito Jensen Kowalski Lopez Moreau Novak Okafor Petrov Quintero Rossi Schmidt Tanaka Ueda Varga Weber Xu Yilmaz Zhang Mendes Silva Berg Costa"
+)
+ADJ = _words(
+    "Silent Hidden Golden Broken Distant Crimson Quiet Endless Frozen Wild Hollow Bright Lost Secret"
+)
+NOUN = _words(
+    "River Garden Mountain Letter Harbor Forest Mirror Window Island Bridge Lantern Meadow Voyage Storm"
+)
+CITIES = ("Boston", "Chicago", "Denver", "Austin", "Seattle")
+STORE_PRODUCTS = {  # the store's products by category; the last category has none
+    "Electronics": ("Wireless Mouse", "USB Cable", "Desk Lamp", "Headphones", "Power Bank", "Webcam"),
+    "Books": ("Cookbook", "Atlas", "Dictionary", "Travel Guide", "Poetry Collection"),
+    "Toys": ("Puzzle Box", "Toy Train", "Kite", "Building Blocks", "Yo-yo"),
+    "Garden": ("Watering Can", "Seed Pack", "Garden Hose", "Flower Pot", "Rake"),
+    "Kitchen": ("Frying Pan", "Kettle", "Cutting Board", "Teapot", "Mixing Bowl"),
+    "Sports": ("Yoga Mat", "Tennis Racket", "Football", "Jump Rope", "Water Bottle"),
+    "Clothing": (),
+}
+
+
+def _people(rng: random.Random, n: int) -> tuple[str, ...]:
+    pairs = list(itertools.product(FIRST, LAST))
+    return tuple(f"{a} {b}" for a, b in rng.sample(pairs, n))
+
+
+def _titles(rng: random.Random, n: int, pattern: str = "The {a} {b}") -> tuple[str, ...]:
+    pairs = list(itertools.product(ADJ, NOUN))
+    return tuple(pattern.format(a=a, b=b) for a, b in rng.sample(pairs, n))
+
+
+def specs(rng: random.Random) -> list[Database]:
+    school = Database(
+        "school",
+        "train",
+        (
+            Table(
+                "departments",
+                "department",
+                "departments",
+                "name",
+                "name",
+                (
+                    "Mathematics",
+                    "Physics",
+                    "History",
+                    "Biology",
+                    "Chemistry",
+                    "Music",
+                    "Economics",
+                    "Philosophy",
+                ),
+                (
+                    Col(
+                        "building",
+                        "cat",
+                        "building",
+                        "buildings",
+                        "TEXT",
+                        values=("North Hall", "South Hall", "East Hall", "Science Center"),
+                    ),
+                    Col("budget", "num", "budget", lo=80000, hi=900000, step=1000),
+                    Col("founded_year", "num", "founding year", lo=1900, hi=2010, aggs=("avg", "max", "min")),
+                ),
+                childless=1,
+            ),
+            Table(
+                "teachers",
+                "teacher",
+                "teachers",
+                "name",
+                "name",
+                _people(rng, 24),
+                (
+                    Col("age", "num", "age", lo=28, hi=66, aggs=("avg", "max", "min")),
+                    Col("salary", "num", "salary", lo=40000, hi=130000, step=250),
+                    Col("city", "cat", "city", "cities", "TEXT", values=CITIES),
+                ),
+                parent="departments",
+                fk="department_id",
+                rel="in the {v} department",
+                childless=2,
+            ),
+            Table(
+                "courses",
+                "course",
+                "courses",
+                "title",
+                "title",
+                tuple(
+                    f"{s} {lvl}"
+                    for s in (
+                        "Algebra",
+                        "Mechanics",
+                        "Ancient Rome",
+                        "Genetics",
+                        "Organic Chemistry",
+                        "Harmony",
+                        "Microeconomics",
+                        "Calculus",
+                        "Optics",
+                        "Statistics",
+                    )
+                    for lvl in ("I", "II", "III")
+                ),
+                (
+                    Col("credits", "num", "number of credits", lo=1, hi=6),
+                    Col("capacity", "num", "capacity", lo=15, hi=300),
+                    Col(
+                        "level",
+                        "cat",
+                        "level",
+                        "levels",
+                        "TEXT",
+                        values=("intro", "intermediate", "advanced"),
+                    ),
+                ),
+                parent="teachers",
+                fk="teacher_id",
+                rel="taught by {v}",
+            ),
+        ),
+        chain=("courses", "teachers", "departments", "taught by teachers in the {v} department"),
+    )
+    product_labels = tuple(p for ps in STORE_PRODUCTS.values() for p in ps)
+    store = Database(
+        "store",
+        "train",
+        (
+            Table(
+                "categories",
+                "category",
+                "categories",
+                "name",
+                "name",
+                tuple(STORE_PRODUCTS),
+                (
+                    Col("floor", "num", "floor", lo=1, hi=4, aggs=("max", "min")),
+                    Col("manager", "cat", "manager", "managers", "TEXT", values=("Ines", "Tom", "Ravi")),
+                ),
+                childless=1,
+            ),
+            Table(
+                "products",
+                "product",
+                "products",
+                "name",
+                "name",
+                product_labels,
+                (
+                    Col("price", "num", "price", sql_type="REAL", lo=2, hi=900, step=0.01),
+                    Col("stock", "num", "stock", lo=0, hi=500),
+                    Col(
+                        "brand",
+                        "cat",
+                        "brand",
+                        "brands",
+                        "TEXT",
+                        values=("Acme", "Globex", "Initech", "Umbrella"),
+                    ),
+                ),
+                parent="categories",
+                fk="category_id",
+                rel="in the {v} category",
+                childless=3,
+            ),
+            Table(
+                "orders",
+                "order",
+                "orders",
+                "code",
+                "code",
+                tuple(f"ORD-{1001 + i}" for i in range(36)),
+                (
+                    Col("quantity", "num", "quantity", "quantities", lo=1, hi=12),
+                    Col("order_year", "num", "order year", lo=2019, hi=2024, aggs=("avg", "max", "min")),
+                    Col(
+                        "status",
+                        "cat",
+                        "status",
+                        "statuses",
+                        "TEXT",
+                        values=("pending", "shipped", "delivered", "cancelled"),
+                    ),
+                ),
+                parent="products",
+                fk="product_id",
+                rel="for the product {v}",
+            ),
+        ),
+        chain=("orders", "products", "categories", "for products in the {v} category"),
+    )
+    library = Database(
+        "library",
+        "train",
+        (
+            Table(
+                "authors",
+                "author",
+                "authors",
+                "name",
+                "name",
+                _people(rng, 12),
+                (
+                    Col(
+                        "country",
+                        "cat",
+                        "country",
+                        "countries",
+                        "TEXT",
+                        values=("USA", "UK", "France", "Japan", "Brazil"),
+                    ),
+                    Col("birth_year", "num", "birth year", lo=1920, hi=1990, aggs=("avg", "max", "min")),
+                ),
+                childless=2,
+            ),
+            Table(
+                "books",
+                "book",
+                "books",
+                "title",
+                "title",
+                _titles(rng, 30),
+                (
+                    Col(
+                        "genre",
+                        "cat",
+                        "genre",
+                        "genres",
+                        "TEXT",
+                        values=("fiction", "mystery", "science", "history", "poetry"),
+                    ),
+                    Col("pages", "num", "number of pages", lo=90, hi=900),
+                    Col(
+                        "publication_year",
+                        "num",
+                        "publication year",
+                        lo=1950,
+                        hi=2023,
+                        aggs=("avg", "max", "min"),
+                    ),
+                    Col("price", "num", "price", sql_type="REAL", lo=5, hi=60, step=0.01),
+                ),
+                parent="authors",
+                fk="author_id",
+                rel="written by {v}",
+            ),
+        ),
+    )
+    music = Database(
+        "music",
+        "train",
+        (
+            Table(
+                "artists",
+                "artist",
+                "artists",
+                "name",
+                "name",
+                (
+                    "The Comets",
+                    "Blue Orchid",
+                    "Night Owls",
+                    "Paper Tigers",
+                    "Velvet Road",
+                    "Iron Lake",
+                    "Sunday Static",
+                    "Neon Harbor",
+                    "Glass Animals Club",
+                    "Echo Valley",
+                ),
+                (
+                    Col(
+                        "country",
+                        "cat",
+                        "country",
+                        "countries",
+                        "TEXT",
+                        values=("USA", "UK", "Sweden", "Canada"),
+                    ),
+                    Col("formed_year", "num", "formation year", lo=1960, hi=2015, aggs=("avg", "max", "min")),
+                ),
+                childless=1,
+            ),
+            Table(
+                "albums",
+                "album",
+                "albums",
+                "title",
+                "title",
+                _titles(rng, 24, "{a} {b}"),
+                (
+                    Col("release_year", "num", "release year", lo=1970, hi=2023, aggs=("avg", "max", "min")),
+                    Col("sales", "num", "sales", lo=1000, hi=5000000, step=1000),
+                    Col(
+                        "genre",
+                        "cat",
+                        "genre",
+                        "genres",
+                        "TEXT",
+                        values=("rock", "pop", "jazz", "electronic", "folk"),
+                    ),
+                ),
+                parent="artists",
+                fk="artist_id",
+                rel="by {v}",
+                childless=2,
+            ),
+            Table(
+                "songs",
+                "song",
+                "songs",
+                "title",
+                "title",
+                _titles(rng, 40, "{b} of the {a}"),
+                (
+                    Col("duration", "num", "duration in seconds", lo=120, hi=480),
+                    Col("plays", "num", "number of plays", lo=0, hi=10000000),
+                    Col("mood", "cat", "mood", "moods", "TEXT", values=("calm", "energetic", "sad", "happy")),
+                ),
+                parent="albums",
+                fk="album_id",
+                rel="on the album {v}",
+            ),
+        ),
+        chain=("songs", "albums", "artists", "on albums by {v}"),
+    )
+    airline = Database(
+        "airline",
+        "dev",
+        (
+            Table(
+                "airports",
+                "airport",
+                "airports",
+                "name",
+                "name",
+                (
+                    "Harbor Point International",
+                    "Red Valley Airport",
+                    "Summit Field",
+                    "Lakeside Regional",
+                    "Pine Ridge Airport",
+                    "Coastal International",
+                    "Granite Peak Airport",
+                    "Meadowbrook Field",
+                    "Silver Bay Airport",
+                    "Eastgate International",
+                ),
+                (
+                    Col(
+                        "city",
+                        "cat",
+                        "city",
+                        "cities",
+                        "TEXT",
+                        values=("Oslo", "Lima", "Perth", "Quito", "Riga"),
+                    ),
+                    Col(
+                        "country",
+                        "cat",
+                        "country",
+                        "countries",
+                        "TEXT",
+                        values=("Norway", "Peru", "Australia"),
+                    ),
+                    Col("elevation", "num", "elevation", lo=0, hi=2800, aggs=("avg", "max", "min")),
+                ),
+                childless=1,
+            ),
+            Table(
+                "flights",
+                "flight",
+                "flights",
+                "flight_number",
+                "flight number",
+                tuple(f"MR{100 + 7 * i}" for i in range(36)),
+                (
+                    Col("distance", "num", "distance", lo=150, hi=9000),
+                    Col("price", "num", "ticket price", sql_type="REAL", lo=49, hi=1500, step=0.01),
+                    Col(
+                        "status",
+                        "cat",
+                        "status",
+                        "statuses",
+                        "TEXT",
+                        values=("on time", "delayed", "cancelled"),
+                    ),
+                ),
+                parent="airports",
+                fk="origin_airport_id",
+                rel="departing from {v}",
+            ),
+        ),
+        cap=60,
+    )
+    clinic = Database(
+        "clinic",
+        "dev",
+        (
+            Table(
+                "doctors",
+                "doctor",
+                "doctors",
+                "name",
+                "name",
+                _people(rng, 9),
+                (
+                    Col(
+                        "specialty",
+                        "cat",
+                        "specialty",
+                        "specialties",
+                        "TEXT",
+                        values=("cardiology", "neurology", "pediatrics", "oncology", "dermatology"),
+                    ),
+                    Col(
+                        "years_experience",
+                        "num",
+                        "years of experience",
+                        lo=1,
+                        hi=40,
+                        aggs=("avg", "max", "min"),
+                    ),
+                ),
+                childless=1,
+            ),
+            Table(
+                "patients",
+                "patient",
+                "patients",
+                "name",
+                "name",
+                _people(rng, 30),
+                (
+                    Col("age", "num", "age", lo=1, hi=95, aggs=("avg", "max", "min")),
+                    Col("city", "cat", "city", "cities", "TEXT", values=CITIES),
+                    Col(
+                        "weight",
+                        "num",
+                        "weight",
+                        sql_type="REAL",
+                        lo=3,
+                        hi=140,
+                        step=0.1,
+                        aggs=("avg", "max", "min"),
+                    ),
+                ),
+                parent="doctors",
+                fk="doctor_id",
+                rel="treated by {v}",
+                childless=4,
+            ),
+            Table(
+                "visits",
+                "visit",
+                "visits",
+                "code",
+                "code",
+                tuple(f"V-{501 + 3 * i}" for i in range(45)),
+                (
+                    Col("cost", "num", "cost", sql_type="REAL", lo=20, hi=2500, step=0.01),
+                    Col("visit_year", "num", "visit year", lo=2015, hi=2024, aggs=("avg", "max", "min")),
+                    Col(
+                        "reason",
+                        "cat",
+                        "reason",
+                        "reasons",
+                        "TEXT",
+                        values=("checkup", "injury", "follow-up", "surgery"),
+                    ),
+                ),
+                parent="patients",
+                fk="patient_id",
+                rel="made by {v}",
+            ),
+        ),
+        chain=("visits", "patients", "doctors", "made by patients treated by {v}"),
+        cap=70,
+    )
+    return [school, store, library, music, airline, clinic]
