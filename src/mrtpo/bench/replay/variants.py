@@ -362,7 +362,8 @@ def run_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]
     """Run one variant in this process; saves its ``[N, K, T]`` distances to ``out_path``.
 
     ``variant``: "naive"; "mrtpo" (kernel ``cfg.kernels[0]``, with the projections, the vocabulary work
-    and the forward-only limit); "mrtpo:<kernel>" (one more kernel: time and memory only). Each timed
+    and the forward-only limit); "mrtpo:<kernel>" (one more kernel: time and memory only); "p2t" (P2T's
+    gradient attribution, :mod:`mrtpo.bench.replay.p2t`: its weights are saved). Each timed
     run's peak memory is measured twice: RSS growth (CUDA: allocator peak) around the timed run, and the
     tracked peak of live tensors (:class:`mrtpo.bench.memory.TrackedPeak`) in a second, untimed run."""
     import torch
@@ -370,6 +371,12 @@ def run_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]
     from mrtpo import replay as R
     from mrtpo.bench.memory import TrackedPeak
 
+    if variant == "p2t":  # P2T's gradient attribution at these shapes (mrtpo.bench.replay.p2t)
+        from mrtpo.bench.replay.p2t import run_p2t
+
+        out, weights = run_p2t(cfg)
+        torch.save({"distances": weights}, out_path)
+        return out
     torch.set_num_threads(cfg.threads)
     model = build_bench_model(cfg)
     full, loo, responses = make_data(cfg)
