@@ -22,7 +22,7 @@
 # PYTHONPATH=src: steps 1 and 3 need torch and transformers only; steps 2 and 4 need the wheels that
 # scripts/gpu_wheels.sh prepares on a machine with an index (.whl/, installed with --no-deps into
 # /tmp/site by --wheels .whl). The project's version pins are not enforced there (nothing is pip-installed
-# from pyproject.toml): that image's transformers 5.17 is older than the `train` extra's >=5.20, and its
+# from pyproject.toml): that image's transformers 5.17 is the `train` extra's floor (>=5.17), and its
 # torch 2.11 lies inside the declared range.
 set -u
 DEVICE=cuda

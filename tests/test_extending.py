@@ -100,6 +100,7 @@ def _formula(adv: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, beta: float
 
 
 def test_custom_scheme_and_method_train_one_step(tmp_path):
+    pytest.importorskip("trl")  # not in the verl route's environment (requirements/gpu-verl.txt)
     tr = make_trainer(
         tmp_path / "run",
         advantage_method="user_centered",

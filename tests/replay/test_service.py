@@ -221,6 +221,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_users_replay_kind_trains_through_trl_from_the_command_line(tmp_path, user_kind, capsys):
+    pytest.importorskip("trl")  # not in the verl route's environment (requirements/gpu-verl.txt)
     from mrtpo.cli.main import main
     from tests.test_plugins import SMALL  # the tiny recipe made smaller: 8 responses per step, 6 tokens
 

@@ -96,6 +96,7 @@ def test_config_reads_the_task_option_and_names_a_bad_entry():
 
 
 def test_trainer_conditions_before_the_advantages_and_logs_both(tmp_path):
+    pytest.importorskip("trl")  # not in the verl route's environment (requirements/gpu-verl.txt)
     from tests.integrations.trl.test_trainer import TinyTask, make_trainer
 
     task = ConditionedTask(TinyTask(), {"long": ["the", 1.0]})  # "long" pays only with "the"
@@ -144,6 +145,7 @@ def test_verl_reward_function_returns_conditioned_and_raw():
 
 
 def test_the_conditioned_recipe_trains(tmp_path):
+    pytest.importorskip("trl")  # not in the verl route's environment (requirements/gpu-verl.txt)
     from mrtpo.cli.main import main
 
     out = tmp_path / "run"

@@ -69,6 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# where a missing package comes from (the verl route's environment, for one, has no TRL)
+_TRAIN = 'pip install -e ".[train]"; docs/install.md'
+_INSTALL = {
+    **dict.fromkeys(["trl", "transformers", "accelerate", "datasets", "tokenizers"], _TRAIN),
+    "vllm": 'pip install -e ".[vllm]" on a CUDA machine: requirements/gpu-trl.txt',
+    "deepspeed": 'pip install -e ".[deepspeed]"',
+    "peft": 'pip install -e ".[peft]"',
+    "verl": "requirements/gpu-verl.txt, or pip install --no-deps -r requirements-nodeps.txt",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -86,6 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:  # user errors: one line
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"{name()}: error: {' '.join(str(msg).split())}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:  # a package of an extra that this environment does not have
+        top = (e.name or "").split(".")[0]
+        if not top or top == "mrtpo":
+            raise
+        where = _INSTALL.get(top, "docs/install.md")
+        print(
+            f"{name()}: error: needs the package '{top}', which is not installed ({where})", file=sys.stderr
+        )
         return 2
     except KeyboardInterrupt:
         print(f"{name()}: interrupted", file=sys.stderr)

@@ -40,6 +40,16 @@ def _zero3_partitioned(model: Any) -> bool:
     return False
 
 
+def _param_groups(state: Any) -> list[Any]:
+    """The FSDP2 parameter groups of one module's state: ``_fsdp_param_groups`` (a list, torch 2.13) or
+    ``_fsdp_param_group`` (one or None: torch 2.11, for one)."""
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is not None:
+        return list(groups)
+    group = getattr(state, "_fsdp_param_group", None)
+    return [] if group is None else [group]
+
+
 class _FSDPUnsharded:
     """FSDP2 modules unsharded (``unshard()``, an all-gather: collective) with ``reshard_after_forward``
     off for the duration, so their pre/post-forward hooks do nothing; on exit ``reshard()`` and the
@@ -54,7 +64,7 @@ class _FSDPUnsharded:
         self._mark_forward_order()
         for m in self.modules:
             state = m._get_fsdp_state()
-            groups = list(getattr(state, "_fsdp_param_groups", []) or [])
+            groups = _param_groups(state)
             self.saved.append(
                 (
                     m,
@@ -81,7 +91,7 @@ class _FSDPUnsharded:
             if order is not None and id(order) not in seen:
                 seen.add(id(order))
                 self.order.append((order, len(order)))
-            for g in getattr(state, "_fsdp_param_groups", []) or []:
+            for g in _param_groups(state):
                 indices = getattr(g, "_post_forward_indices", None)
                 if indices is not None and id(indices) not in seen:
                     seen.add(id(indices))
@@ -95,7 +105,7 @@ class _FSDPUnsharded:
             m.reshard()
         for m, auto, infos in self.saved:
             state = m._get_fsdp_state()
-            for g, info in zip(getattr(state, "_fsdp_param_groups", []) or [], infos):
+            for g, info in zip(_param_groups(state), infos):
                 g.post_forward_mesh_info = info
             if auto is not None:
                 state._auto_reshard_after_forward = auto
@@ -115,7 +125,7 @@ def _finish_partial_forwards(modules: Sequence[Any]) -> None:
         if not pending:
             continue
         idle = type(state._training_state).IDLE
-        for g in getattr(state, "_fsdp_param_groups", []) or []:
+        for g in _param_groups(state):
             g._training_state = idle
         state._training_state = idle
         pending.clear()
