@@ -24,4 +24,57 @@ wheels=(
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   "${platforms[@]}" -d "$DEST" "${wheels[@]}"
 "$PY" -m pip download -q --no-deps --no-binary=:all: -d "$DEST" "deepspeed==0.19.8"
-du -sh "$DEST"
+# The set must fit the GPU machine's 64 MiB of extra files, and every wheel must accept what that image
+# has (Python 3.12, torch 2.11, transformers 5.17): each Requires-Dist is checked against those versions
+# and the other wheels here; what neither provides is listed as assumed present on the image.
+"$PY" - "$DEST" <<'PYEOF'
+import sys, zipfile
+from email.parser import Parser
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+dest = Path(sys.argv[1])
+IMAGE = {"python": "3.12", "torch": "2.11.0", "transformers": "5.17.0"}
+LIMIT = 64 * 2**20
+files = sorted(p for p in dest.iterdir() if p.suffix in (".whl", ".gz"))
+total = sum(p.stat().st_size for p in files)
+here = {}
+for p in files:
+    if p.suffix == ".whl":
+        name, ver, _, _ = parse_wheel_filename(p.name)
+        here[canonicalize_name(name)] = ver
+env = {**default_environment(), "python_version": IMAGE["python"], "python_full_version": IMAGE["python"] + ".0",
+       "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64", "extra": ""}
+bad, assumed = [], set()
+for p in files:
+    if p.suffix != ".whl":
+        continue
+    with zipfile.ZipFile(p) as z:
+        meta_name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = Parser().parsestr(z.read(meta_name).decode())
+    rp = meta.get("Requires-Python")
+    if rp and Version(IMAGE["python"] + ".0") not in Requirement(f"python{rp}").specifier:
+        bad.append(f"{p.name}: Requires-Python {rp} excludes Python {IMAGE['python']}")
+    for line in meta.get_all("Requires-Dist") or []:
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate(env):
+            continue
+        name = canonicalize_name(req.name)
+        have = IMAGE.get(name) if name in ("torch", "transformers") else None
+        have = Version(have) if have else here.get(name)
+        if have is None:
+            assumed.add(req.name + (str(req.specifier) or ""))
+        elif have not in req.specifier:
+            bad.append(f"{p.name}: requires {req}, the image/wheels have {name} {have}")
+print(f"gpu_wheels: {len(files)} files, {total / 2**20:.1f} MiB of the 64 MiB the GPU machine takes")
+print("gpu_wheels: assumed present on the image: " + ", ".join(sorted(assumed)))
+if total > LIMIT:
+    bad.append(f"the set is {total / 2**20:.1f} MiB, over 64 MiB")
+for b in bad:
+    print(f"gpu_wheels: {b}", file=sys.stderr)
+sys.exit(1 if bad else 0)
+PYEOF

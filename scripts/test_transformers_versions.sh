@@ -9,8 +9,8 @@
 # requires (hub 2.x, which the project's .venv has, is outside its `<2.0`), with httpx / httpcore, which
 # hub 1.x imports (pip install --no-deps); every other package comes from the project's .venv (the
 # README's install), so it sets up in seconds and differs from the main run in those packages alone.
-# The smoke tests: model loading, the replay engine on Hugging Face models, the TRL seams and the
-# trainer (not the tests marked slow, the multi-process runs).
+# The smoke tests: model loading, the replay engine on Hugging Face models, the TRL seams, the trainer
+# (not the tests marked slow, the multi-process runs) and the shipped description of TRL's fields.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || { echo "scripts/test_transformers_versions.sh: run the README's install first (.venv)" >&2; exit 2; }
@@ -34,5 +34,6 @@ if [ "$all" = 1 ]; then
   "$env/bin/python" -m pytest -q -p no:cacheprovider
 else
   "$env/bin/python" -m pytest -q -p no:cacheprovider -m "not slow" tests/models/test_loading.py \
-    tests/replay/test_engine.py tests/integrations/trl/test_seams.py tests/integrations/trl/test_trainer.py
+    tests/replay/test_engine.py tests/integrations/trl/test_seams.py tests/integrations/trl/test_trainer.py \
+    tests/integrations/trl/test_trl_fields.py
 fi

@@ -32,6 +32,7 @@ for v in "${versions[@]}"; do
   [ "$got" = "$v" ] || { echo "TRL $v: the environment imports trl $got" >&2; exit 1; }
   echo "== TRL $got"
   "$env/bin/python" -m pytest -q -p no:cacheprovider ${marker[@]+"${marker[@]}"} tests/integrations/trl/test_seams.py \
-    tests/integrations/trl/test_trainer.py tests/integrations/trl/test_baselines.py tests/integrations/trl/test_distributed.py
+    tests/integrations/trl/test_trainer.py tests/integrations/trl/test_baselines.py tests/integrations/trl/test_vllm.py \
+    tests/integrations/trl/test_distributed.py tests/integrations/trl/test_trl_fields.py
   "$env/bin/python" -m mrtpo.integrations.trl.matrix --cells single/bf16/lora/reward ddp/bf16/full/cort
 done

@@ -129,7 +129,7 @@ def _trl_check(tmp_path, **kw):
 
     tr = make_trainer(
         tmp_path, task=TinyTask(privileged=True), credit="rlsd", credit_beta=0.6, max_steps=1,
-        rlsd_eps=0.3, rlsd_decay_steps=2, **kw,
+        credit_options={"eps": 0.3, "decay_steps": 2}, **kw,
     )  # fmt: skip
     tok = tr.processing_class
     tr.train()
@@ -174,12 +174,21 @@ def test_rlsd_options_are_refused_with_another_credit(tmp_path):
     pytest.importorskip("trl")  # not in the verl route's environment (requirements/gpu-verl.txt)
     from tests.integrations.trl.test_trainer import tiny_config
 
-    with pytest.raises(ValueError, match=r"rlsd_eps=0\.1 is an option of credit='rlsd' but credit='reward'"):
-        tiny_config(tmp_path, credit="reward", rlsd_eps=0.1)
     with pytest.raises(
-        ValueError, match=r"^rlsd options: credit scheme 'rlsd': rlsd_decay_steps=-1 must be an integer >= 0"
+        ValueError,
+        match=r"^method\.credit_options: unknown option 'eps' for credit scheme 'reward'; its options: \(none\)$",
     ):
-        tiny_config(tmp_path, credit="rlsd", rlsd_decay_steps=-1)
+        tiny_config(tmp_path, credit="reward", credit_options={"eps": 0.1})
+    with pytest.raises(
+        ValueError,
+        match=r"^method\.credit_options: credit scheme 'rlsd': method\.credit_options\.decay_steps=-1 must be an "
+        r"integer >= 0",
+    ):
+        tiny_config(tmp_path, credit="rlsd", credit_options={"decay_steps": -1})
+    # the flat fields of earlier versions still reach the scheme, with a warning naming the new spelling
+    with pytest.warns(FutureWarning, match=r"rlsd_eps is deprecated: write method\.credit_options\.eps"):
+        args = tiny_config(tmp_path, credit="rlsd", rlsd_eps=0.3)
+    assert args.method.credit_options["eps"] == 0.3 and args.rlsd_eps is None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -103,8 +103,8 @@ def test_custom_scheme_and_method_train_one_step(tmp_path):
     pytest.importorskip("trl")  # not in the verl route's environment (requirements/gpu-verl.txt)
     tr = make_trainer(
         tmp_path / "run",
-        advantage_method="user_centered",
-        advantage_options={"scale": 3.0},
+        method="user_centered",
+        options={"scale": 3.0},
         credit="user_squared",
         credit_beta=0.8,
         max_steps=1,

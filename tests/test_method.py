@@ -94,21 +94,46 @@ def test_trl_and_verl_configs_hold_one_and_surface_its_errors(tmp_path):
         base = dict(per_device_train_batch_size=8, num_generations=4, report_to=[], bf16=False, use_cpu=True)
         return MRTPOConfig(output_dir=str(tmp_path), **{**base, **kw})
 
-    cfg = trl(advantage_method="grpo", credit="cort", credit_beta=0.3, cort_ramp_steps=7, seed=3)
-    assert cfg.method_config == MethodConfig(
-        method="grpo", credit="cort", credit_beta=0.3, ramp_steps=7, seed=3
+    cfg = trl(method={"method": "grpo", "credit": "cort", "credit_beta": 0.3, "ramp_steps": 7}, seed=3)
+    assert (
+        cfg.method
+        == cfg.method_config
+        == MethodConfig(method="grpo", credit="cort", credit_beta=0.3, ramp_steps=7, seed=3)
     )
-    assert trl(credit="rlsd", rlsd_eps=0.3).method_config.credit_options["eps"] == 0.3
-    with pytest.raises(ValueError, match=r"^credit_beta=1\.5 must be a number in \[0, 1\]$"):
-        trl(credit_beta=1.5)
-    with pytest.raises(ValueError, match=r"^credit='tokens' is unknown; known: cort"):
-        trl(credit="tokens")
-    with pytest.raises(ValueError, match=r"^advantage_method='gpdo' is unknown"):
-        trl(advantage_method="gpdo")
-    with pytest.raises(ValueError, match=r"^advantage_options: unknown option 'gamma' for advantage method"):
-        trl(advantage_method="grpo", advantage_options={"gamma": 0.5})
-    with pytest.raises(ValueError, match=r"^cort_ramp_steps=-1 must be an integer >= 0$"):
-        trl(cort_ramp_steps=-1)
+    mc = MethodConfig(method="rdpo", credit="joint", seed=9)  # a MethodConfig itself, kept as given
+    assert trl(method=mc).method is mc
+    assert trl(method='{"credit": "none"}').method.credit == "none"  # JSON text (TRL's parser)
+    assert trl().method == MethodConfig(seed=42)  # the defaults, seed null: TRL's seed (42)
+    assert trl(method={"credit": "rlsd", "credit_options": {"eps": 0.3}}).method.credit_options["eps"] == 0.3
+    with pytest.raises(ValueError, match=r"^method\.credit_beta=1\.5 must be a number in \[0, 1\]$"):
+        trl(method={"credit_beta": 1.5})
+    with pytest.raises(ValueError, match=r"^method\.credit='tokens' is unknown; known: cort"):
+        trl(method={"credit": "tokens"})
+    with pytest.raises(ValueError, match=r"^method\.method='gpdo' is unknown"):
+        trl(method={"method": "gpdo"})
+    with pytest.raises(ValueError, match=r"^method\.options: unknown option 'gamma' for advantage method"):
+        trl(method={"method": "grpo", "options": {"gamma": 0.5}})
+    with pytest.raises(ValueError, match=r"^method\.ramp_steps=-1 must be an integer >= 0$"):
+        trl(method={"ramp_steps": -1})
+    with pytest.raises(
+        ValueError, match=r"^unknown field 'method\.credt' \(did you mean 'method\.credit'\?\)"
+    ):
+        trl(method={"credt": "reward"})
+    # the flat fields of earlier versions: a FutureWarning each naming the new spelling, the same block
+    with pytest.warns(FutureWarning) as caught:
+        old = trl(advantage_method="grpo", credit="cort", credit_beta=0.3, cort_ramp_steps=7, seed=3)
+    assert sorted(str(w.message) for w in caught if "MRTPOConfig" in str(w.message)) == [
+        "MRTPOConfig: advantage_method is deprecated: write method.method",
+        "MRTPOConfig: cort_ramp_steps is deprecated: write method.ramp_steps",
+        "MRTPOConfig: credit is deprecated: write method.credit",
+        "MRTPOConfig: credit_beta is deprecated: write method.credit_beta",
+    ]
+    assert old.method == cfg.method and old.advantage_method is None and "credit" not in old.to_dict()
+    with (
+        pytest.warns(FutureWarning),
+        pytest.raises(ValueError, match=r"^credit and method\.credit are both given"),
+    ):
+        trl(credit="reward", method={"credit": "joint"})
 
     v = VerlMRTPOConfig(credit="reward", credit_beta=0.2, options={"eps": 1e-4}, seed=5)
     assert v.method_config == MethodConfig(

@@ -60,7 +60,12 @@ USER_EXT = textwrap.dedent(
         return out
 
 
-    @credit.register_scheme("squared", replay="reward")
+    def _gained(step, beta, options):  # the strength used: beta times the scheme's option `gain`
+        _log("strength", options=dict(options))
+        return beta * options["gain"]
+
+
+    @credit.register_scheme("squared", replay="reward", options={"gain": 1.0}, strength=_gained)
     def squared(distances, mask, generator):  # [N, K, T], [N, T] -> weights [N, K, T]
         _log("scheme", shape=list(distances.shape))
         return credit.token_weights(distances**2, mask, credit="reward")
@@ -102,23 +107,27 @@ def test_user_method_and_scheme_train_from_the_command_line(tmp_path, user_ext, 
         "train",
         str(TINY),
         *SMALL,
-        "--method.advantage_method=by_position",
-        "--method.advantage_options={scale: 0.5}",
+        "--method.method=by_position",
+        "--method.options={scale: 0.5}",
         "--method.credit=squared",
         "--method.credit_beta=0.5",
+        "--method.credit_options={gain: 0.5}",  # an option of the user's scheme
         "--trl.max_steps=2",
         f"--trl.output_dir={out}",
     ]
     # without the plug-in the names are unknown, and the error names the field
     assert main(argv) == 2
-    assert "field 'method.advantage_method': 'by_position' is unknown" in capsys.readouterr().err
+    assert "field 'method.method': 'by_position' is unknown" in capsys.readouterr().err
     assert main([*argv[:2], "--plugin", "my_ext", *argv[2:]]) == 0, capsys.readouterr().err
 
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in steps if "loss" in r] == [1, 2]
     run = json.loads((out / "run.json").read_text())
-    assert (run["advantage_method"], run["credit"]) == ("by_position", "squared")
+    assert (run["method"]["method"], run["method"]["credit"]) == ("by_position", "squared")
+    assert run["method"]["credit_options"] == {"gain": 0.5}  # --method.credit_options reached the scheme
     assert run["config"]["plugins"] == ["my_ext"]
+    strength = _calls(user_ext, "strength")
+    assert len(strength) == 2 and all(c["options"] == {"gain": 0.5} for c in strength)
     # the user's method ran on each step's 8 responses (plus the trainer's 2-row check at start-up):
     # G = 4, ranks -1.5 -0.5 0.5 1.5, times scale 0.5 -> -0.75 -0.25 0.25 0.75 per prompt, K = 5 rewards (the toy task's)
     method = [c for c in _calls(user_ext, "method") if c["n"] == 8]
@@ -128,17 +137,19 @@ def test_user_method_and_scheme_train_from_the_command_line(tmp_path, user_ext, 
     # the user's scheme weighted the [8, 5, T] distances of both steps
     scheme = _calls(user_ext, "scheme")
     assert len(scheme) == 2 and all(c["shape"][:2] == [8, 5] for c in scheme)
-    # the logged token advantages are the allocation with the user's weights w = d² / mean d²:
-    # S_t = Σ_k Â_k ((1 - β) + β w_kt), β = 0.5, and not MRTPO's own w = d / mean d
+    # the logged token advantages are the allocation with the user's weights w = d² / mean d² and the
+    # strength its option gives, b = β gain = 0.25: S_t = Σ_k Â_k ((1 - b) + b w_kt), and not MRTPO's own
+    # w = d / mean d
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert samples and {s["step"] for s in samples} == {1, 2}
+    assert {s["credit_beta"] for s in samples} == {0.25}
     apart = 0.0
     for s in samples:
         adv = np.array(s["advantages"])
         assert adv.tolist() in expected  # the records carry the user's Â
         d = np.array(s["distances"])  # [K, T]: every pair is replayed (no Â is 0)
-        s_user = sum(adv[k] * (0.5 + 0.5 * _normalized(d[k] ** 2)) for k in range(5))
-        s_mrtpo = sum(adv[k] * (0.5 + 0.5 * _normalized(d[k])) for k in range(5))
+        s_user = sum(adv[k] * (0.75 + 0.25 * _normalized(d[k] ** 2)) for k in range(5))
+        s_mrtpo = sum(adv[k] * (0.75 + 0.25 * _normalized(d[k])) for k in range(5))
         np.testing.assert_allclose(s["token_advantages"], s_user, rtol=1e-4, atol=1e-6)
         apart = max(apart, float(np.abs(s_user - s_mrtpo).max()))
     assert apart > 1e-3  # the check tells the two schemes apart
@@ -148,13 +159,13 @@ def test_plugins_list_in_a_yaml_config(tmp_path, user_ext, capsys):
     pytest.importorskip("trl")  # not in the verl route's environment (requirements/gpu-verl.txt)
     cfg = yaml.safe_load(TINY.read_text())
     cfg["plugins"] = ["my_ext"]
-    cfg["method"].update(advantage_method="by_position", advantage_options={}, credit="squared")
+    cfg["method"].update(method="by_position", options={}, credit="squared")
     path = tmp_path / "mine.yaml"
     path.write_text(yaml.safe_dump(cfg))
     assert main(["train", str(path), "--print-config"]) == 0, capsys.readouterr().err
     resolved = yaml.safe_load(capsys.readouterr().out)
     assert resolved["plugins"] == ["my_ext"]
-    assert (resolved["method"]["advantage_method"], resolved["method"]["credit"]) == (
+    assert (resolved["method"]["method"], resolved["method"]["credit"]) == (
         "by_position",
         "squared",
     )
@@ -330,7 +341,7 @@ def test_the_readme_extension_trains_with_plugin(tmp_path, monkeypatch, capsys):
         )
         assert rc == 0, capsys.readouterr().err
         run = json.loads((out / "run.json").read_text())
-        assert (run["advantage_method"], run["credit"]) == ("centered", "squared")
+        assert (run["method"]["method"], run["method"]["credit"]) == ("centered", "squared")
     finally:
         sys.modules.pop("readme_ext", None)
         for registry, name in ((advantages.ADVANTAGES, "centered"), (credit.CREDIT_SCHEMES, "squared")):

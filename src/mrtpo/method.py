@@ -3,11 +3,14 @@
 :class:`MethodConfig` is what every engine hands :func:`mrtpo.step.credit_step`. It is checked when it
 is built (``__post_init__``), against the registries as they are at that moment, so a method or credit
 scheme a user registered after importing mrtpo is known; after that nothing on the path of a training
-step checks it again. The TRL configuration (:class:`mrtpo.integrations.trl.config.MRTPOConfig`) and
-verl's (:class:`mrtpo.integrations.verl.adapter.VerlMRTPOConfig`) keep their own flat fields (their
-parsers read them) and build one of these from them.
+step checks it again. Every engine reads the same block of these fields under the same names, with the
+same defaults (:data:`METHOD_FIELDS`): the ``method:`` section of a ``mrtpo train`` config and
+``MRTPOConfig(method=...)`` on TRL, the ``algorithm.mrtpo`` node on verl; :meth:`MethodConfig.from_dict`
+builds one from such a block, naming a bad field as the engine spells it.
 
-Core module: torch and the standard library (through :mod:`mrtpo.advantages` and :mod:`mrtpo.credit`).
+Core module: torch and the standard library (through :mod:`mrtpo.advantages` and :mod:`mrtpo.credit`,
+imported when a configuration is checked, so that reading this module's fields and defaults is light:
+a config is parsed before torch is imported).
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mrtpo import advantages as adv_mod
-from mrtpo import credit as credit_mod
+if TYPE_CHECKING:
+    from mrtpo.credit import CreditScheme
 
-__all__ = ["MethodConfig"]
+__all__ = ["METHOD_FIELDS", "MethodConfig"]
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,9 @@ class MethodConfig:
         credit_beta: allocation strength β in [0, 1] (a ramped scheme's final value; RLSD's λ).
         credit_options: the scheme's options (:attr:`mrtpo.credit.CreditScheme.options`).
         ramp_steps: optimizer steps over which a ramped scheme's strength rises from 0 to β (CoRT; 0: no
-            ramp).
-        seed: seed of the schemes that draw random numbers (``shuffled``).
+            ramp). Every other scheme ignores it.
+        seed: seed of the schemes that draw random numbers (``shuffled``). In an engine's block it may
+            be null: the run's seed (TRL's ``trl.seed``; 0 on verl, whose algorithm config has none).
         labels: how the engine's configuration spells each field in error messages (``{"method":
             "advantage_method"}``); ``"credit_option"`` is a format of one credit option (``"rlsd_{key}"``).
             Not compared.
@@ -57,11 +61,14 @@ class MethodConfig:
     credit: str = "reward"
     credit_beta: float = 0.5
     credit_options: Mapping[str, Any] = field(default_factory=dict)
-    ramp_steps: int = 0
+    ramp_steps: int = 50
     seed: int = 0
     labels: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        from mrtpo import advantages as adv_mod
+        from mrtpo import credit as credit_mod
+
         put = object.__setattr__  # frozen: the checked values are stored once, here
         put(self, "labels", dict(self.labels))
         if self.method is not None and (
@@ -102,9 +109,45 @@ class MethodConfig:
             put(self, name, int(v))
 
     @property
-    def scheme(self) -> credit_mod.CreditScheme:
+    def scheme(self) -> CreditScheme:
         """The registered :class:`~mrtpo.credit.CreditScheme` ``credit``."""
+        from mrtpo import credit as credit_mod
+
         return credit_mod.scheme(self.credit)
+
+    @classmethod
+    def from_dict(cls, block: Mapping[str, Any], *, prefix: str = "", **labels: str) -> MethodConfig:
+        """The configuration of an engine's method block ``block`` (keys: :data:`METHOD_FIELDS`; absent
+        ones keep their defaults), a bad field named ``prefix + key`` (``"method."``,
+        ``"algorithm.mrtpo."``); ``labels`` override single spellings. An unknown key is a ValueError
+        naming it, the nearest known key and the known ones."""
+        if not isinstance(block, Mapping):
+            raise ValueError(
+                f"{prefix.rstrip('.') or 'method'} must be a mapping of {', '.join(METHOD_FIELDS)}"
+            )
+        unknown = [k for k in block if k not in METHOD_FIELDS]
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(str(unknown[0]), METHOD_FIELDS, n=1, cutoff=0.6)
+            near = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+            raise ValueError(f"unknown field '{prefix}{unknown[0]}'{near}; known: {', '.join(METHOD_FIELDS)}")
+        names = {name: f"{prefix}{name}" for name in METHOD_FIELDS}
+        names["credit_option"] = f"{prefix}credit_options.{{key}}"
+        return cls(**dict(block), labels={**names, **labels})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The block as plain data (JSON / YAML): :data:`METHOD_FIELDS` with their resolved values."""
+        return {
+            "method": self.method,
+            "options": dict(self.options),
+            "weights": None if self.weights is None else list(self.weights),
+            "credit": self.credit,
+            "credit_beta": self.credit_beta,
+            "credit_options": dict(self.credit_options),
+            "ramp_steps": self.ramp_steps,
+            "seed": self.seed,
+        }
 
     def with_method(self, method: str) -> MethodConfig:
         """This configuration with advantage method ``method`` (validated: its options are checked
@@ -146,3 +189,8 @@ class MethodConfig:
             if not ok:
                 raise ValueError(f"{self._label('weights')}[{i}] = {x!r} must be a finite number >= 0")
         return tuple(float(x) for x in w)
+
+
+METHOD_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(MethodConfig) if f.compare)
+"""The keys of a method block, in order: method, options, weights, credit, credit_beta, credit_options,
+ramp_steps, seed (every field of :class:`MethodConfig` but ``labels``)."""

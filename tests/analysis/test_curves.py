@@ -97,6 +97,20 @@ def test_method_labels():
     assert method_label({"advantage_method": "gdpo", "credit": "none", "loss": "opsd"}) == "OPSD"
     assert method_label({"advantage_method": "grpo", "credit": "cort", "beta": 0.5}) == "CoRT"
     assert method_label({"advantage_method": "gdpo", "credit": "none", "loss": "policy"}) == "GDPO"
+    # the advantage methods' display names are the registry's: every registered one, rdpo included
+    from mrtpo import advantages
+
+    for name in advantages.available():
+        assert (
+            method_label({"method": {"method": name, "credit": "none"}})
+            == advantages.ADVANTAGES.get(name).label
+        )
+    assert method_label({"method": {"method": "rdpo", "credit": "reward"}}) == "MRTPO+RDPO"
+    assert method_label({"method": {"method": "gd2po", "credit": "none"}}) == "GD²PO"
+    # run.json's method_label (recorded by the trainer) is read without the registry
+    assert (
+        method_label({"method": {"method": "mine", "credit": "none"}, "method_label": "Mine-2"}) == "Mine-2"
+    )
 
 
 def _write_run(root, name, config, rows):

@@ -1,4 +1,5 @@
-"""``python -m mrtpo.bench.kernels`` (a step of scripts/gpu_check.sh) and its rows in the GPU table."""
+"""``python -m mrtpo.bench.kernels`` (a step of scripts/gpu_check.sh; its rows in the GPU table:
+tests/bench/test_gpu_table.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import pytest
 
 from mrtpo import fused
-from mrtpo.bench import gpu_table, kernels
+from mrtpo.bench import kernels
 
 FUSED_OK, FUSED_WHY = fused.native_status()
 
@@ -32,32 +33,3 @@ def test_kernels_bench_runs_both_kernels_and_agrees(tmp_path, capsys):
 def test_kernels_bench_rejects_missing_shapes(capsys):
     assert kernels.main(["--t", "4"]) == 2
     assert "give --config or both --vocab and --hidden" in capsys.readouterr().err
-
-
-def test_gpu_table_shows_kernels_and_the_replay_share(tmp_path):
-    (tmp_path / "status.tsv").write_text("bench train\t0\t10\tt.log\ndistance kernels\t0\t5\tk.log\n")
-    train = {
-        "runs": {n: {"step_seconds": s} for n, s in [("trl_gdpo", 0.30), ("gdpo", 0.31), ("mrtpo", 0.40)]},
-        "config": "qwen2.5-7b",
-        "batch": 8,
-        "completion_tokens": 32,
-        "clock": "wall",
-        "gdpo_over_trl": 1.03,
-        "replay_seconds": 0.08,
-        "predicted_replay_seconds": 0.07,
-        "replay_fpe_per_response": 1.8,
-    }
-    (tmp_path / "train.json").write_text(json.dumps(train))
-    rows = [
-        {"projection": "float32", "kernel": "eager", "seconds": 0.05, "peak_bytes": 5 * 2**20},
-        {"projection": "float32", "kernel": "fused", "seconds": 0.02, "peak_bytes": 2 * 2**20},
-    ]
-    rows[0]["max_diff_eager_fused"] = rows[1]["max_diff_eager_fused"] = 3e-8
-    k = {"vocab": 152064, "hidden": 3584, "t": 1024, "k": 3, "rows": rows}
-    (tmp_path / "kernels.json").write_text(json.dumps(k))
-    text = gpu_table.table(tmp_path)
-    # replay 80 ms of the 400 ms MRTPO step: 20.0%
-    assert "train: replay share of a step" in text and "20.0%" in text
-    fused_row = next(x for x in text.splitlines() if x.startswith("JS fused (float32 proj.)"))
-    assert fused_row.split()[4:6] == ["20.0", "ms"]  # 0.02 s
-    assert "V=152064 H=3584, 1024 x 3 rows, peak 2 MiB, max |d_e - d_f| 3.0e-08" in text

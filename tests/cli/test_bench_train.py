@@ -42,8 +42,8 @@ def test_bench_train_reports_ratios(tmp_path, capsys):
     # stdout is the table only: no TRL per-step log dictionaries, no progress lines
     assert "{'loss'" not in text and "'train_runtime'" not in text and "bench train:" not in text
     # deepspeed's accelerator warning ("[...] [WARNING] ...") lands on stdout when this test is the first
-    # to import it; everything else is the table's 7 lines
-    assert len([x for x in text.strip().splitlines() if not x.startswith("[")]) == 7
+    # to import it; everything else is the table's 8 lines
+    assert len([x for x in text.strip().splitlines() if not x.startswith("[")]) == 8
     assert "replay measured / predicted" in text and "step-ratio limit" in text
     d = json.loads(out.read_text())
     runs = d["runs"]
@@ -69,6 +69,11 @@ def test_bench_train_reports_ratios(tmp_path, capsys):
     gdpo = runs["gdpo"]["step_seconds"]
     assert d["step_ratio_limit"] == pytest.approx((gdpo + d["limit_replay_seconds"]) / gdpo)
     assert runs["trl_gdpo"]["replay_seconds"] == 0 and runs["gdpo"]["replay_fpe"] == 0
+    # peak memory per run: on Linux CPUs the process's peak resident set, reset at each run's start; replay's
+    # own peak is a CUDA figure
+    assert d["peak_method"].startswith("peak resident set") and "peak memory (TRL / GDPO / MRTPO)" in text
+    assert all(r["peak_bytes"] > 2**20 for r in runs.values()) and mr["replay_extra_bytes"] is None
+    assert d["prompt_tokens"] > 0 and d["bf16"] is False and d["layers"] == 2
 
 
 def test_bench_train_rejects_bad_arguments(capsys):
@@ -78,6 +83,8 @@ def test_bench_train_rejects_bad_arguments(capsys):
     assert "must divide --batch=10" in capsys.readouterr().err
     assert main(["bench", "train", "--threads", "0"]) == 2
     assert "--threads must be >= 1, got 0" in capsys.readouterr().err
+    assert main(["bench", "train", "--config", "tiny", "--layers", "0"]) == 2
+    assert "--layers must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_bench_train_credit_comes_from_the_registry(capsys):

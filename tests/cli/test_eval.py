@@ -150,6 +150,39 @@ def test_user_plugin_generates_and_rescores(tmp_path, tiny_tokenizer, tiny_model
     assert a["sampling"]["max_new_tokens"] == 3 and b["sampling"] is None
 
 
+def test_vllm_backend_through_a_double_of_vllm(
+    tmp_path, tiny_tokenizer, tiny_model, capsys, clean_registry, monkeypatch
+):
+    """``--backend vllm`` runs through its code path (``VLLMGenerator``: ``vllm.LLM``, ``SamplingParams``,
+    ``LLM.chat``) with a test double of the ``vllm`` module generating through the Hugging Face model
+    (tests/integrations/trl/vllm_double.py): greedy responses equal the transformers backend's."""
+    from tests.integrations.trl import vllm_double as vd
+
+    model = tmp_path / "model"
+    tiny_tokenizer.save_pretrained(model)
+    tiny_model.save_pretrained(model)
+    plugin = _write_plugin(tmp_path, "user_wc_vllm", "user-wc-vllm")
+    argv = ["eval", "user-wc-vllm", "--plugin", str(plugin), "--model", str(model), "--max-new-tokens", "4"]
+    argv += ["--max-n", "5", "--output"]
+    assert main([*argv, str(tmp_path / "hf.json"), "--backend", "transformers"]) == 0
+    assert main(["eval", "user-wc-vllm", "--model", str(model), "--backend", "vllm"]) == 2  # no vllm here
+    assert "vllm is not installed" in capsys.readouterr().err
+    vd.install_vllm_module(monkeypatch)
+    assert main([*argv, str(tmp_path / "vllm.json"), "--backend", "vllm", "--dtype", "float32"]) == 0
+    hf, vl = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("hf", "vllm"))
+    assert any(p["ok"] is False for p in hf["predictions"])  # responses of a random model, not all alike
+    assert vl["predictions"] == hf["predictions"] and vl["metrics"] == hf["metrics"]
+    (llm,) = vd.FakeLLM.instances
+    assert llm.kwargs == {"model": str(model), "seed": 0, "dtype": "float32"}
+    (gen,) = llm.engine.generations
+    assert gen.prompts == 5 and gen.params["max_tokens"] == 4 and gen.params["temperature"] == 0.0
+    assert gen.params["top_k"] == 0 and gen.params["top_p"] == 1.0 and gen.params["seed"] == 0
+    # --backend auto picks vLLM only on a GPU
+    from mrtpo.eval.generation import TransformersGenerator, make_generator
+
+    assert isinstance(make_generator(str(model), backend="auto"), TransformersGenerator)
+
+
 def test_eval_errors(tmp_path, capsys, clean_registry):
     assert main(["eval"]) == 2
     assert (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,8 @@ def test_parse_overrides_and_resume_flag():
 def test_recipes_validate(recipe):
     cfg = load_config(recipe, [("trl.bf16", False), ("trl.use_cpu", True)])  # GPU recipes, checked on a CPU
     args = cfg.trainer_config()
-    assert args.advantage_method in ("gdpo", "grpo", "rdpo")
+    assert args.method.method in ("gdpo", "grpo", "rdpo")
+    assert "advantage_method" not in recipe.read_text()  # the spelling of today
     first = recipe.read_text().splitlines()[0]
     assert first.startswith(f"# mrtpo train recipes/{recipe.name}")  # a recipe opens with its command
 
@@ -71,7 +73,7 @@ def test_table9_recipes_carry_the_paper_settings():
         )
 
 
-def test_bad_config_field_is_one_clear_line(tmp_path, capsys):
+def test_bad_config_field_is_one_clear_line(tmp_path, capsys, monkeypatch):
     cfg = tmp_path / "c.yaml"
     cfg.write_text((ROOT / "recipes" / "tiny_cpu.yaml").read_text())
     rc = main(["train", str(cfg), "--method.credt", "reward", "--trl.learning_rate", "fast"])
@@ -80,10 +82,11 @@ def test_bad_config_field_is_one_clear_line(tmp_path, capsys):
     assert "unknown field 'method.credt' (did you mean 'credit'?)" in err[0]
     assert "field 'trl.learning_rate': 'fast' is not a number" in err[0]
     # a cross-field rule of MRTPOConfig, also one line naming the field
-    rc = main(["train", str(cfg), "--method.loss", "opsd"])
+    rc = main(["train", str(cfg), "--loss.name", "opsd"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "set credit='none'" in err[0]
-    # a model that cannot be loaded (offline hub): one line naming the field
+    assert rc == 2 and len(err) == 1 and "set method.credit='none'" in err[0]
+    # a hub model that is not in the local cache, offline: one line naming the field, no hub retries
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     rc = main(
         [
             "train",
@@ -96,9 +99,12 @@ def test_bad_config_field_is_one_clear_line(tmp_path, capsys):
         ]
     )
     err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
     assert (
-        rc == 2 and len(err) == 1 and "field 'model.path': cannot load 'no-such-org/no-such-model'" in err[0]
+        "field 'model.path': hub model 'no-such-org/no-such-model' is not in the local Hugging Face cache"
+        in err[0]
     )
+    assert "HF_HUB_OFFLINE is set" in err[0] and "(from the command line)" in err[0]
     rc = main(["train", str(tmp_path / "missing.yaml")])
     assert rc == 2 and "does not exist" in capsys.readouterr().err
 
@@ -227,13 +233,13 @@ def test_every_bad_setting_is_one_line_naming_the_field(tmp_path, capsys):
         ),
         (["--trl.beta", "0.5"], "field 'trl.beta': 0.5 (TRL's KL coefficient) loads a reference model", None),
         (["--method.credit_beta", "2"], "field 'method.credit_beta': 2.0 must be a number in [0, 1]", None),
-        (["--method.opsd.beta", "1.5"], "field 'method.opsd.beta': 1.5 must be in (0, 1)", None),
+        (["--loss.beta", "1.5"], "field 'loss.beta': 1.5 must be in (0, 1) (from the command line)", None),
         (["--method.beta", "0.3"], "field 'method.beta' is now 'method.credit_beta'", None),
-        (["--method.opsd_beta", "0.3"], "field 'method.opsd_beta' is now 'method.opsd.beta'", None),
+        (["--method.credit", "rewrd"], "field 'method.credit': 'rewrd' is unknown; known: cort, ", None),
         (["--trl.save_strategy", "nope"], "field 'trl.save_strategy': 'nope' is not one of no, steps", None),
         (
             ["--task.name", "toyy"],
-            "field 'task.name': unknown task 'toyy' (did you mean 'toy'?); known: ",
+            "field 'task.name': unknown task 'toyy' (did you mean 'toy'?) (from the command line); known: ",
             None,
         ),
         (["--task.name", "mypkg.mytask"], "a task of your own is given as module:Class", None),
@@ -278,51 +284,167 @@ def test_mrtpo_lists_commands_version_and_train_fields(capsys):
         main(["train", "--help"])
     out = capsys.readouterr().out
     for group in (
-        "method (mrtpo.MRTPOConfig):",
+        "method (the method block, mrtpo.method.MethodConfig; verl: algorithm.mrtpo):",
+        "  loss:",
+        "  replay:",
+        "  log:",
         "trl: TRL's GRPOConfig:",
         "trl: transformers' TrainingArguments:",
+        "method.method (advantage methods):",
+        "method.credit (credit schemes):",
     ):
         assert group in out
-    for name in ("credit_beta", "opsd.divergence", "cort.ramp_steps", "num_generations", "learning_rate"):
+    for name in (
+        "credit_beta",
+        "credit_options",
+        "ramp_steps",
+        "divergence",
+        "num_generations",
+        "learning_rate",
+    ):
         assert f" {name}," in out or f" {name}\n" in out
+    from mrtpo import advantages, credit
+
+    for name in [*advantages.available(), *credit.CREDIT_SCHEMES.names()]:  # from the registries
+        assert f" {name}," in out or f" {name}\n" in out, name
     # --print-config: the resolved config, defaults included
     assert main(["train", str(ROOT / "recipes" / "tiny_cpu.yaml"), "--print-config"]) == 0
     cfg = yaml.safe_load(capsys.readouterr().out)
-    assert cfg["method"]["opsd"] == {"divergence": "jsd", "beta": 0.5} and cfg["method"]["loss"] == "policy"
+    assert cfg["loss"] == {"name": "policy", "divergence": "jsd", "beta": 0.5}
+    assert cfg["method"] == {
+        "method": "gdpo",
+        "options": {"eps": 1e-6},
+        "weights": None,
+        "credit": "reward",
+        "credit_beta": 0.5,
+        "credit_options": {},
+        "ramp_steps": 50,
+        "seed": 0,  # null: trl.seed (the recipe's 0)
+    }
+    assert cfg["replay"]["token_budget"] == 16384 and cfg["log"]["samples"] == 2
     assert cfg["trl"]["num_generations"] == 8 and cfg["trl"]["max_grad_norm"] == 1.0  # recipe value, default
 
 
-def test_method_section_is_derived_from_mrtpo_config():
+def test_sections_are_derived_from_method_config_and_mrtpo_fields():
     import dataclasses
 
     from trl import GRPOConfig
 
     from mrtpo import MRTPOConfig
-    from mrtpo.integrations.trl.recipe import trainer_fields
+    from mrtpo.integrations.trl import schema
+    from mrtpo.integrations.trl.fields import MRTPOFields, deprecated_fields
+    from mrtpo.method import METHOD_FIELDS, MethodConfig
 
-    fields = trainer_fields()
+    assert list(schema.MethodSection.model_fields) == list(METHOD_FIELDS)
+    assert schema.holder_fields("method") == list(METHOD_FIELDS)
     ours = {f.name for f in dataclasses.fields(MRTPOConfig)} - {
         f.name for f in dataclasses.fields(GRPOConfig)
     }
-    method = {f.name: key for key, f in fields.items() if f.section == "method"}
-    assert set(method) == {n for n in ours if not n.startswith("_")}
-    assert method["credit_beta"] == "method.credit_beta" and method["opsd_beta"] == "method.opsd.beta"
-    assert method["cort_ramp_steps"] == "method.cort.ramp_steps"
-    assert fields["trl.beta"].name == "beta" and fields["trl.learning_rate"].hint is float
+    assert ours == {f.name for f in dataclasses.fields(MRTPOFields)}
+    keyed = set(schema.OPTION_FIELD.values()) | {"method"} | set(deprecated_fields())
+    assert keyed == ours  # every MRTPO field has a place in a config, or is a deprecated alias
+    assert (
+        schema.OPTION_FIELD["loss.beta"] == "opsd_beta"
+        and schema.OPTION_FIELD["log.samples"] == "log_samples"
+    )
+    assert set(schema.trl_section().model_fields) == {
+        f.name for f in dataclasses.fields(GRPOConfig) if f.init
+    }
     cfg = load_config(
         raw={
             "model": {"tiny": {}},
             "task": {"name": "toy"},
-            "method": {
-                "loss": "opsd",
-                "credit": "none",
-                "opsd": {"divergence": "forward_kl", "beta": "0.25"},
-            },
+            "method": {"credit": "none"},
+            "loss": {"name": "opsd", "divergence": "forward_kl", "beta": "0.25"},
+            "replay": {"token_budget": 4096},
             "trl": {"output_dir": "x", "learning_rate": "1e-5", "use_cpu": True, "report_to": []},
         }
     )
     args = cfg.trainer_config()
     assert (args.opsd_divergence, args.opsd_beta, args.learning_rate) == ("forward_kl", 0.25, 1e-5)
+    assert args.replay_token_budget == 4096 and args.loss == "opsd"
+    assert args.method == MethodConfig(credit="none", seed=args.seed)  # seed null: the run's seed
+
+
+def test_deprecated_spellings_warn_and_map(tmp_path, capsys):
+    """The flat method fields of earlier versions, in YAML, on the command line and in Python: each
+    warns once naming the spelling of today, and means what it meant."""
+    old = {
+        "model": {"tiny": {}},
+        "task": {"name": "toy"},
+        "method": {
+            "advantage_method": "grpo",
+            "advantage_options": {"eps": 1e-4},
+            "credit": "rlsd",
+            "credit_beta": 0.3,
+            "rlsd": {"eps": 0.1, "warmup_steps": 2},
+            "cort": {"ramp_steps": 7},
+            "opsd": {"divergence": "forward_kl"},
+            "log_samples": 3,
+            "replay_chunk_size": 64,
+        },
+        "trl": {"output_dir": str(tmp_path / "x"), "use_cpu": True, "bf16": False, "report_to": []},
+    }
+    with pytest.warns(FutureWarning) as caught:
+        cfg = load_config(raw=old, overrides=[("method.run_files", False)])
+    notes = sorted(str(w.message) for w in caught)
+    assert "field 'method.advantage_method' (from the config) is deprecated: write 'method.method'" in notes
+    assert (
+        "field 'method.rlsd.eps' (from the config) is deprecated: write 'method.credit_options.eps'" in notes
+    )
+    assert (
+        "field 'method.cort.ramp_steps' (from the config) is deprecated: write 'method.ramp_steps'" in notes
+    )
+    assert "--method.run_files (command line) is deprecated: write --log.run_files" in notes
+    assert cfg.raw["method"] == {
+        "method": "grpo",
+        "options": {"eps": 1e-4},
+        "credit": "rlsd",
+        "credit_beta": 0.3,
+        "credit_options": {"eps": 0.1, "warmup_steps": 2},
+        "ramp_steps": 7,
+    }
+    assert cfg.raw["loss"] == {"divergence": "forward_kl"} and cfg.raw["log"] == {
+        "samples": 3,
+        "run_files": False,
+    }
+    args = cfg.trainer_config()
+    assert args.method.to_dict() == {
+        "method": "grpo",
+        "options": {"eps": 1e-4},
+        "weights": None,
+        "credit": "rlsd",
+        "credit_beta": 0.3,
+        "credit_options": {"eps": 0.1, "negative_only": False, "warmup_steps": 2, "decay_steps": 0},
+        "ramp_steps": 7,
+        "seed": args.seed,
+    }
+    assert (args.opsd_divergence, args.log_samples, args.replay_chunk_size, args.run_files) == (
+        "forward_kl",
+        3,
+        64,
+        False,
+    )
+    # both spellings at once: one line naming both
+    with pytest.raises(
+        ValueError, match=r"'method.advantage_method' \(from the config\) and 'method.method' are both"
+    ):
+        load_config(raw={**old, "method": {"advantage_method": "grpo", "method": "gdpo"}})
+    # the CLI prints each as one warning line before it goes on
+    rc = main(
+        [
+            "train",
+            str(ROOT / "recipes" / "tiny_cpu.yaml"),
+            "--print-config",
+            "--method.advantage_method",
+            "grpo",
+        ]
+    )
+    err = capsys.readouterr()
+    assert rc == 0 and err.err.strip() == (
+        "mrtpo train: warning: --method.advantage_method (command line) is deprecated: write --method.method"
+    )
+    assert yaml.safe_load(err.out)["method"]["method"] == "grpo"
 
 
 def test_rerun_refuses_unless_resume_or_overwrite_and_the_final_model_loads(tmp_path, capsys):
@@ -375,12 +497,29 @@ def test_custom_task_module_class_from_the_readme(tmp_path, monkeypatch, capsys)
 
     code = re.search(README_TASK_RE, (ROOT / "README.md").read_text(), re.S).group(1)
     (tmp_path / "my_task.py").write_text(code)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # found in the current folder, as --plugin finds a module (no PYTHONPATH)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # (the test leaves sys.path as it found it)
     out = tmp_path / "run"
+    recipe = str(ROOT / "recipes" / "tiny_cpu.yaml")
+    # the recipe's task.options ({size: 256, seed: 0}) do not fit this task: the error says where they came from
+    err = _one_line_error(
+        capsys, ["train", recipe, "--task.name=my_task:TwoWords", f"--trl.output_dir={out}"]
+    )
+    assert (
+        f"field 'task.options': {{size: 256, seed: 0}} (from {recipe}) are not arguments of my_task:TwoWords(): "
+        in err
+    )
+    err = _one_line_error(
+        capsys,
+        ["train", recipe, "--task.name=my_task:TwoWords", "--task.options={a: 1}", f"--trl.output_dir={out}"],
+    )
+    assert (
+        "field 'task.options': {a: 1} (from the command line) are not arguments of my_task:TwoWords()" in err
+    )
     rc = main(
         [
             "train",
-            str(ROOT / "recipes" / "tiny_cpu.yaml"),
+            recipe,
             *SMALL[2:],
             "--task.name=my_task:TwoWords",
             "--task.options={}",
@@ -413,13 +552,18 @@ def test_custom_task_module_class_from_the_readme(tmp_path, monkeypatch, capsys)
     assert step["rewards/apple/mean"] + step["rewards/river/mean"] > 0  # earned by random samples already
 
 
-def test_report_labels_read_credit_beta_and_the_old_beta_key():
+def test_report_labels_read_the_method_block_and_earlier_run_folders():
     from mrtpo.analysis.runs import method_key, method_label
 
-    new = {"advantage_method": "gdpo", "credit": "reward", "credit_beta": 0.25}
-    old = {"advantage_method": "gdpo", "credit": "reward", "beta": 0.25}  # run folders of earlier versions
-    assert method_label(new) == method_label(old) == "MRTPO β=0.25"
-    assert method_key(new) == method_key(old) == ("gdpo", "reward", 0.25)
+    new = {"method": {"method": "gdpo", "credit": "reward", "credit_beta": 0.25, "ramp_steps": 50}}
+    flat = {
+        "advantage_method": "gdpo",
+        "credit": "reward",
+        "credit_beta": 0.25,
+    }  # run folders of earlier versions
+    old = {"advantage_method": "gdpo", "credit": "reward", "beta": 0.25}  # ... and before
+    assert method_label(new) == method_label(flat) == method_label(old) == "MRTPO β=0.25"
+    assert method_key(new) == method_key(flat) == method_key(old) == ("gdpo", "reward", 0.25)
 
 
 def test_missing_local_model_folder_is_an_immediate_error(tmp_path, capsys, monkeypatch):

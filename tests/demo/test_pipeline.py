@@ -81,8 +81,8 @@ def test_quick_demo_run_folders(quick, warm_start, seed):
         run = quick / "runs" / f"ws{warm_start}" / f"{method}-seed{seed}"
         cfg = json.loads((run / "run.json").read_text())
         assert cfg["model"] == str(quick / "warmstart" / f"ws{warm_start}")
-        assert (cfg["advantage_method"], cfg["credit"], cfg["seed"]) == (adv, credit, seed)
-        assert cfg["credit_beta"] == 0.5 or credit == "none"
+        assert (cfg["method"]["method"], cfg["method"]["credit"], cfg["seed"]) == (adv, credit, seed)
+        assert cfg["method"]["credit_beta"] == 0.5 and cfg["method"]["seed"] == seed  # null: the run's seed
         assert cfg["reward_names"] == list(CONSTRAINT_TYPES)
         assert cfg["reward_bounds"] == [[0.0, 1.0]] * 5
         # every method with the same optimiser settings: the quick preset's
@@ -330,8 +330,5 @@ def test_toy_recipe_is_the_demo_mrtpo_run():
     want = run_config("mrtpo", 0, RLConfig(), "mrtpo-demo/warmstart/ws0", "runs/toy_mrtpo")
     assert yaml.safe_load(path.read_text()) == want
     cfg = load_config(path)
-    assert (cfg.trainer["advantage_method"], cfg.trainer["credit"], cfg.trainer["credit_beta"]) == (
-        "gdpo",
-        "reward",
-        0.5,
-    )
+    assert cfg.trainer["method"] == {"method": "gdpo", "credit": "reward", "credit_beta": 0.5}
+    assert cfg.trainer["log_samples"] == 4

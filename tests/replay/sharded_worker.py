@@ -166,6 +166,9 @@ def run_zero3(rank: int, out: dict) -> None:
     with a message naming what to use."""
     import deepspeed
 
+    from mrtpo.integrations.deepspeed_cpu import use_gloo_allreduce_on_cpu
+
+    use_gloo_allreduce_on_cpu()
     reqs = requests_of(rank, "modes")
     config = {
         "train_micro_batch_size_per_gpu": 1,

@@ -233,7 +233,7 @@ def test_a_users_replay_kind_trains_through_trl_from_the_command_line(tmp_path, 
     logged = [r for r in steps if "loss" in r]
     assert [r["step"] for r in logged] == [1, 2]
     assert all(r["replay/fpe"] > 0 for r in logged)  # the kind's contexts ran through the model
-    assert json.loads((out / "run.json").read_text())["credit"] == "first_reward"
+    assert json.loads((out / "run.json").read_text())["method"]["credit"] == "first_reward"
     calls = [json.loads(line) for line in user_kind.read_text().splitlines()]
     assert len(calls) == 2 * 8 and all(len(c["adv"]) == 5 for c in calls)  # 8 responses per step, K = 5
     rec = json.loads((out / "samples.jsonl").read_text().splitlines()[0])

@@ -100,7 +100,7 @@ def test_trainer_conditions_before_the_advantages_and_logs_both(tmp_path):
     from tests.integrations.trl.test_trainer import TinyTask, make_trainer
 
     task = ConditionedTask(TinyTask(), {"long": ["the", 1.0]})  # "long" pays only with "the"
-    tr = make_trainer(tmp_path / "c", task=task, advantage_method="gdpo", credit="none", max_steps=2)
+    tr = make_trainer(tmp_path / "c", task=task, method="gdpo", credit="none", max_steps=2)
     tr.train()
     logs = [h for h in tr.state.log_history if "conditions/long/raw" in h]
     assert len(logs) == 2
@@ -173,5 +173,5 @@ def test_the_conditioned_recipe_trains(tmp_path):
         assert r["conditions/length/conditioned"] == pytest.approx(r["rewards/length/mean"])
         assert r["conditions/length/conditioned"] <= r["conditions/length/raw"] + 1e-9
     run = json.loads((out / "run.json").read_text())
-    assert run["advantage_method"] == "rdpo" and run["credit"] == "reward"
+    assert run["method"]["method"] == "rdpo" and run["method"]["credit"] == "reward"
     assert run["conditions"] == {"length": ["start", 1.0]}

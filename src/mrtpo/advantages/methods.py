@@ -131,7 +131,7 @@ def dvao(b: Batch, *, eps: Positive = EPS) -> Tensor:
     return torch.where(ok[b.group, None], adv, torch.zeros_like(adv))
 
 
-@register("sa_mrpo", needs=("reward_min", "reward_max"))
+@register("sa_mrpo", needs=("reward_min", "reward_max"), label="SA-MRPO")
 def sa_mrpo(
     b: Batch, *, eps: Positive = EPS, gamma: NonNegative = 0.5, whiten: Whiten = "response"
 ) -> Tensor:
@@ -151,7 +151,7 @@ def sa_mrpo(
     return whiten_columns(z * w, eps, b.units(whiten))
 
 
-@register("gd2po")
+@register("gd2po", label="GD²PO")
 def gd2po(
     b: Batch, *, eps: Positive = EPS, variant: Literal["hard", "snr"] = "hard", whiten: Whiten = "response"
 ) -> Tensor:
@@ -188,7 +188,7 @@ def gd2po(
     return adv_row[:, None] * share
 
 
-@register("corr_grpo")
+@register("corr_grpo", label="CorrGRPO")
 def corr_grpo(b: Batch, *, eps: Positive = EPS) -> Tensor:
     """CorrGRPO: centered weighted rewards over the std of the correlated sum (docs/design.md §3).
 

@@ -26,11 +26,13 @@ Whiten = Literal["response", "token"]
 
 @dataclass(frozen=True)
 class AdvantageMethod:
-    """A registered method: ``fn(batch, **options) -> [N, K]`` and the bounds it needs."""
+    """A registered method: ``fn(batch, **options) -> [N, K]``, the bounds it needs and its display name
+    (``label``: what reports and figures call it)."""
 
     name: str
     fn: Callable[..., Tensor]
     needs: tuple[str, ...] = ()
+    label: str = ""
 
     def options(self) -> list[str]:
         """The names of ``fn``'s keyword options."""
@@ -42,7 +44,7 @@ ADVANTAGES: Registry[AdvantageMethod] = Registry("advantage method")
 
 
 def register(
-    name: str, *, needs: Sequence[str] = ()
+    name: str, *, needs: Sequence[str] = (), label: str | None = None
 ) -> Callable[[Callable[..., Tensor]], Callable[..., Tensor]]:
     """Decorator: register ``fn(b: Batch, *, option: type = default, ...) -> Tensor [N, K]`` as ``name``.
 
@@ -50,6 +52,7 @@ def register(
         name: the method's name in :func:`compute` and configs.
         needs: bounds the method reads (``"reward_min"``, ``"reward_max"``); :func:`compute` checks that
             they are given and hold the rewards before calling it.
+        label: its display name in reports and figures (``"GD²PO"``); default ``name.upper()``.
     """
     unknown = sorted(set(needs) - {"reward_min", "reward_max"})
     if unknown:
@@ -57,7 +60,9 @@ def register(
 
     def deco(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
         ADVANTAGES.register(name)(
-            AdvantageMethod(name, fn, tuple(n for n in ("reward_min", "reward_max") if n in needs))
+            AdvantageMethod(
+                name, fn, tuple(n for n in ("reward_min", "reward_max") if n in needs), label or name.upper()
+            )
         )
         return fn
 

@@ -2,11 +2,14 @@
 
 A run folder holds ``run.json`` (the resolved config), ``metrics.jsonl`` (one object per logged step)
 and ``samples.jsonl`` (a few saved responses with their per-token credit). Runs are grouped into
-methods by ``run.json``'s ``advantage_method`` + ``credit`` (+ ``credit_beta``; ``beta`` in run folders
-of earlier versions), and the runs of one method are
-its seeds (``seed``). An optional ``label`` in ``run.json`` overrides the method's display name.
+methods by ``run.json``'s method block (``method``: its ``method`` + ``credit`` + ``credit_beta``;
+run folders of earlier versions hold them flat, as ``advantage_method``, ``credit`` and ``credit_beta``
+or ``beta``: :func:`run_method` reads both), and the runs of one method are its seeds (``seed``). An
+optional ``label`` in ``run.json`` overrides the method's display name; the advantage method's own
+display name is the registry's (``run.json``'s ``method_label``, recorded by the trainer; for a run folder
+without it, :func:`advantage_label` asks :mod:`mrtpo.advantages`).
 
-Standard library only.
+Standard library only (the advantage registry is imported only for run folders that lack ``method_label``).
 """
 
 from __future__ import annotations
@@ -21,28 +24,29 @@ from typing import Any
 from mrtpo.io import read_jsonl  # re-exported: the demo reads run files through this module
 
 __all__ = [
-    "ADVANTAGE_NAMES",
     "RESPONSE_LEVEL_CREDITS",
     "Run",
+    "advantage_label",
     "find_run_dirs",
     "group_by_method",
     "load_run",
     "method_key",
     "method_label",
     "read_jsonl",
+    "run_method",
 ]
 
-ADVANTAGE_NAMES = {
-    "grpo": "GRPO",
-    "gdpo": "GDPO",
-    "saw": "SAW",
-    "dara": "DARA",
-    "dvao": "DVAO",
-    "sa_mrpo": "SA-MRPO",
-    "gd2po": "GD²PO",
-    "corr_grpo": "CorrGRPO",
-}
-"""Display names of the response-level methods (mrtpo.advantages registry names)."""
+
+def advantage_label(name: str, config: dict[str, Any] | None = None) -> str:
+    """The display name of advantage method ``name``: ``config["method_label"]`` when the run recorded it,
+    else the registry's (:attr:`mrtpo.advantages.AdvantageMethod.label`; a method no longer registered:
+    ``name.upper()``)."""
+    if config and config.get("method_label") and run_method(config).get("method") == name:
+        return str(config["method_label"])
+    from mrtpo import advantages
+
+    return advantages.ADVANTAGES.get(name).label if name in advantages.ADVANTAGES else name.upper()
+
 
 RESPONSE_LEVEL_CREDITS = (None, "none", "uniform", "response")
 """``credit`` values meaning "every token gets the response-level advantage" (no replay)."""
@@ -50,16 +54,31 @@ RESPONSE_LEVEL_CREDITS = (None, "none", "uniform", "response")
 DEFAULT_BETA = 0.5
 
 
+def run_method(config: dict[str, Any]) -> dict[str, Any]:
+    """The method block of a run.json (``{"method", "credit", "credit_beta", ...}``): its ``method``
+    mapping, or the flat keys of run folders of earlier versions (``advantage_method``, ``credit``,
+    ``credit_beta`` or ``beta``)."""
+    block = config.get("method")
+    if isinstance(block, dict):
+        return {"credit_beta": DEFAULT_BETA, **block}
+    return {
+        "method": config.get("advantage_method"),
+        "credit": config.get("credit"),
+        "credit_beta": config.get("credit_beta", config.get("beta", DEFAULT_BETA)),
+    }
+
+
 def method_key(config: dict[str, Any]) -> tuple[str, str, float | None]:
-    """``(advantage_method, credit, credit_beta)`` identifying a method; the allocation strength is None for
-    response-level credit (run.json's ``credit_beta``, or ``beta`` in run folders of earlier versions)."""
-    adv = str(config.get("advantage_method") or "?")
-    credit = config.get("credit")
+    """``(method, credit, credit_beta)`` identifying a method (:func:`run_method`); the allocation strength
+    is None for response-level credit."""
+    block = run_method(config)
+    adv = str(block.get("method") or "?")
+    credit = block.get("credit")
     if config.get("loss") == "opsd":
         return adv, "opsd", None
     if credit in RESPONSE_LEVEL_CREDITS:
         return adv, "uniform", None
-    beta = config.get("credit_beta", config.get("beta", DEFAULT_BETA))
+    beta = block.get("credit_beta")
     return adv, str(credit), None if beta is None else float(beta)
 
 
@@ -75,7 +94,7 @@ def method_label(config: dict[str, Any]) -> str:
     if config.get("label"):
         return str(config["label"])
     adv, credit, beta = method_key(config)
-    name = ADVANTAGE_NAMES.get(adv, adv.upper())
+    name = advantage_label(adv, config)
     if credit == "opsd":
         return "OPSD"
     if credit == "uniform":

@@ -68,3 +68,82 @@ class TrackedPeak:
             peak = max(peak, cur)
         self.peak = peak
         self._prof = None
+
+
+class RunPeak:
+    """``with RunPeak(device) as m: trainer.train()`` then ``m.peak`` (bytes, absolute) and ``m.method``:
+    the peak of a whole run, what a plan of the GPU's memory predicts.
+
+    - CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` at the start (tensors
+      alive before, such as the model's weights, count);
+    - CPU (Linux): the process's peak resident set (``VmHWM`` of ``/proc/self/status``) after resetting it
+      (``/proc/self/clear_refs``); None where that is not available. It counts everything the process
+      holds (Python, libraries), so it says little beyond "the run fits".
+
+    A section inside the run (:meth:`section`) may reset CUDA's statistics for a peak of its own; the run's
+    peak keeps the larger of what was seen before."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = str(device)
+        self.peak: int | None = None
+        self.method = ""
+        self._seen = 0
+
+    def __enter__(self) -> RunPeak:
+        import torch
+
+        gc.collect()
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.method = "torch.cuda.max_memory_allocated over the run"
+        else:
+            try:
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")
+                self.method = "peak resident set of the process over the run (VmHWM)"
+            except OSError:
+                self.method = "not available on this system"
+        return self
+
+    def section(self) -> _Section:
+        """``with run_peak.section() as s: ...`` then ``s.extra``: the peak above the section's start
+        (bytes; CUDA only, None elsewhere)."""
+        return _Section(self)
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+            self.peak = max(self._seen, torch.cuda.max_memory_allocated())
+            return
+        try:
+            with open("/proc/self/status") as f:
+                hwm = next(line for line in f if line.startswith("VmHWM:"))
+            self.peak = int(hwm.split()[1]) * 1024
+        except (OSError, StopIteration, ValueError):
+            self.peak = None
+
+
+class _Section:
+    def __init__(self, run: RunPeak) -> None:
+        self.run = run
+        self.extra: int | None = None
+
+    def __enter__(self) -> _Section:
+        import torch
+
+        if self.run.device.startswith("cuda"):
+            torch.cuda.synchronize()
+            self.run._seen = max(self.run._seen, torch.cuda.max_memory_allocated())
+            self._base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        if self.run.device.startswith("cuda"):
+            torch.cuda.synchronize()
+            self.extra = max(0, torch.cuda.max_memory_allocated() - self._base)

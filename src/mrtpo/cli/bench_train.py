@@ -64,7 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--generations", type=int, default=8, help="responses per prompt G (default 8)")
     parser.add_argument("--max-completion-length", type=int, default=24, help="response tokens (default 24)")
     parser.add_argument("--hidden-size", type=int, default=64)
-    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="decoder layers (default 2; with --config: the config's, or this many for a slice of its shapes)",
+    )
     parser.add_argument(
         "--credit",
         default="reward",
@@ -80,8 +85,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         default=None,
-        help="bundled model config with random weights (tiny, qwen2.5-3b, qwen2.5-7b); replaces --hidden-size "
-        "and --layers",
+        help="bundled model config with random weights (tiny, qwen2.5-1.5b-instruct, qwen2.5-3b, qwen2.5-7b); "
+        "replaces --hidden-size (and --layers unless given: a slice of the model with the config's width)",
+    )
+    parser.add_argument(
+        "--bf16", action="store_true", help="TRL's bf16 (accelerate's autocast), as the recipes train"
+    )
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="TRL's gradient checkpointing, as the recipes train",
     )
     parser.add_argument(
         "--threads",
@@ -116,6 +129,7 @@ def _median(xs: list[float]) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    import contextlib
     import gc
     import json
     import sys
@@ -127,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
     from trl import GRPOConfig, GRPOTrainer
 
     from mrtpo import advantages as adv_mod
+    from mrtpo.bench.memory import RunPeak
     from mrtpo.integrations.trl import MRTPOConfig, MRTPOTrainer
     from mrtpo.integrations.trl.data import example_from_row, examples_to_dataset
     from mrtpo.models.tiny import build_model
@@ -143,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--repeats={args.repeats} must be >= 1")
     if args.steps <= args.warmup:
         raise ValueError(f"--steps={args.steps} must exceed --warmup={args.warmup}")
+    if args.layers is not None and args.layers < 1:
+        raise ValueError(f"--layers must be >= 1, got {args.layers}")
     if args.batch % args.generations:
         raise ValueError(f"--generations={args.generations} must divide --batch={args.batch}")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -168,11 +185,17 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--config {args.config}: vocabulary {vocab} < the toy task's {len(tok)} words")
         suppress = list(range(len(tok), vocab))  # sample the task's words only; project onto all V
         shape = bundled_config(args.config)
-        args.hidden_size, args.layers = shape["hidden_size"], shape["num_hidden_layers"]
+        sliced = {} if args.layers is None else {"num_hidden_layers": args.layers}
+        if args.layers is not None and "max_window_layers" in shape:
+            sliced["max_window_layers"] = min(shape["max_window_layers"], args.layers)
+        args.hidden_size = shape["hidden_size"]
+        args.layers = shape["num_hidden_layers"] if args.layers is None else args.layers
+    elif args.layers is None:
+        args.layers = 2
 
     def model():
         if args.config is not None:
-            return build_bundled(args.config, device=args.device, seed=args.seed)
+            return build_bundled(args.config, device=args.device, seed=args.seed, **sliced)
         return build_model(
             len(tok),
             hidden_size=args.hidden_size,
@@ -221,16 +244,24 @@ def run(args: argparse.Namespace) -> int:
         replay_times: list[float]
         fpe_times: list[float]
         limit_fpe: list[float]
+        prompt_tokens: list[float]
+        replay_extra: list[int]
+        run_peak: RunPeak | None = None
         excluded: float = 0.0
 
         def _replay(self, out, *a, **kw):
             t0 = clock()
+            section = self.run_peak.section() if self.run_peak is not None else contextlib.nullcontext()
             try:
-                res = super()._replay(out, *a, **kw)
+                with section:  # CUDA: replay's peak above what was allocated when it started
+                    res = super()._replay(out, *a, **kw)
                 self.limit_fpe.append(res[1]["limit_fpe"])
+                self.prompt_tokens.append(out["prompt_mask"].sum(1).float().mean().item())
                 return res
             finally:
                 self.replay_times.append(clock() - t0)
+                if getattr(section, "extra", None) is not None:
+                    self.replay_extra.append(section.extra)
                 t1 = clock()
                 self.fpe_times.append(batch_fpe_seconds(self._unwrapped(), out, clock))
                 self.excluded += clock() - t1
@@ -246,8 +277,8 @@ def run(args: argparse.Namespace) -> int:
         max_steps=args.steps,
         logging_steps=1,
         report_to=[],
-        bf16=False,
-        gradient_checkpointing=False,
+        bf16=args.bf16,
+        gradient_checkpointing=args.gradient_checkpointing,
         use_cpu=use_cpu,
         save_strategy="no",
         learning_rate=1e-4,
@@ -283,9 +314,7 @@ def run(args: argparse.Namespace) -> int:
                     model(),
                     args=MRTPOConfig(
                         output_dir=f"{tmp}/gdpo",
-                        advantage_method="gdpo",
-                        advantage_options={"eps": 1e-4},
-                        credit="none",
+                        method={"method": "gdpo", "options": {"eps": 1e-4}, "credit": "none"},
                         run_files=False,
                         **common,
                     ),
@@ -300,8 +329,7 @@ def run(args: argparse.Namespace) -> int:
                     model(),
                     args=MRTPOConfig(
                         output_dir=f"{tmp}/mrtpo",
-                        advantage_method=args.method,
-                        credit=args.credit,
+                        method={"method": args.method, "credit": args.credit},
                         run_files=False,
                         log_localization=False,  # analysis logging, not part of the method's cost
                         **common,
@@ -319,17 +347,25 @@ def run(args: argparse.Namespace) -> int:
         warm.train()
         del warm
         gc.collect()
-        pooled: dict[str, dict[str, list[float]]] = {
-            n: {"steps": [], "replay": [], "fpe": [], "fpe_batch": [], "limit_fpe": []} for n, _ in runs
-        }
+        keys = ("steps", "replay", "fpe", "fpe_batch", "limit_fpe", "peak", "replay_extra", "prompt_tokens")
+        pooled: dict[str, dict[str, list[float]]] = {n: {k: [] for k in keys} for n, _ in runs}
+        peak_method = ""
         for rep in range(args.repeats):
             for name, make in runs:
                 trainer = quiet(make())
                 trainer.replay_times, trainer.fpe_times, trainer.limit_fpe = [], [], []
+                trainer.prompt_tokens, trainer.replay_extra = [], []
                 timer = StepTimer(trainer)
                 trainer.add_callback(timer)
                 say(f"bench train: {name} ({args.steps} steps, run {rep + 1}/{args.repeats}) ...")
-                trainer.train()
+                with RunPeak(args.device) as peak:
+                    trainer.run_peak = peak
+                    trainer.train()
+                peak_method = peak.method
+                if peak.peak is not None:
+                    pooled[name]["peak"].append(peak.peak)
+                pooled[name]["replay_extra"] += trainer.replay_extra
+                pooled[name]["prompt_tokens"] += trainer.prompt_tokens
                 hist = [h for h in trainer.state.log_history if "replay/fpe" in h][args.warmup :]
                 pooled[name]["steps"] += timer.times[args.warmup :]
                 pooled[name]["replay"] += trainer.replay_times[args.warmup :]
@@ -346,10 +382,13 @@ def run(args: argparse.Namespace) -> int:
                 "steps": p["steps"],
                 "replay_seconds": _median(p["replay"]) if p["replay"] else 0.0,
                 "replay_fpe": _median(p["fpe"]) if p["fpe"] else 0.0,
+                "peak_bytes": max(p["peak"]) if p["peak"] else None,
             }
         p = pooled["mrtpo"]
         steps_both = list(zip(p["replay"], p["fpe"], p["fpe_batch"]))
         results["mrtpo"]["fpe_batch_seconds"] = _median(p["fpe_batch"]) if p["fpe_batch"] else 0.0
+        results["mrtpo"]["replay_extra_bytes"] = max(p["replay_extra"]) if p["replay_extra"] else None
+        prompt_tokens = _median(p["prompt_tokens"]) if p["prompt_tokens"] else 0.0
         results["mrtpo"]["predicted_per_step"] = [f * b for _, f, b in steps_both]
         results["mrtpo"]["limit_per_step"] = [f * b for f, b in zip(p["limit_fpe"], p["fpe_batch"])]
         results["mrtpo"]["limit_fpe"] = _median(p["limit_fpe"]) if p["limit_fpe"] else 0.0
@@ -371,6 +410,11 @@ def run(args: argparse.Namespace) -> int:
         "config": args.config,
         "hidden_size": args.hidden_size,
         "layers": args.layers,
+        "vocab": len(tok) if args.config is None else vocab,
+        "bf16": args.bf16,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "prompt_tokens": prompt_tokens,
+        "peak_method": peak_method,
         "credit": args.credit,
         "method": args.method,
         "runs": results,
@@ -416,6 +460,17 @@ def run(args: argparse.Namespace) -> int:
         f"tokens + the response, its prompt's common prefix once) = {limit * 1e3:.1f} ms; step-ratio limit "
         f"(GDPO + limit) / GDPO = {step_limit:.3f}x"
     )
+    peaks = [results[n]["peak_bytes"] for n in ("trl_gdpo", "gdpo", "mrtpo")]
+    if all(p is not None for p in peaks):
+        extra = mr.get("replay_extra_bytes")
+        print(
+            "  peak memory (TRL / GDPO / MRTPO): "
+            + " / ".join(f"{p / 2**30:.2f} GiB" for p in peaks)
+            + (f"; replay's peak above its start {extra / 2**30:.2f} GiB" if extra is not None else "")
+            + f" ({peak_method})"
+        )
+    else:
+        print(f"  peak memory: not measured ({peak_method})")
     if args.output:
         with open(args.output, "w") as f:
             json.dump(summary, f, indent=2)

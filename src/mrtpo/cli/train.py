@@ -1,7 +1,7 @@
 """``mrtpo train CONFIG.yaml [--plugin MODULE ...] [--section.key VALUE ...] [--resume [CHECKPOINT]] [--overwrite]``.
 
-Trains with :class:`mrtpo.MRTPOTrainer` from a YAML config (see ``recipes/`` and
-:mod:`mrtpo.integrations.trl.recipe`). Writes the run folder (``trl.output_dir``): run.json, metrics.jsonl,
+Trains with :class:`mrtpo.MRTPOTrainer` from a YAML config (see ``recipes/``, docs/config.md and
+:mod:`mrtpo.integrations.trl.schema`; a bad field fails before torch is imported). Writes the run folder (``trl.output_dir``): run.json, metrics.jsonl,
 samples.jsonl, TRL checkpoints and, at the end, the final model and tokenizer. A non-empty run folder
 is refused unless ``--resume`` (continue from its newest complete checkpoint, or the one named, with its
 optimizer state, scheduler, RNG and data order) or ``--overwrite`` (start again) is given. Ctrl-C saves
@@ -19,30 +19,43 @@ import textwrap
 
 
 def fields_help() -> str:
-    """The config fields one may set, grouped (method: mrtpo's; trl: TRL's GRPOConfig, then transformers'
-    TrainingArguments), names only."""
-    from transformers import TrainingArguments
+    """The config fields one may set, by section, and the names the registries know (advantage methods,
+    credit schemes, tasks: plug-ins' included), generated from the config's schema and the registries."""
+    from mrtpo import advantages, credit
+    from mrtpo.integrations.trl import schema, trl_fields
+    from mrtpo.integrations.trl.checks import import_builtin_tasks
+    from mrtpo.tasks import TASKS
 
-    from mrtpo.integrations.trl.recipe import DATA_KEYS, MODEL_KEYS, TASK_KEYS, TINY_KEYS, trainer_fields
-
-    base = {f for f in TrainingArguments.__dataclass_fields__}
-    fields = trainer_fields().values()
+    import_builtin_tasks()
+    described = trl_fields.load()["fields"]
     groups = [
-        ("model", [*(k for k in MODEL_KEYS if k != "tiny"), *(f"tiny.{k}" for k in TINY_KEYS)]),
-        ("task", list(TASK_KEYS)),
-        ("data", list(DATA_KEYS)),
-        ("method (mrtpo.MRTPOConfig)", [f.path for f in fields if f.section == "method"]),
+        ("model", ["path", "dtype", *(f"tiny.{k}" for k in schema.TinySection.model_fields)]),
+        ("task", list(schema.TaskSection.model_fields)),
+        ("data", list(schema.DataSection.model_fields)),
         (
-            "trl: TRL's GRPOConfig",
-            sorted(f.path for f in fields if f.section == "trl" and f.name not in base),
+            "method (the method block, mrtpo.method.MethodConfig; verl: algorithm.mrtpo)",
+            list(schema.METHOD_FIELDS),
         ),
+        *((name, list(cls.model_fields)) for name, cls in schema.OPTION_SECTIONS.items()),
+        ("trl: TRL's GRPOConfig", sorted(n for n, d in described.items() if d["group"] == "grpo")),
         (
             "trl: transformers' TrainingArguments",
-            sorted(f.path for f in fields if f.section == "trl" and f.name in base),
+            sorted(n for n, d in described.items() if d["group"] != "grpo"),
         ),
+        ("peft", ["peft.LoraConfig fields (r, lora_alpha, target_modules, ...)"]),
     ]
     lines = ["config fields (--section.key VALUE; defaults: --print-config):"]
     for title, names in groups:
+        lines.append(f"  {title}:")
+        lines.extend(
+            textwrap.wrap(", ".join(names), width=100, initial_indent="    ", subsequent_indent="    ")
+        )
+    lines.append("registered names (plug-ins add theirs: --plugin MODULE):")
+    for title, names in (
+        ("method.method (advantage methods)", advantages.available()),
+        ("method.credit (credit schemes)", credit.CREDIT_SCHEMES.names()),
+        ("task.name (tasks; or module:Class of your own)", TASKS.names()),
+    ):
         lines.append(f"  {title}:")
         lines.extend(
             textwrap.wrap(", ".join(names), width=100, initial_indent="    ", subsequent_indent="    ")
@@ -52,7 +65,9 @@ def fields_help() -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("config", help="YAML config (sections model, task, data, method, trl)")
+    parser.add_argument(
+        "config", help="YAML config (sections model, task, data, method, loss, replay, log, trl, peft)"
+    )
     from mrtpo.plugins import add_plugin_argument
 
     add_plugin_argument(parser)
@@ -105,7 +120,9 @@ def _resume_command(
 
 
 def run(args: argparse.Namespace) -> int:
-    from mrtpo.integrations.trl.recipe import TrainingInterrupted, load_config, parse_overrides, train
+    import warnings
+
+    from mrtpo.integrations.trl.schema import load_config, parse_overrides
     from mrtpo.plugins import split_plugin_args
 
     more, rest = split_plugin_args(args.overrides)  # --plugin given after the config
@@ -117,12 +134,8 @@ def run(args: argparse.Namespace) -> int:
     for tok in [t for t in rest if t.startswith("--threads=")]:
         threads = int(tok.partition("=")[2])
         rest.remove(tok)
-    if threads is not None:
-        import torch
-
-        if threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {threads}")
     print_config = args.print_config
     if "--print-config" in rest:
         rest.remove("--print-config")
@@ -131,17 +144,30 @@ def run(args: argparse.Namespace) -> int:
     pairs, resume = parse_overrides([t for t in rest if t != "--overwrite"])
     if resume and overwrite:
         raise ValueError("--resume continues the run folder and --overwrite starts it again: give one")
-    cfg = load_config(args.config, pairs, plugins=plugins)
+    with warnings.catch_warnings(record=True) as caught:  # deprecated spellings: one line each
+        warnings.simplefilter("always", FutureWarning)
+        try:
+            cfg = load_config(args.config, pairs, plugins=plugins)  # no torch / transformers / TRL yet
+        finally:
+            for w in caught:
+                print(f"mrtpo train: warning: {w.message}", file=sys.stderr)
     if print_config:
         import yaml
 
         print(yaml.safe_dump(cfg.resolved(), sort_keys=False).rstrip())
         return 0
-    cfg.trainer_config()  # cross-field checks before any model is loaded
+    cfg.check()  # the task, the registries' names, what this machine lacks: one line naming every field
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    from mrtpo.integrations.trl.recipe import TrainingInterrupted, train
+
     out = cfg.trainer["output_dir"]
     try:
         trainer = train(cfg, resume=resume, overwrite=overwrite)
     except TrainingInterrupted as e:
+        _close_process_group()
         where = f"saved {e.checkpoint}" if e.checkpoint else "no checkpoint was written"
         print(
             f"mrtpo train: interrupted at step {e.step}; {where}; resume with: {_resume_command(args, rest, threads, plugins)}",
@@ -151,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         from mrtpo.integrations.trl.checkpoints import pick_checkpoint
 
+        _close_process_group()
         folder, _ = pick_checkpoint(out)
         if folder is None:
             print(
@@ -164,7 +191,19 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         return 130
+    _close_process_group(barrier=True)
     print(
         f"mrtpo train: {trainer.state.global_step} steps; run folder and final model: {trainer.args.output_dir}"
     )
     return 0
+
+
+def _close_process_group(barrier: bool = False) -> None:
+    """End the launch's process group before the interpreter exits (several processes): left to the exit,
+    its threads can be torn down while still joinable, and one process then aborts ("terminate called without
+    an active exception") after a run that finished."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        if barrier:  # after a finished run every process gets here; after Ctrl-C one may not
+            dist.barrier()
+        dist.destroy_process_group()

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mrtpo.analysis.runs import run_method
+
 SATISFACTION_KEY = "task/satisfaction"
 
 
@@ -21,7 +23,7 @@ def pick_explain_records(run_dirs: Sequence[str | Path], n: int) -> tuple[list[d
     for d in run_dirs:
         d = Path(d)
         cfg = json.loads((d / "run.json").read_text())
-        if cfg.get("credit") != "reward":
+        if run_method(cfg)["credit"] != "reward":
             continue
         path = d / "samples.jsonl"
         if not path.exists():

@@ -109,13 +109,14 @@ def run_config(
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
     m = dict(METHODS[method])
+    m = {"method": m.pop("advantage_method"), **m}  # the method block (mrtpo.method.MethodConfig's keys)
     m.setdefault("credit_beta", rl.credit_beta)
-    m["log_samples"] = rl.log_samples
     return {
         "model": {"path": str(warm_start_dir), "dtype": "float32"},
         "task": {"name": "toy", "options": {"seed": 0, "size": rl.task_size}},
         "data": {"split": "train"},
         "method": m,
+        "log": {"samples": rl.log_samples},
         "trl": {
             "output_dir": str(output_dir),
             "max_steps": rl.steps,

@@ -76,13 +76,22 @@ class TransformersGenerator:
 
 
 class VLLMGenerator:
-    """vLLM offline generation (GPU); same interface as :class:`TransformersGenerator`."""
+    """vLLM offline generation (GPU); same interface as :class:`TransformersGenerator`: each conversation
+    through the model's chat template (``LLM.chat``, generation prompt added), special tokens left out of
+    the text. ``dtype`` is vLLM's (``auto`` reads the model's config)."""
 
-    def __init__(self, model_path: str, config: SamplingConfig | None = None, **llm_kwargs) -> None:
+    def __init__(
+        self, model_path: str, config: SamplingConfig | None = None, *, dtype: str = "auto", **llm_kwargs
+    ) -> None:
+        if importlib.util.find_spec("vllm") is None:
+            raise ValueError(
+                '--backend vllm: vllm is not installed (pip install -e ".[vllm]" on a CUDA machine: '
+                "requirements/gpu-trl.txt, docs/install.md); --backend transformers generates without it"
+            )
         from vllm import LLM
 
         self.config = config or SamplingConfig()
-        self.llm = LLM(model=model_path, seed=self.config.seed, **llm_kwargs)
+        self.llm = LLM(model=model_path, seed=self.config.seed, dtype=dtype, **llm_kwargs)
 
     def generate(self, prompts: Sequence[list[dict]], *, progress: bool = True) -> list[str]:
         from vllm import SamplingParams
@@ -92,7 +101,7 @@ class VLLMGenerator:
             max_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature,
             top_p=cfg.top_p,
-            top_k=cfg.top_k or -1,
+            top_k=cfg.top_k or 0,  # 0: every token (as TRL passes it to vLLM)
             seed=cfg.seed,
         )
         outs = self.llm.chat([list(m) for m in prompts], params, use_tqdm=progress)
@@ -114,7 +123,7 @@ def make_generator(
 
         backend = "vllm" if importlib.util.find_spec("vllm") and torch.cuda.is_available() else "transformers"
     if backend == "vllm":
-        return VLLMGenerator(model, config)
+        return VLLMGenerator(model, config, dtype=dtype)
     from mrtpo.models.loading import load_model_and_tokenizer
 
     m, tok = load_model_and_tokenizer(model, dtype=dtype)

@@ -9,6 +9,7 @@ Rank 0 has 3 active responses out of 4, rank 1 none (all advantages 0). Writes O
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -103,7 +104,8 @@ def main() -> None:
         o0, s0, _ = batch(tr, 0)
         inputs = {**o0, "opsd_full_ids": [tr._full_ids(ex) for ex in s0.examples]}
         for t in (tr, ref):
-            t.args.loss, t.args.credit, t._sharding = "opsd", "none", None
+            t.args.loss, t._sharding = "opsd", None
+            t.args.method = dataclasses.replace(t.args.method, credit="none")
             t.current_gradient_accumulation_steps = 1
             t.model.train()
         loss = tr._compute_loss(tr.model, inputs)

@@ -57,9 +57,9 @@ def test_cort_relevance_ramp_and_allocation(tmp_path):
         tmp_path / "c",
         task=TinyTask(privileged=True),
         credit="cort",
-        advantage_method="grpo",
+        method="grpo",
         credit_beta=0.6,
-        cort_ramp_steps=4,
+        ramp_steps=4,
         max_steps=3,
     )
     tok = tr.processing_class

@@ -30,7 +30,7 @@ SMALL = [
     "--trl.report_to=[]",
     "--trl.disable_tqdm=true",
     "--model.tiny.hidden_size=32",
-    "--method.log_samples=8",
+    "--log.samples=8",
 ]
 
 

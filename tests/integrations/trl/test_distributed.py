@@ -182,7 +182,7 @@ def test_mrtpo_train_on_two_processes_with_different_data_per_process(tmp_path):
         str(ROOT / "recipes" / "tiny_cpu.yaml"), "--data.source", str(data), "--trl.max_steps", "6",
         "--trl.per_device_train_batch_size", "8", "--trl.num_generations", "8",  # one prompt per process
         "--trl.save_strategy", "no", "--trl.report_to", "[]", "--trl.output_dir", str(out),
-        "--method.replay_sharding", "lockstep",
+        "--replay.sharding", "lockstep",
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=400)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -100,9 +100,13 @@ TINY_ARGS = dict(
 
 
 def tiny_config(out, **kw):
+    """An MRTPOConfig of TINY_ARGS; keywords named like a method-block key (``method``, ``options``,
+    ``credit``, ``credit_beta``, ``credit_options``, ``ramp_steps``, ``weights``) go into ``method``."""
     from mrtpo import MRTPOConfig
+    from mrtpo.method import METHOD_FIELDS
 
-    return MRTPOConfig(**{**TINY_ARGS, "output_dir": str(out), "learning_rate": 5e-3, **kw})
+    block = {k: kw.pop(k) for k in list(kw) if k in METHOD_FIELDS and k != "seed"}
+    return MRTPOConfig(**{**TINY_ARGS, "output_dir": str(out), "learning_rate": 5e-3, "method": block, **kw})
 
 
 class Recording:
@@ -147,8 +151,8 @@ def test_gdpo_uniform_equals_trl_gdpo_mode(tmp_path):
     # SGD: Adam's g / (sqrt(v) + 1e-8) amplifies float32 rounding differences of near-zero gradients
     tr = make_trainer(
         tmp_path / "m",
-        advantage_method="gdpo",
-        advantage_options={"eps": 1e-4},
+        method="gdpo",
+        options={"eps": 1e-4},
         credit="uniform",
         multi_objective_aggregation="normalize_then_sum",
         optim="sgd",
@@ -286,23 +290,28 @@ def test_run_folder_follows_the_run_format(tmp_path):
     for key in (
         "task",
         "model",
-        "advantage_method",
-        "credit",
-        "credit_beta",
+        "method",
+        "loss",
         "seed",
         "reward_names",
         "reward_bounds",
     ):
         assert key in run
     assert run["reward_names"] == ["the", "long"] and run["reward_bounds"] == [[0.0, 1.0], [0.0, 1.0]]
-    # the configured run: tiny task, default advantage method and beta, seed 0
-    assert (run["task"], run["advantage_method"], run["credit"], run["credit_beta"], run["seed"]) == (
-        "tiny",
-        tr.args.advantage_method,
-        "reward",
-        tr.args.credit_beta,
-        0,
-    )
+    # the configured run: tiny task, the method block with its defaults, seed 0 (method.seed null: the run's)
+    assert (run["task"], run["seed"]) == ("tiny", 0)
+    assert run["method"] == {
+        "method": "gdpo",
+        "options": {},
+        "weights": None,
+        "credit": "reward",
+        "credit_beta": 0.5,
+        "credit_options": {},
+        "ramp_steps": 50,
+        "seed": 0,
+    }
+    assert run["method"] == tr.args.method.to_dict() and run["trl"]["method"] == run["method"]
+    assert run["method_label"] == "GDPO"  # the advantage registry's display name
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [x["step"] for x in lines if "loss" in x]
     assert steps == [1, 2]
@@ -333,7 +342,7 @@ def test_run_folder_follows_the_run_format(tmp_path):
     assert {s["step"] for s in samples} == {1, 2} and len(samples) == 4
     for s in samples:
         t = len(s["tokens"])
-        assert s["credit_beta"] == tr.args.credit_beta and "beta" not in s  # one name for β
+        assert s["credit_beta"] == tr.args.method.credit_beta and "beta" not in s  # one name for β
         assert len(s["token_advantages"]) == t and len(s["distances"]) == 2
         for k, row in enumerate(s["distances"]):
             assert (row is None) == (abs(s["advantages"][k]) <= 1e-8)
@@ -405,16 +414,16 @@ def test_constructor_rejects_bad_input(tmp_path):
     with pytest.raises(ValueError, match="gamma"):  # an option the method does not have
         MRTPOTrainer(
             fresh_model(tok),
-            args=tiny_config(tmp_path, advantage_options={"gamma": 0.5}),
+            args=tiny_config(tmp_path, options={"gamma": 0.5}),
             task=task,
             train_dataset=task.load(),
             processing_class=tok,
         )
-    with pytest.raises(ValueError, match=r"advantage_method='gpdo' is unknown; known: .*gdpo"):
-        tiny_config(tmp_path, advantage_method="gpdo")
-    with pytest.raises(ValueError, match=r"credit_beta=1\.5"):
+    with pytest.raises(ValueError, match=r"method.method='gpdo' is unknown; known: .*gdpo"):
+        tiny_config(tmp_path, method="gpdo")
+    with pytest.raises(ValueError, match=r"method.credit_beta=1\.5"):
         tiny_config(tmp_path, credit_beta=1.5)
-    with pytest.raises(ValueError, match="set credit='none'"):
+    with pytest.raises(ValueError, match=r"set method\.credit='none'"):
         tiny_config(tmp_path, loss="opsd")
 
 

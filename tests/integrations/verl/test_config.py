@@ -42,20 +42,49 @@ def test_user_errors_name_the_field():
         est(
             tlr, mask, ntb["uid"], {"mrtpo": {"reward_keys": ["a"], "credit": "reward"}}, non_tensor_batch=ntb
         )
+    # the default credit is MRTPO's (as on TRL): without replay distances, the line says how to get them
+    with pytest.raises(
+        ValueError,
+        match=r"^algorithm\.mrtpo\.credit='reward' \(the default\) needs batch\['mrtpo_distances'\].*"
+        r"python -m mrtpo\.integrations\.verl\.main.*algorithm\.mrtpo\.credit=none",
+    ):
+        est(tlr, mask, ntb["uid"], {"mrtpo": {"reward_keys": ["a"]}}, non_tensor_batch=ntb)
+    # a ramped scheme needs the trainer's step, which verl's compute_advantage does not pass
+    from mrtpo.integrations.verl.hook import _optimizer_step
+
+    cort = {"mrtpo": {"credit": "cort"}}
+    with pytest.raises(
+        ValueError, match=r"^algorithm\.mrtpo\.ramp_steps=50 ramps credit='cort' by the optimizer"
+    ):
+        _optimizer_step(object(), cort, None)
+    assert _optimizer_step(object(), {"mrtpo": {"credit": "cort", "ramp_steps": 0}}, None) == 0
+    assert _optimizer_step(object(), cort, lambda: 7) == 7
     with pytest.raises(ValueError, match="norm_adv_by_std_in_grpo=False"):
-        est(tlr, mask, ntb["uid"], {"norm_adv_by_std_in_grpo": False, "mrtpo": {"reward_keys": ["a"]}}, ntb)
+        est(
+            tlr,
+            mask,
+            ntb["uid"],
+            {"norm_adv_by_std_in_grpo": False, "mrtpo": {"reward_keys": ["a"], "credit": "none"}},
+            ntb,
+        )
     with pytest.raises(
         ValueError, match=r"per-reward score\(s\) \['b'\] not in non_tensor_batch \(keys: \['a', 'uid'\]\)"
     ):
-        est(tlr, mask, ntb["uid"], {"mrtpo": {"reward_keys": ["a", "b"]}}, non_tensor_batch=ntb)
+        est(
+            tlr,
+            mask,
+            ntb["uid"],
+            {"mrtpo": {"reward_keys": ["a", "b"], "credit": "none"}},
+            non_tensor_batch=ntb,
+        )
     with pytest.raises(ValueError, match=r"called without non_tensor_batch.*install"):
-        est(tlr, mask, ntb["uid"], {"mrtpo": {"reward_keys": ["a"]}})
+        est(tlr, mask, ntb["uid"], {"mrtpo": {"reward_keys": ["a"], "credit": "none"}})
     bad = dict(ntb, a=np.array([1.0, float("nan"), 0.0, 1.0], dtype=object))
     with pytest.raises(ValueError, match=r"non_tensor_batch\['a'\]\[1\] = nan is not finite"):
-        est(tlr, mask, ntb["uid"], {"mrtpo": {"reward_keys": ["a"]}}, non_tensor_batch=bad)
+        est(tlr, mask, ntb["uid"], {"mrtpo": {"reward_keys": ["a"], "credit": "none"}}, non_tensor_batch=bad)
     with pytest.raises(ValueError, match="needs reward_min"):
         va.make_estimator("saw")(
-            tlr, mask, ntb["uid"], {"mrtpo": {"reward_keys": ["a"]}}, non_tensor_batch=ntb
+            tlr, mask, ntb["uid"], {"mrtpo": {"reward_keys": ["a"], "credit": "none"}}, non_tensor_batch=ntb
         )
     with pytest.raises(ValueError, match=r"set algorithm\.mrtpo\.reward_keys"):
         est(tlr, mask, ntb["uid"], None, non_tensor_batch=ntb)

@@ -28,7 +28,7 @@ def test_gdpo_hand_computed_response_level_and_token_credit():
     ntb = _ntb(rewards, ["a", "b"], ["p"] * 4)
     tlr = torch.zeros(4, 4)
     est = va.make_estimator("gdpo")
-    cfg = {"mrtpo": {"reward_keys": ["a", "b"]}}
+    cfg = {"mrtpo": {"reward_keys": ["a", "b"], "credit": "none"}}
     adv, ret = est(tlr, mask, index=ntb["uid"], config=cfg, non_tensor_batch=ntb)
     expected = torch.tensor([1.224744, 0.0, -1.224744, 0.0])[:, None] * mask
     torch.testing.assert_close(adv, expected, atol=2e-6, rtol=0)
@@ -114,7 +114,9 @@ def test_beta_zero_and_padding_invariance():
     est = va.make_estimator("gdpo")
     tlr = torch.zeros(n, t)
     base = {"reward_keys": ["a", "b"]}
-    none, _ = est(tlr, mask, index=ntb["uid"], config={"mrtpo": base}, non_tensor_batch=ntb)
+    none, _ = est(
+        tlr, mask, index=ntb["uid"], config={"mrtpo": {**base, "credit": "none"}}, non_tensor_batch=ntb
+    )
     beta0, _ = est(
         tlr,
         mask,

@@ -28,7 +28,7 @@ def test_grpo_equals_verl_grpo(core_algos):
     ntb = _ntb(rewards, ["r0", "r1", "r2"], uids)
     tlr = _last_token_scores(rewards.sum(1), mask)
     ours, _ = va.make_estimator("grpo")(
-        tlr, mask, ntb["uid"], {"mrtpo": {"reward_keys": ["r0", "r1", "r2"]}}, ntb
+        tlr, mask, ntb["uid"], {"mrtpo": {"reward_keys": ["r0", "r1", "r2"], "credit": "none"}}, ntb
     )
     theirs, _ = core_algos.compute_grpo_outcome_advantage(tlr, mask, ntb["uid"], epsilon=1e-6)
     torch.testing.assert_close(ours, theirs, atol=2e-6, rtol=1e-6)
@@ -42,7 +42,9 @@ def test_grpo_equals_verl_grpo(core_algos):
     ntb3 = _ntb(same, ["r"], ["g"] * 3)
     tlr3 = _last_token_scores(same[:, 0], m3)
     verl_adv, _ = core_algos.compute_grpo_outcome_advantage(tlr3, m3, ntb3["uid"], epsilon=1e-6)
-    ours3, _ = va.make_estimator("grpo")(tlr3, m3, ntb3["uid"], {"mrtpo": {"reward_keys": ["r"]}}, ntb3)
+    ours3, _ = va.make_estimator("grpo")(
+        tlr3, m3, ntb3["uid"], {"mrtpo": {"reward_keys": ["r"], "credit": "none"}}, ntb3
+    )
     assert verl_adv.abs().max().item() > 0.01  # verl: rounding / 1e-6 (about -0.18 per token here)
     assert ours3.abs().max().item() == 0.0  # mrtpo: exactly 0
 
@@ -70,12 +72,14 @@ def test_gdpo_token_whitening_matches_verl_gdpo(core_algos):
         non_tensor_batch=ntb,
         batch=batch,
     )
-    cfg = {"mrtpo": {"reward_keys": keys, "options": {"whiten": "token"}}}
+    cfg = {"mrtpo": {"reward_keys": keys, "credit": "none", "options": {"whiten": "token"}}}
     ours, _ = va.make_estimator("gdpo")(tlr, mask, ntb["uid"], cfg, ntb)
     # equal up to the whitening eps: verl (x - m) / sqrt(var + 1e-8), mrtpo (x - m) / (std + 1e-6)
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
     # the default whitening counts responses, not tokens: different numbers for unequal lengths
-    ours_resp, _ = va.make_estimator("gdpo")(tlr, mask, ntb["uid"], {"mrtpo": {"reward_keys": keys}}, ntb)
+    ours_resp, _ = va.make_estimator("gdpo")(
+        tlr, mask, ntb["uid"], {"mrtpo": {"reward_keys": keys, "credit": "none"}}, ntb
+    )
     assert (ours_resp - theirs).abs().max().item() > 1e-3
 
 

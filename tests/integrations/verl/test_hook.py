@@ -170,7 +170,9 @@ def test_hook_in_verls_own_ray_trainer(DataProto, toy_tok):
         data = _toy_dataproto(DataProto, toy_tok)
         _score_like_verl(data, toy_tok)
         kw = {"gamma": 1.0, "lam": 1.0, "num_repeat": 3, "norm_adv_by_std_in_grpo": True}
-        cfg = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gdpo_reward_keys": KEYS, "mrtpo": {}})
+        cfg = OmegaConf.create(
+            {"norm_adv_by_std_in_grpo": True, "gdpo_reward_keys": KEYS, "mrtpo": {"credit": "none"}}
+        )
         # mrtpo_grpo through the hook == verl's GRPO, which the hook hands to verl's own function
         ours = (
             rt.compute_advantage(data, adv_estimator="mrtpo_grpo", config=cfg, **kw)
@@ -185,7 +187,7 @@ def test_hook_in_verls_own_ray_trainer(DataProto, toy_tok):
             ours[:, 0], torch.tensor([1.0911, -0.2182, -0.8729, 1.0, -1.0, 0.0]), atol=1e-4, rtol=0
         )
         # mrtpo_gdpo with token whitening == verl's gdpo (its reward keys are the same reward_extra_info columns)
-        cfg.mrtpo = {"options": {"whiten": "token"}}
+        cfg.mrtpo = {"credit": "none", "options": {"whiten": "token"}}
         ours = (
             rt.compute_advantage(data, adv_estimator="mrtpo_gdpo", config=cfg, **kw)
             .batch["advantages"]

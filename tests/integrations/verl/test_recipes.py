@@ -100,7 +100,13 @@ def test_mrtpo_recipe_matches_table9_and_worker_replay(compose, name):
         node.credit == trl["method"]["credit"] == "reward"
         and node.credit_beta == trl["method"]["credit_beta"]
     )
-    assert cfg.algorithm.adv_estimator == "mrtpo_" + trl["method"]["advantage_method"]
+    assert cfg.algorithm.adv_estimator == "mrtpo_" + trl["method"]["method"]
+    # the same method block as the TRL recipe's (verl's spells out the default whitening)
+    from mrtpo.method import MethodConfig
+
+    ours = MethodConfig.from_dict({**trl["method"], "seed": 0}).to_dict()
+    theirs = node.method_config.to_dict()
+    assert theirs.pop("options") == {**ours.pop("options"), "whiten": "response"} and theirs == ours
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp2" and cfg.actor_rollout_ref.ref.strategy == "fsdp2"
     assert verl_worker.ReplayConfig.from_config(cfg).sharding == "auto"
     verl_main.check_config(cfg)

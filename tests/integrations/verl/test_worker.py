@@ -618,12 +618,14 @@ def test_cort_replay_shard_equals_naive_relevance(tok, model):
 @pytest.mark.parametrize("dp,sp", [(2, 1), (4, 2)])
 def test_cort_through_the_hook_on_workers_equals_the_core(tok, model, monkeypatch, dp, sp):
     """credit=cort on verl: the worker replay's relevance at the batch's sampling temperature, and the
-    token advantages of mrtpo.step (what the TRL trainer computes from its _cort relevance)."""
+    token advantages of mrtpo.step (what the TRL trainer computes from its _cort relevance), the strength
+    ramped by verl's step as on TRL (ramp_steps 50, the default)."""
     from mrtpo import step as step_mod
     from mrtpo.method import MethodConfig
 
     data = toy_batch(tok, [3, 6, 0, 5, 1, 7, 2, 4])
     data.meta_info["temperature"] = 0.8  # verl's trainer: actor_rollout_ref.rollout.temperature
+    data.meta_info["global_steps"] = 26  # verl counts from 1: optimizer step 25, strength 0.5 * 25 / 50
     data.batch["token_level_rewards"] = torch.zeros(data.batch["response_mask"].shape)
     wg = fake_worker_group(model, tok, dp, sp, monkeypatch)
     cfg = {"mrtpo": {"credit": "cort", "credit_beta": 0.5}}
@@ -638,14 +640,15 @@ def test_cort_through_the_hook_on_workers_equals_the_core(tok, model, monkeypatc
     ref = step_mod.credit_step(
         MethodConfig(method="gdpo", credit="cort", credit_beta=0.5),
         rewards_of(data), list(data.non_tensor_batch["uid"]), mask.bool(),
-        reward_min=[0.0] * 5, reward_max=[1.0] * 5, lengths=mask.sum(1).double(), distances=got,
+        reward_min=[0.0] * 5, reward_max=[1.0] * 5, lengths=mask.sum(1).double(), distances=got, step=25,
     )  # fmt: skip
+    assert ref.credit_beta == 0.25
     # (allocated from the workers' own distances: rel / mean(rel) magnifies their 1e-5 difference from
     # the naive reference where a response's relevance is small)
     torch.testing.assert_close(data.batch["advantages"], ref.token_advantages, atol=1e-5, rtol=1e-5)
     expected = credit_mod.allocate(
-        a, got, mask, beta=0.5, credit="cort"
-    )  # Σ_k Â · ((1 − β) + β rel / mean rel)
+        a, got, mask, beta=0.25, credit="cort"
+    )  # Σ_k Â · ((1 − β_s) + β_s rel / mean rel), β_s the ramped strength
     torch.testing.assert_close(data.batch["advantages"], expected, atol=1e-5, rtol=1e-5)
     flat = a.sum(1, keepdim=True) * mask
     assert (data.batch["advantages"] - flat).abs().max() > 1e-3  # redistributed within responses

@@ -1,8 +1,11 @@
 """MRTPO on TRL (``trl>=1.14,<1.17``).
 
-- ``config``: :class:`MRTPOConfig`, a ``GRPOConfig`` with the method and replay fields;
+- ``config``: :class:`MRTPOConfig`, a ``GRPOConfig`` with the method block and MRTPO's options (declared,
+  without TRL, in ``fields``);
 - ``trainer``: :class:`MRTPOTrainer`, a ``GRPOTrainer`` whose advantages come from the core's credit step;
-- ``recipe``: YAML configs, command-line overrides, validation and ``train(config)`` (``mrtpo train``);
+- ``schema``, ``reading``, ``trl_fields``, ``checks``: ``mrtpo train`` configs: their sections (pydantic),
+  YAML and overrides, TRL's fields as data, and what a machine lacks, checked before torch is imported;
+- ``recipe``: building the trainer from a config and ``train(config)`` (``mrtpo train``);
 - ``checkpoints``, ``run_logging``, ``data``, ``passes``: resumable checkpoints, the run folder, dataset
   rows, the baselines' teacher-forced passes;
 - ``sharding``: replay under accelerate's FSDP / DeepSpeed ZeRO-3;

@@ -146,12 +146,9 @@ class Cell:
             },
             "task": {"name": "toy", "options": {"size": 64, "seed": 0}},
             "data": {"split": "train", "limit": 64},
-            "method": {
-                "advantage_method": "gdpo",
-                "credit": self.credit,
-                "loss": self.loss,
-                "replay_sharding": self.sharding,
-            },
+            "method": {"method": "gdpo", "credit": self.credit},
+            "loss": {"name": self.loss},
+            "replay": {"sharding": self.sharding},
             "trl": trl,
         }
         if self.adapter == "lora":

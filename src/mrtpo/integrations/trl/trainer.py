@@ -15,6 +15,9 @@ changes three seams:
 3. ``_compute_loss``: only for the OPSD baseline (``loss="opsd"``), a self-distillation divergence
    (``mrtpo.losses``) instead of the policy-gradient surrogate.
 
+With vLLM (``use_vllm``) TRL's importance-sampling correction multiplies every token's term, token
+advantages included; what mrtpo does there: :mod:`mrtpo.integrations.trl.vllm`.
+
 Baselines (docs/design.md §6; the papers' code is not public, these are this project's choices):
 
 - **OPSD** (``loss="opsd"``): teacher = the policy on the full context ``C`` (privileged segments
@@ -28,15 +31,16 @@ Baselines (docs/design.md §6; the papers' code is not public, these are this pr
 - **CoRT** (``credit="cort"``): joint replay (``C`` and ``C_-all``) with relevance
   ``|log pi(y_t | C) - log pi(y_t | C_-all)|`` of the sampled token at the sampling temperature, used as
   the single shared distance row of ``mrtpo.credit.allocate`` on the response advantage of
-  ``advantage_method`` (use ``grpo`` for the paper's setting): ``S = A ((1 - b_s) + b_s rel / mean rel)``
-  with ``b_s = credit_beta * min(1, step / cort_ramp_steps)`` (linear ramp from 0).
+  ``method.method`` (use ``grpo`` for the paper's setting): ``S = A ((1 - b_s) + b_s rel / mean rel)``
+  with ``b_s = credit_beta * min(1, step / ramp_steps)`` (linear ramp from 0; ``method.ramp_steps``).
 - **RLSD** (``credit="rlsd"``, :func:`mrtpo.credit.rlsd_token_advantages`): teacher = the policy on
   ``C``, student = the policy as it sampled (TRL's old log-probabilities when TRL computed them and its
   prompt is the rollout prompt, else a pass on the rollout prompt); gap ``log pi(y_t | C) - log pi(y_t |
   rollout)`` of the sampled tokens at the sampling temperature, only for responses whose response
   advantage is not 0 and whose C has privileged segments (elsewhere teacher = student: weight 1);
-  ``S = A ((1 - l) + l clip(exp(sign(A) gap), 1 - rlsd_eps, 1 + rlsd_eps))`` with ``l`` the
-  ``credit_beta`` scheduled by ``rlsd_warmup_steps`` / ``rlsd_decay_steps`` (:func:`mrtpo.credit.rlsd_lambda`).
+  ``S = A ((1 - l) + l clip(exp(sign(A) gap), 1 - eps, 1 + eps))`` with ``l`` the ``credit_beta``
+  scheduled by the ``warmup_steps`` / ``decay_steps`` of ``method.credit_options``
+  (:func:`mrtpo.credit.rlsd_lambda`).
 
 Conditioned rewards (GDPO Eq. 8): a task wrapped by :class:`mrtpo.tasks.conditions.ConditionedTask`
 (the task option ``conditions``) has its reward matrix conditioned right after scoring, before any
@@ -80,12 +84,14 @@ from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from mrtpo import advantages as adv_mod
 from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
 from mrtpo.head import autocast_dtype, head_of
 from mrtpo.integrations.trl import checkpoints as checkpoints_mod
 from mrtpo.integrations.trl import data as data_mod
 from mrtpo.integrations.trl import sharding as sharding_mod
+from mrtpo.integrations.trl import vllm as vllm_mod
 from mrtpo.integrations.trl.config import MRTPOConfig
 from mrtpo.integrations.trl.passes import response_hidden
 from mrtpo.integrations.trl.run_logging import (
@@ -244,7 +250,7 @@ class MRTPOTrainer(GRPOTrainer):
         if self.conditions:
             self.reward_bounds = task.bounds(self.reward_bounds)
         self._check_advantage_options(args)
-        if args.credit == "rlsd" and not has_privileged(first.segments):
+        if args.method.credit == "rlsd" and not has_privileged(first.segments):
             logger.warning(
                 "RLSD: example %r has no privileged segment, so the teacher context equals the rollout prompt "
                 "and RLSD gives it the response-level advantage",
@@ -283,7 +289,7 @@ class MRTPOTrainer(GRPOTrainer):
     def _check_advantage_options(self, args: MRTPOConfig) -> None:
         """The weights against K, then the method once on a tiny batch, so that what the configuration
         alone cannot check (the bounds a method needs) fails at construction, naming it."""
-        mc = args.method_config
+        mc = args.method
         mc.check_rewards(len(self.reward_names), self.reward_names)
         lo = torch.tensor([b[0] for b in self.reward_bounds])
         hi = torch.tensor([b[1] for b in self.reward_bounds])
@@ -303,15 +309,12 @@ class MRTPOTrainer(GRPOTrainer):
         info = {
             "task": getattr(self.task, "name", type(self.task).__name__),
             "model": model,
-            "advantage_method": a.advantage_method,
-            "advantage_options": a.advantage_options or {},
-            "credit": a.credit,
-            "credit_beta": a.credit_beta,
+            "method": a.method.to_dict(),
+            "method_label": adv_mod.ADVANTAGES.get(a.method.method).label,  # the registry's display name
             "loss": a.loss,
             "seed": a.seed,
             "reward_names": self.reward_names,
             "reward_bounds": [list(b) for b in self.reward_bounds],
-            "whiten": (a.advantage_options or {}).get("whiten", "response"),
         }
         if self.conditions:
             info["conditions"] = {c.reward: [c.primary, c.threshold] for c in self.conditions}
@@ -411,7 +414,7 @@ class MRTPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         a = self.args
-        scheme = credit_mod.scheme(a.credit)
+        scheme = a.method.scheme
         self._captured = [] if self._reuse_ok and scheme.replay in ("reward", "joint", "logprob") else None
         try:
             out = super()._generate_and_score_completions(inputs)
@@ -440,7 +443,7 @@ class MRTPOTrainer(GRPOTrainer):
 
         # the one credit step of mrtpo.step: Â [N, K] of the gathered batch, replay, token advantages [B, T]
         res = credit_step(
-            a.method_config,  # validated once, by MRTPOConfig (loss='opsd' has credit='none')
+            a.method,  # validated once, by MRTPOConfig (loss='opsd' has credit='none')
             scored.rewards.cpu(),
             torch.arange(n) // g,
             mask,
@@ -450,7 +453,7 @@ class MRTPOTrainer(GRPOTrainer):
             distances=distances,
             rows=rows,
             generator=torch.Generator(device=device).manual_seed(
-                a.method_config.seed * 1_000_003 + self.state.global_step * 1009 + pi
+                a.method.seed * 1_000_003 + self.state.global_step * 1009 + pi
             ),
             step=self.state.global_step,
         )
@@ -486,6 +489,7 @@ class MRTPOTrainer(GRPOTrainer):
             "examples": scored.examples,
             "texts": scored.texts,
             "completion_ids": scored.completion_ids,
+            **vllm_mod.engine_sampling(out),  # vLLM's sampling log-probs and TRL's IS ratio (or None)
         }
         if mode == "train" and a.run_files and self.accelerator.is_main_process and a.log_samples:
             step = self.state.global_step + 1
@@ -651,7 +655,7 @@ class MRTPOTrainer(GRPOTrainer):
                 h_s = student.hidden_states[-1][:, -t - 1 : -1]  # [B, T, H]
                 div = distill_divergence_from_hidden(h_s, h_t, weight, bias, mask.bool(), **kw)  # [B, T]
         self.last_loss_terms = {"opsd_divergence": div.detach()}  # [B, T]: the check of the matrix
-        loss = masked_token_mean(div, mask)
+        loss = masked_token_mean(vllm_mod.weight_tokens(div, inputs), mask)  # vLLM: TRL's IS ratio
         mode = "train" if self.model.training else "eval"
         totals = self.accelerator.reduce(
             torch.stack([(div.detach() * mask).sum(), mask.sum().float()]), "sum"
@@ -763,7 +767,7 @@ class MRTPOTrainer(GRPOTrainer):
             ids = scored.completion_ids[j]
             t = int(mask[j].sum().item()) if token_adv is not None else len(ids)
             rows = None
-            if distances is not None and credit_mod.scheme(a.credit).replay != "teacher_gap":
+            if distances is not None and a.method.scheme.replay != "teacher_gap":
                 # (RLSD's signed gaps are not distances: samples.jsonl keeps its token advantages only)
                 if distances.shape[1] == len(self.reward_names):
                     rows = [
@@ -781,8 +785,8 @@ class MRTPOTrainer(GRPOTrainer):
                 reward_names=self.reward_names,
                 rewards=scored.rewards[self.accelerator.process_index * len(scored.examples) + j].tolist(),
                 advantages=adv_local[j].tolist(),
-                method=a.advantage_method,
-                credit=a.credit,
+                method=a.method.method,
+                credit=a.method.credit,
                 credit_beta=float(credit_beta),
                 distances=rows,
                 token_advantages=(

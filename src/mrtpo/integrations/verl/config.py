@@ -4,12 +4,12 @@ integration shares with verl: the verl release, the estimator prefix, the batch 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
 from mrtpo import advantages as adv_registry
-from mrtpo.method import MethodConfig
+from mrtpo.method import METHOD_FIELDS, MethodConfig
 
 VERL_VERSION = "0.9.1"
 """The verl release this adapter is written and tested against."""
@@ -28,52 +28,75 @@ DISTANCES_KEY = "mrtpo_distances"
 """``batch[DISTANCES_KEY]``: replay distances [N, K', T] float32 read by credit schemes that need them."""
 
 
+def _default(name: str) -> Any:
+    """The default of a method-block key: :class:`MethodConfig`'s (one default for every engine)."""
+    f = MethodConfig.__dataclass_fields__[name]
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
 @dataclass
 class VerlMRTPOConfig:
-    """Options of the ``mrtpo_*`` estimators, read from ``algorithm.mrtpo`` of verl's config.
+    """The ``algorithm.mrtpo`` node of verl's config: the method block and verl's own keys.
 
-    Every field is optional; with no node at all an estimator is the response-level method with
-    default options (``credit="none"``). The method fields are validated once, into
-    :attr:`method_config` (a :class:`mrtpo.method.MethodConfig`; its ``method`` comes from the estimator
-    name ``algorithm.adv_estimator=mrtpo_<method>`` in :meth:`from_algorithm`, else from the
-    estimator that is called).
+    The method block has the keys, defaults and validation of every engine's (:data:`METHOD_FIELDS`,
+    :class:`mrtpo.method.MethodConfig`; ``mrtpo train`` reads the same block as its ``method:`` section),
+    checked once, into :attr:`method_config`. Its ``method`` comes from the estimator name
+    ``algorithm.adv_estimator=mrtpo_<method>`` (:meth:`from_algorithm`, else the estimator that is
+    called); a ``method`` given here must agree with it. verl's own keys: ``reward_keys``,
+    ``reward_min``, ``reward_max`` (the reward columns) and ``replay`` (the workers' replay options).
     """
 
-    credit: str = field(
-        default="none",
+    method: str | None = field(
+        default=None,
         metadata={
-            "help": "Token credit. 'none': every valid token gets the row sum Σ_k Â[j, k] (the response-level "
-            "method). 'reward' (MRTPO), 'joint', 'shuffled', 'cort' (CoRT: the relevance "
-            "|log π(y_t|C) - log π(y_t|C_-all)| at the sampling temperature) and 'rlsd' (RLSD: the gap "
-            "log π(y_t|C) - log π(y_t|rollout prompt)) need batch['mrtpo_distances'] (replay, see "
-            "install(distances_for=...); python -m mrtpo.integrations.verl.main installs it); 'uniform' is w = 1 "
-            "(equals 'none' up to rounding). The default is 'none' here because verl's own entry point "
-            "(verl.trainer.main_ppo) computes no distances."
-        },
-    )
-    credit_beta: float = field(
-        default=0.5,
-        metadata={
-            "help": "Allocation strength β in [0, 1]: S = Σ_k Â_k ((1 - β) + β w_k) (constant: no CoRT ramp)."
+            "help": "The advantage method; None: the estimator's (algorithm.adv_estimator=mrtpo_<method>), which "
+            "it must equal when set."
         },
     )
     options: dict[str, Any] = field(
         default_factory=dict,
         metadata={
             "help": "Options of the advantage method, e.g. {eps: 1e-4}, {whiten: token} (token counts come "
-            "from response_mask), {gamma: 0.5} for sa_mrpo, {variant: sym} for dara, {decorrelate: group} for rdpo."
+            "from response_mask); help(mrtpo.advantages.<method>) lists a method's."
+        },
+    )
+    weights: list[float] | None = field(
+        default=None,
+        metadata={"help": "Reward weights w_k in reward-key order (None: the method's default)."},
+    )
+    credit: str = field(
+        default=_default("credit"),
+        metadata={
+            "help": "Token credit, a registered credit scheme (default 'reward': MRTPO). Every scheme but 'none' "
+            "and 'uniform' needs batch['mrtpo_distances'] (replay), which python -m mrtpo.integrations.verl.main "
+            "computes on the actor workers; verl's own verl.trainer.main_ppo computes none (there set "
+            "credit=none: every valid token gets the row sum Σ_k Â[j, k], the response-level method)."
+        },
+    )
+    credit_beta: float = field(
+        default=_default("credit_beta"),
+        metadata={
+            "help": "Allocation strength β in [0, 1]: S = Σ_k Â_k ((1 - β) + β w_k) (a ramped scheme's final "
+            "value; RLSD's λ)."
         },
     )
     credit_options: dict[str, Any] = field(
         default_factory=dict,
         metadata={
             "help": "Options of the credit scheme: for rlsd {eps: 0.2, negative_only: false, warmup_steps: 0, "
-            "decay_steps: 0} (λ is credit_beta; its schedule counts verl's meta_info['global_steps'] from 1)."
+            "decay_steps: 0} (λ is credit_beta); a plug-in scheme's own."
         },
     )
-    weights: list[float] | None = field(
+    ramp_steps: int = field(
+        default=_default("ramp_steps"),
+        metadata={
+            "help": "Optimizer steps over which a ramped scheme's strength rises linearly from 0 to credit_beta "
+            "(CoRT; 0: no ramp). The step is the trainer's (mrtpo.integrations.verl.main passes it)."
+        },
+    )
+    seed: int | None = field(
         default=None,
-        metadata={"help": "Reward weights w_k in reward-key order (None: the method's default)."},
+        metadata={"help": "Seed of credit='shuffled' (mixed with a hash of the batch's uids); None: 0."},
     )
     reward_keys: list[str] | None = field(
         default=None,
@@ -90,38 +113,26 @@ class VerlMRTPOConfig:
         default=None,
         metadata={"help": "Each reward's maximum (SA-MRPO). None: the task verifiers' declared bounds."},
     )
-    seed: int = field(
-        default=0, metadata={"help": "Seed of credit='shuffled' (mixed with a hash of the batch's uids)."}
-    )
     replay: dict[str, Any] = field(
         default_factory=dict,
         metadata={
             "help": "Options of the replay on verl's actor workers (mrtpo.integrations.verl.main): sharding, "
-            "token_budget, chunk_size, prefix_sharing, projection_dtype, distance_kernel, template_kwargs, temperature; see mrtpo.integrations.verl.worker.ReplayConfig."
+            "token_budget, chunk_size, prefix_sharing, projection_dtype, distance_kernel, template_kwargs, "
+            "temperature; see mrtpo.integrations.verl.worker.ReplayConfig (mrtpo train: the replay: section)."
         },
     )
 
     method_config: MethodConfig = field(init=False, repr=False, compare=False)
-    """The validated method configuration of these fields (``method`` None until an estimator names it)."""
+    """The validated method block (``method`` None until an estimator names it)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.replay, dict):
             raise ValueError(
                 f"algorithm.mrtpo.replay must be a mapping of replay options; got {self.replay!r}"
             )
-        self.method_config = MethodConfig(
-            method=None,
-            options=self.options,
-            weights=self.weights,
-            credit=self.credit,
-            credit_beta=self.credit_beta,
-            credit_options=self.credit_options,
-            seed=self.seed,
-            labels={
-                name: f"algorithm.{CONFIG_NODE}.{name}"
-                for name in ("options", "weights", "credit", "credit_beta", "credit_options", "seed")
-            },
-        )
+        block = {name: getattr(self, name) for name in METHOD_FIELDS}
+        block["seed"] = 0 if block["seed"] is None else block["seed"]
+        self.method_config = MethodConfig.from_dict(block, prefix=f"algorithm.{CONFIG_NODE}.")
         if self.reward_keys is not None:
             if not self.reward_keys or not all(isinstance(k, str) for k in self.reward_keys):
                 raise ValueError(
@@ -157,6 +168,12 @@ class VerlMRTPOConfig:
         if unknown:
             raise ValueError(
                 f"unknown key(s) {', '.join(map(repr, unknown))} under algorithm.mrtpo; known: {', '.join(sorted(known))}"
+            )
+        given = values.get("method")
+        if given is not None and method is not None and given != method:
+            raise ValueError(
+                f"algorithm.mrtpo.method={given!r} but algorithm.adv_estimator={name!r}: the estimator computes "
+                f"the method; set algorithm.adv_estimator=mrtpo_{given} (or drop algorithm.mrtpo.method)"
             )
         return cls(**values)._with_method(method)
 

@@ -111,7 +111,7 @@ def batch_credit(
         config: verl's algorithm config (its ``mrtpo`` node, :class:`VerlMRTPOConfig`), or a
             :class:`VerlMRTPOConfig`.
         distances: [N, K', T] replay distances, or a :data:`mrtpo.step.DistanceFn` (schemes that replay).
-        step: the optimizer step (0-based) of a scheduled scheme (RLSD's λ).
+        step: the optimizer step (0-based) of a ramped or scheduled scheme (CoRT's β, RLSD's λ).
 
     Returns:
         :class:`mrtpo.step.CreditResult` on the CPU: ``advantages`` [N, K] (columns in reward-key
@@ -134,11 +134,18 @@ def batch_credit(
     if response_mask.dim() != 2 or response_mask.shape[0] != n:
         raise ValueError(f"response_mask has shape {tuple(response_mask.shape)}; expected (N={n}, T)")
     mask = response_mask.detach().to("cpu") != 0  # [N, T]
+    if cfg.method is not None and cfg.method != method:
+        raise ValueError(
+            f"algorithm.mrtpo.method={cfg.method!r} but the estimator called is mrtpo_{method}: set "
+            f"algorithm.adv_estimator=mrtpo_{cfg.method}"
+        )
     mc = cfg.method_config.with_method(method)  # validated once per (configuration, method)
     if mc.scheme.replay != "none" and distances is None:
+        default = " (the default)" if cfg.credit == "reward" else ""
         raise ValueError(
-            f"algorithm.mrtpo.credit={cfg.credit!r} needs batch['{DISTANCES_KEY}'] ([N, K', T] replay distances); "
-            "give mrtpo.integrations.verl.adapter.install() a distances_for, or set algorithm.mrtpo.credit=none for the "
+            f"algorithm.mrtpo.credit={cfg.credit!r}{default} needs batch['{DISTANCES_KEY}'] ([N, K', T] replay "
+            "distances): launch with python -m mrtpo.integrations.verl.main (it replays on the actor workers), give "
+            "mrtpo.integrations.verl.adapter.install() a distances_for, or set algorithm.mrtpo.credit=none for the "
             "response-level method"
         )
     return step_mod.credit_step(
@@ -168,7 +175,7 @@ def response_advantages(
     reward-key order.
     """
     cfg = config if isinstance(config, VerlMRTPOConfig) else VerlMRTPOConfig.from_algorithm(config)
-    cfg = dataclasses.replace(cfg, credit="none")
+    cfg = dataclasses.replace(cfg, credit="none", credit_options={})
     return batch_credit(method, response_mask, index, non_tensor_batch, cfg).advantages
 
 

@@ -109,8 +109,8 @@ def compute_advantage(
 
 def _optimizer_step(data: Any, config: Any, step_fn: Callable[[], int | None] | None) -> int:
     """The 0-based optimizer step of this batch: ``step_fn()`` (unless it returns None: no step known yet),
-    else verl's ``meta_info["global_steps"] - 1``, else 0; a credit scheme whose options schedule its
-    strength needs one of the first two."""
+    else verl's ``meta_info["global_steps"] - 1``, else 0; a ramped scheme (CoRT, ``ramp_steps`` > 0) and a
+    scheme whose options schedule its strength (RLSD's warm-up / decay) need one of the first two."""
     known = step_fn() if step_fn is not None else None
     if known is not None:
         return max(0, int(known))
@@ -119,14 +119,18 @@ def _optimizer_step(data: Any, config: Any, step_fn: Callable[[], int | None] | 
     if global_steps is not None:
         return max(0, int(global_steps) - 1)
     cfg = VerlMRTPOConfig.from_algorithm(config) if not isinstance(config, VerlMRTPOConfig) else config
-    opts = cfg.method_config.credit_options  # resolved (defaults filled in) by the MethodConfig
-    if opts.get("warmup_steps") or opts.get("decay_steps"):
-        raise ValueError(
-            f"algorithm.mrtpo.credit_options warmup_steps/decay_steps schedule credit={cfg.credit!r} by the "
-            "optimizer step, which verl's compute_advantage does not receive: run python -m "
-            "mrtpo.integrations.verl.main (its trainer passes the step), or install(step_fn=...)"
-        )
-    return 0
+    mc = cfg.method_config
+    opts = mc.credit_options  # resolved (defaults filled in) by the MethodConfig
+    if mc.scheme.ramped and mc.ramp_steps > 0:
+        what = f"algorithm.mrtpo.ramp_steps={mc.ramp_steps} ramps credit={mc.credit!r}"
+    elif opts.get("warmup_steps") or opts.get("decay_steps"):
+        what = f"algorithm.mrtpo.credit_options warmup_steps/decay_steps schedule credit={mc.credit!r}"
+    else:
+        return 0
+    raise ValueError(
+        f"{what} by the optimizer step, which verl's compute_advantage does not receive: run python -m "
+        "mrtpo.integrations.verl.main (its trainer passes the step), or install(step_fn=...)"
+    )
 
 
 HOOKED_MODULES = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils")

@@ -1,0 +1,241 @@
+"""What a valid config still needs before training: its task, and what this machine must have.
+
+:func:`environment_errors` names every field that asks for what this machine lacks, all at once, in
+seconds: a GPU (``trl.bf16`` / ``trl.fp16``, including TRL's default ``bf16``), a package (vLLM, Liger
+kernels, a tracker of ``trl.report_to``), a model folder or a hub model that cannot be had offline
+(``model.path``: the local Hugging Face cache is checked; no hub retries), a data folder
+(``data.source``), or a KL reference model that ``model.tiny`` cannot give (``trl.beta``).
+:func:`load_task_spec` builds the task of ``task.name`` and ``task.options``, saying where the options
+came from when the task refuses them.
+
+Imports torch only to ask for an accelerator (:func:`accelerator`), and only when a field needs one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.util
+import os
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+TRACKERS = {
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "wandb": ("wandb", "wandb"),
+    "trackio": ("trackio", "trackio"),
+    "mlflow": ("mlflow", "mlflow"),
+    "comet_ml": ("comet_ml", "comet-ml"),
+    "clearml": ("clearml", "clearml"),
+    "dvclive": ("dvclive", "dvclive"),
+    "neptune": ("neptune", "neptune"),
+    "swanlab": ("swanlab", "swanlab"),
+    "codecarbon": ("codecarbon", "codecarbon"),
+}
+"""``trl.report_to`` names -> (module, package) each needs (transformers' integrations)."""
+
+Note = Callable[[str], str]
+"""``note(key) -> " (from recipes/x.yaml)"``: where a field's value came from (or "")."""
+
+
+def _no_note(key: str) -> str:
+    return ""
+
+
+def accelerator() -> str | None:
+    """The accelerator torch sees (``"cuda"``, ``"mps"``, ...), or None on a CPU-only machine."""
+    import torch
+
+    if importlib.util.find_spec("torch_xla") is not None:
+        return "xla"
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and acc.is_available():
+        return str(acc.current_accelerator())
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    return "mps" if mps is not None and mps.is_available() else None
+
+
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+@functools.cache
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub (``HF_ENDPOINT``) answers a TCP connection within ``timeout``."""
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host = endpoint.hostname or "huggingface.co"
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _go_offline() -> None:
+    """Make this process's hub clients read the local cache only (no retries against an unreachable hub)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    constants = sys.modules.get("huggingface_hub.constants")  # read once, when it was imported
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = True
+
+
+def hub_model_problem(repo_id: str) -> str | None:
+    """Why hub model ``repo_id`` cannot be loaded here, or None: offline (``HF_HUB_OFFLINE`` or the hub
+    unreachable) and not in the local cache. When it is cached but the hub cannot be reached, this
+    process is switched to offline mode so that loading reads the cache without retries."""
+    forced = _truthy("HF_HUB_OFFLINE") or _truthy("TRANSFORMERS_OFFLINE")
+    if not forced and hub_reachable():
+        return None
+    if not forced:
+        _go_offline()
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    cached = try_to_load_from_cache(repo_id, "config.json")
+    if isinstance(cached, str):
+        return None
+    why = "HF_HUB_OFFLINE is set" if forced else f"the hub ({constants.ENDPOINT}) cannot be reached"
+    return (
+        f"hub model {repo_id!r} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and {why}: "
+        f"download it where there is network (hf download {repo_id}) into that cache, or give a local folder"
+    )
+
+
+def environment_errors(
+    model: dict[str, Any],
+    data: dict[str, Any],
+    trainer: dict[str, Any],
+    peft: bool = False,
+    note: Note = _no_note,
+) -> list[str]:
+    """One message per field that asks for what this machine lacks or this model cannot do."""
+    from mrtpo.models.loading import looks_like_path, missing_path_message
+
+    errors = []
+    path = model.get("path")
+    if isinstance(path, str):
+        if looks_like_path(path):
+            if not Path(path).expanduser().exists():
+                errors.append(f"field 'model.path': {missing_path_message(path)}{note('model.path')}")
+        else:
+            problem = hub_model_problem(path)
+            if problem:
+                errors.append(f"field 'model.path': {problem}{note('model.path')}")
+    source = data.get("source")
+    if isinstance(source, str) and not Path(source).expanduser().exists():
+        errors.append(
+            f"field 'data.source': {source!r} does not exist{note('data.source')} (give the task's data "
+            "folder or file, or null for its built-in examples where it has some)"
+        )
+    bf16 = trainer.get("bf16")
+    bf16 = not trainer.get("fp16") if bf16 is None else bf16  # TRL's default: bf16 unless fp16
+    for name, on in (("bf16", bf16), ("fp16", trainer.get("fp16"))):
+        if on and not trainer.get("use_cpu") and accelerator() is None:
+            default = "" if trainer.get(name) is not None else " (TRL's default)"
+            errors.append(
+                f"field 'trl.{name}': {name} mixed precision needs a GPU and this machine has none{default}"
+                f"{note('trl.' + name)}: set trl.{name} false (and trl.use_cpu true) to train on the CPU"
+            )
+    report_to = trainer.get("report_to")
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    for name in names:
+        if name in TRACKERS:
+            module, package = TRACKERS[name]
+            if importlib.util.find_spec(module) is None:
+                errors.append(
+                    f"field 'trl.report_to': {name!r} needs the {package} package (pip install {package})"
+                    f"{note('trl.report_to')}, or remove it from trl.report_to"
+                )
+    if trainer.get("use_vllm") is True and importlib.util.find_spec("vllm") is None:
+        errors.append(
+            f"field 'trl.use_vllm': vllm is not installed (pip install vllm; it needs a GPU){note('trl.use_vllm')}; "
+            "set trl.use_vllm false to generate with transformers"
+        )
+    if trainer.get("use_liger_kernel") is True and importlib.util.find_spec("liger_kernel") is None:
+        errors.append(
+            "field 'trl.use_liger_kernel': liger-kernel is not installed (pip install liger-kernel; "
+            f"it needs a GPU){note('trl.use_liger_kernel')}; set trl.use_liger_kernel false"
+        )
+    beta = trainer.get("beta")
+    if model.get("tiny") is not None and not peft and isinstance(beta, (int, float)) and beta > 0:
+        errors.append(
+            f"field 'trl.beta': {beta} (TRL's KL coefficient) loads a reference model from model.path{note('trl.beta')}; "
+            "model.tiny runs with trl.beta 0 only, or with a peft section (the reference is the model "
+            "with its adapter disabled; the allocation strength is method.credit_beta)"
+        )
+    return errors
+
+
+def load_task_spec(name: str, options: dict[str, Any] | None = None, note: Note = _no_note):
+    """Build the task named by ``task.name``: a built-in name (``toy``) or ``module:Class``, an importable
+    :class:`~mrtpo.tasks.base.Task` subclass of your own (``mypkg.tasks:MyTask``; the current folder is
+    searched as for ``--plugin``), with ``options``. A ValueError names the field, and for options the
+    task refuses, where they came from (``note``)."""
+    from mrtpo.tasks import TASKS, load_task, user_task_class
+    from mrtpo.tasks.conditions import with_conditions
+
+    options = dict(options or {})
+    conditions = options.pop("conditions", None)
+    if conditions:  # GDPO's conditioned reward: the task option of every task (mrtpo.tasks.conditions)
+        task = load_task_spec(name, options, note)
+        try:
+            return with_conditions(task, conditions)
+        except ValueError as e:  # "task.options.conditions.<reward>: why" -> "field '...': why"
+            where, _, why = str(e).partition(": ")
+            raise ValueError(
+                f"invalid config: field '{where}': {why}" if why else f"invalid config: {e}"
+            ) from None
+    if ":" in name:
+        if os.getcwd() not in sys.path:  # a module next to the user, as `python -m` (and --plugin) find it
+            sys.path.append(os.getcwd())
+        try:
+            cls = user_task_class(name)
+        except ValueError as e:
+            raise ValueError(f"field 'task.name': {e}{note('task.name')}") from None
+        make, shown = (lambda: cls(**options)), f"{name}()"
+    else:
+        if name not in TASKS:
+            import_builtin_tasks()
+        if name not in TASKS:
+            import difflib
+
+            close = difflib.get_close_matches(name, TASKS.names(), n=1, cutoff=0.6)
+            near = f" (did you mean '{close[0]}'?)" if close else ""
+            hint = "; a task of your own is given as module:Class (e.g. mypkg.tasks:MyTask)"
+            raise ValueError(
+                f"field 'task.name': unknown task {name!r}{near}{note('task.name')}; "
+                f"known: {', '.join(TASKS.names())}{hint}"
+            )
+        make, shown = (lambda: load_task(name, **options)), f"task {name!r}"
+    given = "{" + ", ".join(f"{k}: {v}" for k, v in options.items()) + "}"
+    try:
+        return make()
+    except TypeError as e:
+        where = note("task.options") or " (their defaults)"
+        raise ValueError(
+            f"invalid config: field 'task.options': {given}{where} are not arguments of {shown}: {e}"
+        ) from None
+    except ValueError as e:  # the task refuses a value
+        raise ValueError(
+            f"invalid config: field 'task.options': {given}{note('task.options')}: {shown} refuses them: {e}"
+        ) from None
+
+
+def import_builtin_tasks() -> None:
+    """Import every task package under ``mrtpo.tasks`` so the registry lists them (they register on
+    import; a task whose extra is not installed is left out)."""
+    import pkgutil
+
+    import mrtpo.tasks as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.ispkg:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(f"mrtpo.tasks.{info.name}")
