@@ -123,3 +123,25 @@ def test_warning_rule():
     # the median decides: a few uniform steps among concentrated ones do not warn
     mixed = _history(0.5, 0.1, steps=12) + _history(0.99, 0.1, steps=8)
     assert audit.audit_warnings(mixed, ["r"]) == []
+
+
+def test_audit_parts_summed_over_two_processes_equal_the_whole_batch():
+    g = torch.Generator().manual_seed(0)
+    adv = torch.randn(6, 2, generator=g)
+    adv[1, 0] = 0.0  # inactive: left out of reward a's rows
+    w = torch.rand(6, 2, 5, generator=g) + 0.1
+    mask = torch.ones(6, 5, dtype=torch.bool)
+    mask[2, 3:] = False
+    names = ["a", "b"]
+    whole = audit.batch_audit(adv, w, mask, names)
+    halves = [audit.audit_parts(adv, w[s], mask[s], names, local=adv[s]) for s in (slice(0, 3), slice(3, 6))]
+    for key in whole:
+        if key.endswith(("gini", "effective_token_ratio")):
+            total = sum(p[key][0] for p in halves) / sum(p[key][1] for p in halves)
+            assert total == pytest.approx(whole[key], abs=1e-6)
+        else:  # the advantage components come from the gathered Â: the same on each process
+            assert halves[0][key] == (pytest.approx(whole[key]), 1.0)
+    assert halves[0]["credit/a/gini"][1] == 2.0  # row 1 of reward a is inactive
+    # one shared row (K' = 1) is named joint
+    shared = audit.audit_parts(adv, w[:, :1], mask, names)
+    assert shared["credit/joint/gini"][1] == 6.0

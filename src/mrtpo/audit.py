@@ -40,6 +40,7 @@ __all__ = [
     "UNIFORM_ETR",
     "WINDOW",
     "advantage_components",
+    "audit_parts",
     "audit_warnings",
     "batch_audit",
     "effective_token_ratio",
@@ -135,7 +136,7 @@ def top_token_repeat(weights: Tensor, mask: Tensor, token_ids: Tensor) -> float:
     return float(torch.unique(ids, return_counts=True)[1].max()) / int(ok.sum())
 
 
-def batch_audit(
+def audit_parts(
     advantages: Tensor,
     weights: Tensor | None,
     mask: Tensor,
@@ -144,8 +145,14 @@ def batch_audit(
     used: Tensor | None = None,
     token_ids: Tensor | None = None,
     local: Tensor | None = None,
-) -> dict[str, float]:
-    """The audit metrics of one batch, keyed ``credit/<reward>/<metric>``.
+) -> dict[str, tuple[float, float]]:
+    """The audit metrics of one process's part of a batch as ``{credit/<reward>/<metric>: (sum, count)}``.
+
+    An engine sums both over its processes and logs ``sum / count`` where ``count > 0`` (as a credit
+    scheme's metrics, :data:`mrtpo.credit.MetricsFn`): the advantage components come from the gathered
+    advantages, the same on every process, as ``(value, 1)``; ``gini`` and ``effective_token_ratio`` as
+    (sum over the used rows, their number); ``top_token_repeat`` as (the local share x the used rows, the
+    used rows): over processes, the mean of the local shares weighted by their rows.
 
     Args:
         advantages: [N, K] the batch's advantages Â (the advantage components are those of all N).
@@ -154,23 +161,19 @@ def batch_audit(
             (only the advantage components).
         mask: [B, T] valid tokens.
         names: [K] reward names.
-        used: [B, K'] rows whose weights act (default: ``|local| > 1e-8`` per reward, any for a shared row).
+        used: [B, K'] rows whose weights act (default: ``|local| > 1e-8`` per reward, any for a shared row);
+            an engine passes the replay's ``replayed`` rows.
         token_ids: [B, T] response token ids (for ``top_token_repeat``).
         local: [B, K] the local rows of the advantages (default: ``advantages`` when B = N).
-
-    Returns:
-        ``{credit/<reward>/adv_abs_mean, adv_share}`` for every reward and, for a row with at least one
-        used response, ``gini``, ``effective_token_ratio`` (means over the used responses) and
-        ``top_token_repeat``.
     """
-    adv = torch.as_tensor(advantages).detach().float()
+    adv = torch.as_tensor(advantages).detach().float().cpu()
     if adv.dim() != 2 or adv.shape[1] != len(names):
         raise ValueError(f"advantages has shape {tuple(adv.shape)}; expected (N, K) with K = {len(names)}")
-    out: dict[str, float] = {}
+    out: dict[str, tuple[float, float]] = {}
     mean, share = advantage_components(adv)
     for k, name in enumerate(names):
-        out[metric_key(name, "adv_abs_mean")] = float(mean[k])
-        out[metric_key(name, "adv_share")] = float(share[k])
+        out[metric_key(name, "adv_abs_mean")] = (float(mean[k]), 1.0)
+        out[metric_key(name, "adv_share")] = (float(share[k]), 1.0)
     if weights is None:
         return out
     w = torch.as_tensor(weights).detach().float()
@@ -184,15 +187,41 @@ def batch_audit(
     rows = list(names) if kk == len(names) else ["joint"]
     for k, name in enumerate(rows):
         sel = used[:, k]
-        if not bool(sel.any()):
+        n = int(sel.sum())
+        if not n:
             continue
         wk, mk = w[sel, k], m[sel]
-        out[metric_key(name, "gini")] = float(gini(wk, mk).mean())
-        out[metric_key(name, "effective_token_ratio")] = float(effective_token_ratio(wk, mk).mean())
+        out[metric_key(name, "gini")] = (float(gini(wk, mk).sum()), float(n))
+        out[metric_key(name, "effective_token_ratio")] = (
+            float(effective_token_ratio(wk, mk).sum()),
+            float(n),
+        )
         if token_ids is not None:
             ids = torch.as_tensor(token_ids).to(w.device)[sel]
-            out[metric_key(name, "top_token_repeat")] = top_token_repeat(wk, mk, ids)
+            out[metric_key(name, "top_token_repeat")] = (top_token_repeat(wk, mk, ids) * n, float(n))
     return out
+
+
+def batch_audit(
+    advantages: Tensor,
+    weights: Tensor | None,
+    mask: Tensor,
+    names: Sequence[str],
+    *,
+    used: Tensor | None = None,
+    token_ids: Tensor | None = None,
+    local: Tensor | None = None,
+) -> dict[str, float]:
+    """The audit metrics of one batch (one process), keyed ``credit/<reward>/<metric>``: the values of
+    :func:`audit_parts` (same arguments), ``sum / count``.
+
+    Returns:
+        ``{credit/<reward>/adv_abs_mean, adv_share}`` for every reward and, for a row with at least one
+        used response, ``gini``, ``effective_token_ratio`` (means over the used responses) and
+        ``top_token_repeat``.
+    """
+    parts = audit_parts(advantages, weights, mask, names, used=used, token_ids=token_ids, local=local)
+    return {key: s / c for key, (s, c) in parts.items() if c > 0}
 
 
 def audit_warnings(
