@@ -92,3 +92,15 @@ def test_a_rule_only_batch_is_the_reward_kind(setup):
     ref = replay_mod.for_scheme(policy, ctxs, responses, adv, "reward")
     assert torch.equal(res.distances, ref.distances) and not res.attributed.any()
     assert res.stats.scorer_forwards == 0
+
+
+def test_without_the_batch_every_row_is_replayed(setup):
+    task, tok, policy, examples, responses = setup
+    ctxs = replay_mod.ContextCache(tok, task.reward_names)([ex.segments for ex in examples])
+    adv = torch.ones(3, len(task.reward_names))
+    res = gradient_replay(
+        lambda a: replay_mod.for_scheme(policy, ctxs, responses, a, "reward"), responses, adv, None
+    )
+    ref = replay_mod.for_scheme(policy, ctxs, responses, adv, "reward")
+    assert torch.equal(res.distances, ref.distances) and torch.equal(res.replayed, ref.replayed)
+    assert res.attributed.shape == (3, len(task.reward_names)) and not res.attributed.any()

@@ -21,6 +21,7 @@ Core module: torch, the standard library and mrtpo core modules only (scorers ar
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,15 @@ from mrtpo.replay.requests import ReplayResult
 
 __all__ = ["ReplayBatch", "differentiable_columns", "gradient_replay"]
 
+logger = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, msg: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning(msg)
+
 
 @dataclass
 class ReplayBatch:
@@ -50,11 +60,13 @@ class ReplayBatch:
         examples: ``[B]`` the examples (:class:`mrtpo.tasks.Example`).
         verifiers: ``[B][K]`` the verifiers of each response's example, in reward order.
         tokenizer: the policy's tokenizer (each response's text and its tokens' character ranges).
+        options: the credit scheme's options (``credit_options``; a kind reads its own).
     """
 
     examples: Sequence[Any]
     verifiers: Sequence[Sequence[Any]]
     tokenizer: Any
+    options: Mapping[str, Any] | None = None
 
 
 def differentiable_columns(verifiers: Sequence[Sequence[Any]], k: int) -> Tensor:
@@ -70,7 +82,7 @@ def gradient_replay(
     replay_rewards: Any,
     responses: Sequence[Sequence[int]],
     advantages: Tensor,
-    batch: ReplayBatch,
+    batch: ReplayBatch | None,
     *,
     width: int | None = None,
     credit_options: Mapping[str, Any] | None = None,
@@ -83,26 +95,42 @@ def gradient_replay(
             pairs set to 0, so their contexts do not run.
         responses: ``[B]`` response token ids.
         advantages: ``[B, K]`` Â.
-        batch: :class:`ReplayBatch`.
+        batch: :class:`ReplayBatch`; None (an engine that does not hand it over, verl's workers): every
+            row is replayed (a warning, once).
         width: T (default: the longest response).
-        credit_options: the scheme's options (:class:`mrtpo.attribution.P2TOptions` fields).
+        credit_options: the scheme's options (:class:`mrtpo.attribution.P2TOptions` fields; default the
+            batch's ``options``).
 
     Returns:
         :class:`~mrtpo.replay.requests.ReplayResult` with ``distances [B, K, T]`` (P2T weights on the
         attributed rows), ``replayed`` (JS rows replayed or P2T rows attributed), ``attributed`` and the
         stats of both (``attributed``, ``scorer_forwards``, ``scorer_backwards``, ``scorer_tokens``).
     """
-    opts = P2TOptions(**dict(credit_options or {}))
+    given = dict(credit_options if credit_options is not None else (batch.options if batch else None) or {})
+    opts = P2TOptions(**{f: given[f] for f in P2TOptions.__dataclass_fields__ if f in given})
     adv = torch.as_tensor(advantages).detach().float().cpu()
     n = len(responses)
     k = adv.shape[1] if adv.dim() == 2 else 0
     t = max((len(r) for r in responses), default=0) if width is None else int(width)
+    if batch is None:
+        _warn_once(
+            "batch",
+            "replay kind 'gradient': this engine does not hand the batch's verifiers to replay (verl's workers); "
+            "every reward's row is replayed as credit 'reward' (the rubric of a model reward is its information)",
+        )
+        return _with_attributed(replay_rewards(adv))
     if len(batch.examples) != n or len(batch.verifiers) != n:
         raise ValueError(
             f"the replay batch has {len(batch.examples)} examples and {len(batch.verifiers)} verifier lists; "
             f"expected one per response (B={n})"
         )
     diff = differentiable_columns(batch.verifiers, k)  # [B, K]
+    if n and not bool(diff.any()):
+        _warn_once(
+            "none",
+            "credit 'p2t': no reward of this batch has a differentiable scorer (a model reward, task option "
+            "model_rewards); every row is replayed, as credit 'reward'",
+        )
     res = replay_rewards(torch.where(diff, torch.zeros_like(adv), adv))
     t0 = time.perf_counter()
     texts, ranges = [], []
@@ -129,3 +157,10 @@ def gradient_replay(
     st.scorer_tokens += astats.tokens
     st.seconds += time.perf_counter() - t0
     return ReplayResult(d, res.lengths, st, replayed.to(d.device), done.to(d.device))
+
+
+def _with_attributed(res: ReplayResult) -> ReplayResult:
+    """``res`` with an all-False ``attributed`` mask (no row came from a gradient)."""
+    rows = res.replayed if res.replayed is not None else res.distances[..., 0]
+    res.attributed = torch.zeros(rows.shape, dtype=torch.bool, device=res.distances.device)
+    return res
