@@ -145,3 +145,15 @@ def test_audit_parts_summed_over_two_processes_equal_the_whole_batch():
     # one shared row (K' = 1) is named joint
     shared = audit.audit_parts(adv, w[:, :1], mask, names)
     assert shared["credit/joint/gini"][1] == 6.0
+
+
+def test_response_audit_line():
+    w = torch.tensor([[1.0, 1.0, 1.0, 1.0], [4.0, 0.0, 0.0, 0.0], [2.0, 2.0, 0.0, 0.0]])
+    line = audit.response_audit(w, ["a", "b", "c"], used=[True, True, False])
+    # uniform: Gini 0, ratio 1; one token of 4: Gini 3/4, ratio 1/4; row c is left out
+    assert line == (
+        "credit audit: a Gini 0.000, effective token ratio 1.000; b Gini 0.750, effective token ratio 0.250"
+    )
+    assert audit.response_audit(w, ["a", "b", "c"], used=[False] * 3).endswith("no row carries token weights")
+    with pytest.raises(ValueError, match="expected"):
+        audit.response_audit(w, ["a"])

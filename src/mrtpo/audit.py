@@ -46,6 +46,7 @@ __all__ = [
     "effective_token_ratio",
     "gini",
     "metric_key",
+    "response_audit",
     "top_token_repeat",
 ]
 
@@ -222,6 +223,24 @@ def batch_audit(
     """
     parts = audit_parts(advantages, weights, mask, names, used=used, token_ids=token_ids, local=local)
     return {key: s / c for key, (s, c) in parts.items() if c > 0}
+
+
+def response_audit(weights: Tensor, names: Sequence[str], used: Sequence[bool] | None = None) -> str:
+    """One line of the concentration of one response's token weights ``[K', T]`` (all valid), per row:
+    ``credit audit: <row> Gini g, effective token ratio r; ...`` (rows named by ``names``, K' of them; rows
+    with ``used`` False are left out). What ``mrtpo explain`` shows under a response."""
+    w = torch.as_tensor(weights).detach().float()
+    if w.dim() != 2 or w.shape[0] != len(names):
+        raise ValueError(f"weights has shape {tuple(w.shape)}; expected [K', T] with K' = {len(names)}")
+    m = torch.ones_like(w, dtype=torch.bool)
+    g, r = gini(w, m), effective_token_ratio(w, m)
+    keep = [True] * len(names) if used is None else [bool(u) for u in used]
+    parts = [
+        f"{name} Gini {float(g[i]):.3f}, effective token ratio {float(r[i]):.3f}"
+        for i, name in enumerate(names)
+        if keep[i]
+    ]
+    return "credit audit: " + ("; ".join(parts) if parts else "no row carries token weights")
 
 
 def audit_warnings(
