@@ -8,7 +8,8 @@ import torch
 
 from mrtpo import replay as replay_mod
 from mrtpo.attribution import AttributionStats, P2TOptions, gradient_weights, token_char_ranges
-from mrtpo.replay.gradient import ReplayBatch, differentiable_columns, gradient_replay
+from mrtpo.replay import ReplayBatch
+from mrtpo.replay.gradient import differentiable_columns, gradient_replay
 from mrtpo.tasks import load_task
 
 

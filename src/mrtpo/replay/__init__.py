@@ -66,7 +66,7 @@ from mrtpo.replay.options import (
     SHARDING_SETTINGS,
     ReplayOptions,
 )
-from mrtpo.replay.requests import ReplayRequest, ReplayResult, ReplayStats
+from mrtpo.replay.requests import ReplayBatch, ReplayRequest, ReplayResult, ReplayStats
 from mrtpo.replay.service import (
     REPLAY_KINDS,
     DistanceFn,
@@ -89,6 +89,7 @@ __all__ = [
     "ContextCache",
     "Contexts",
     "DistanceFn",
+    "ReplayBatch",
     "ReplayKind",
     "ReplayOptions",
     "ReplayRequest",

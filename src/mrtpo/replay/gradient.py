@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,7 +37,7 @@ from mrtpo.attribution import (
     gradient_weights,
     token_char_ranges,
 )
-from mrtpo.replay.requests import ReplayResult
+from mrtpo.replay.requests import ReplayBatch, ReplayResult
 
 __all__ = ["ReplayBatch", "differentiable_columns", "gradient_replay"]
 
@@ -50,23 +49,6 @@ def _warn_once(key: str, msg: str) -> None:
     if key not in _warned:
         _warned.add(key)
         logger.warning(msg)
-
-
-@dataclass
-class ReplayBatch:
-    """What a replay kind may read of the batch beyond its contexts (one entry per response).
-
-    Attributes:
-        examples: ``[B]`` the examples (:class:`mrtpo.tasks.Example`).
-        verifiers: ``[B][K]`` the verifiers of each response's example, in reward order.
-        tokenizer: the policy's tokenizer (each response's text and its tokens' character ranges).
-        options: the credit scheme's options (``credit_options``; a kind reads its own).
-    """
-
-    examples: Sequence[Any]
-    verifiers: Sequence[Sequence[Any]]
-    tokenizer: Any
-    options: Mapping[str, Any] | None = None
 
 
 def differentiable_columns(verifiers: Sequence[Sequence[Any]], k: int) -> Tensor:

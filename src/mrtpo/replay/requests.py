@@ -5,8 +5,9 @@ Core module: torch and the standard library only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -133,3 +134,21 @@ class ReplayResult:
     stats: ReplayStats = field(default_factory=ReplayStats)
     replayed: torch.Tensor | None = None
     attributed: torch.Tensor | None = None
+
+
+@dataclass
+class ReplayBatch:
+    """What a replay kind may read of the batch beyond its contexts (one entry per response); engines hand
+    it to :func:`mrtpo.replay.for_scheme` for every kind (the kind ``gradient`` reads it).
+
+    Attributes:
+        examples: ``[B]`` the examples (:class:`mrtpo.tasks.Example`).
+        verifiers: ``[B][K]`` the verifiers of each response's example, in reward order.
+        tokenizer: the policy's tokenizer (each response's text and its tokens' character ranges).
+        options: the credit scheme's options (``credit_options``; a kind reads its own).
+    """
+
+    examples: Sequence[Any]
+    verifiers: Sequence[Sequence[Any]]
+    tokenizer: Any
+    options: Mapping[str, Any] | None = None

@@ -14,7 +14,7 @@ from typing import Any
 
 from mrtpo.bench.replay.config import GEN_PROMPT_TOKENS, BenchConfig
 from mrtpo.bench.replay.p2t import p2t_lines
-from mrtpo.bench.replay.variants import run_variant
+from mrtpo.bench.replay.variants import run_replay_variant
 
 
 @dataclass
@@ -224,6 +224,21 @@ class BenchResult:
             "p2t": self.p2t,
             "checks": {k: {"value": v, "target": t, "met": ok} for k, (v, t, ok) in self.checks().items()},
         }
+
+
+def run_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]:
+    """Run one variant in this process and save its ``[N, K, T]`` rows to ``out_path``: a replay variant
+    (:func:`mrtpo.bench.replay.variants.run_replay_variant`: "naive", "mrtpo", "mrtpo:<kernel>") or "p2t"
+    (P2T's gradient attribution at these shapes, :func:`mrtpo.bench.replay.p2t.run_p2t`: its weights)."""
+    if variant != "p2t":
+        return run_replay_variant(cfg, variant, out_path)
+    import torch
+
+    from mrtpo.bench.replay.p2t import run_p2t
+
+    out, weights = run_p2t(cfg)
+    torch.save({"distances": weights}, out_path)
+    return out
 
 
 def _run_worker(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]:

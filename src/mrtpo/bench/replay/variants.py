@@ -1,5 +1,5 @@
 """The data and the variants of the replay bench: naive, reference and mrtpo replay, their peak memory,
-FPE and vocabulary work. Each runs inside a worker process (:func:`run_variant`)."""
+FPE and vocabulary work. Each runs inside a worker process (:func:`mrtpo.bench.replay.driver.run_variant`)."""
 
 from __future__ import annotations
 
@@ -358,12 +358,11 @@ def vocab_work(cfg: BenchConfig, model, full, loo, responses, hidden_full) -> di
     return out
 
 
-def run_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]:
-    """Run one variant in this process; saves its ``[N, K, T]`` distances to ``out_path``.
+def run_replay_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]:
+    """Run one replay variant in this process; saves its ``[N, K, T]`` distances to ``out_path``.
 
     ``variant``: "naive"; "mrtpo" (kernel ``cfg.kernels[0]``, with the projections, the vocabulary work
-    and the forward-only limit); "mrtpo:<kernel>" (one more kernel: time and memory only); "p2t" (P2T's
-    gradient attribution, :mod:`mrtpo.bench.replay.p2t`: its weights are saved). Each timed
+    and the forward-only limit); "mrtpo:<kernel>" (one more kernel: time and memory only). Each timed
     run's peak memory is measured twice: RSS growth (CUDA: allocator peak) around the timed run, and the
     tracked peak of live tensors (:class:`mrtpo.bench.memory.TrackedPeak`) in a second, untimed run."""
     import torch
@@ -371,12 +370,6 @@ def run_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]
     from mrtpo import replay as R
     from mrtpo.bench.memory import TrackedPeak
 
-    if variant == "p2t":  # P2T's gradient attribution at these shapes (mrtpo.bench.replay.p2t)
-        from mrtpo.bench.replay.p2t import run_p2t
-
-        out, weights = run_p2t(cfg)
-        torch.save({"distances": weights}, out_path)
-        return out
     torch.set_num_threads(cfg.threads)
     model = build_bench_model(cfg)
     full, loo, responses = make_data(cfg)
