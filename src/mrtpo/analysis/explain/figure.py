@@ -99,8 +99,8 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
         )
         d_labels = []
         for r in range(v.distances.shape[0]):
-            name = "joint" if v.credit == "joint" else v.reward_names[r]
-            if v.credit == "none":
+            name = v.rows[r]
+            if not v.has_rows:
                 d_labels.append(f"{name}  d (not replayed)")
             else:
                 d_labels.append(
@@ -145,7 +145,7 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
         cb.ax.tick_params(labelsize=7)
         cb.set_label("advantage / its reward's scale", fontsize=7)
     fig.suptitle(
-        "distance strips: d / max d per reward; ▲ a token the reward's verifier reads; gray: pair skipped (Â = 0)\n"
+        "distance strips: d / max d per reward; ▲ a token the reward's verifier reads; gray: row skipped by replay (its rule)\n"
         "advantage strips: per reward the response level and MRTPO on that reward's scale (in the label),\n"
         "then both totals on theirs; an advantage of at most 1e-8 in absolute value is drawn as 0",
         fontsize=7.5,
