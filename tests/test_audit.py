@@ -157,3 +157,37 @@ def test_response_audit_line():
     assert audit.response_audit(w, ["a", "b", "c"], used=[False] * 3).endswith("no row carries token weights")
     with pytest.raises(ValueError, match="expected"):
         audit.response_audit(w, ["a"])
+
+
+def test_result_parts_read_the_schemes_weights_and_the_replayed_rows():
+    from types import SimpleNamespace
+
+    from mrtpo import credit
+    from mrtpo.replay import ReplayStats
+
+    g = torch.Generator().manual_seed(3)
+    adv = torch.randn(4, 2, generator=g)
+    d = torch.rand(4, 2, 6, generator=g)
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[1, 4:] = False
+    d[1, :, 4:] = 0
+    replayed = torch.tensor([[True, True], [True, False], [False, True], [True, True]])
+    d[~replayed] = 0
+    res = SimpleNamespace(
+        scheme=credit.scheme("reward"),
+        distances=d,
+        replayed=replayed,
+        advantages=adv,
+        local=adv,
+        replay_stats=ReplayStats(attributed=3),
+    )
+    parts = audit.result_parts(res, mask, ["a", "b"])
+    w = credit.token_weights(d, mask, credit="reward", replayed=replayed)
+    ref = audit.audit_parts(adv, w, mask, ["a", "b"], used=replayed, local=adv)
+    assert {k: v for k, v in parts.items() if k != "replay/attributed"} == ref
+    assert parts["credit/a/gini"][1] == 3.0 and parts["replay/attributed"] == (3.0, 8.0)
+    # a scheme without mean-1 weights (RLSD) or without replay: the advantage components only
+    for name in ("rlsd", "none"):
+        res.scheme = credit.scheme(name)
+        keys = set(audit.result_parts(res, mask, ["a", "b"]))
+        assert keys == {f"credit/{r}/{m}" for r in "ab" for m in ("adv_abs_mean", "adv_share")}

@@ -59,6 +59,7 @@ def test_schemes_registry():
         "cort",
         "joint",
         "none",
+        "p2t",
         "reward",
         "rlsd",
         "scaled",
@@ -73,6 +74,7 @@ def test_schemes_registry():
         "cort": "logprob",
         "joint": "joint",
         "none": "none",
+        "p2t": "gradient",
         "reward": "reward",
         "rlsd": "teacher_gap",
         "scaled": "reward",
@@ -235,7 +237,7 @@ def test_allocation_errors():
         allocate(adv, torch.zeros(4, 3, 7), mask, beta=-0.1)
     with pytest.raises(
         ValueError,
-        match=r"unknown credit scheme 'rewards'; known: cort, joint, none, reward, rlsd, scaled, scaled_shuffled, shuffled, uniform",
+        match=r"unknown credit scheme 'rewards'; known: cort, joint, none, p2t, reward, rlsd, scaled, scaled_shuffled, shuffled, uniform",
     ):
         allocate(adv, torch.zeros(4, 3, 7), mask, credit="rewards")
     with pytest.raises(ValueError, match=r"scheme 'joint' takes one shared distance row"):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -47,6 +48,7 @@ __all__ = [
     "gini",
     "metric_key",
     "response_audit",
+    "result_parts",
     "top_token_repeat",
 ]
 
@@ -200,6 +202,51 @@ def audit_parts(
         if token_ids is not None:
             ids = torch.as_tensor(token_ids).to(w.device)[sel]
             out[metric_key(name, "top_token_repeat")] = (top_token_repeat(wk, mk, ids) * n, float(n))
+    return out
+
+
+def result_parts(
+    result: Any, mask: Tensor, names: Sequence[str], token_ids: Tensor | None = None
+) -> dict[str, tuple[float, float]]:
+    """:func:`audit_parts` of a credit step's result (:class:`mrtpo.step.CreditResult`) on this process's
+    responses, and ``replay/attributed``: the share of its rows whose weights came from a scorer's gradient.
+
+    The weights are the scheme's (:func:`mrtpo.credit.token_weights` of the result's rows, the rows replay
+    did not measure left out); a scheme without replay, or one that computes its own token advantages
+    (RLSD's clipped ratios are not mean-1 weights), gets the advantage components only. A shuffled
+    scheme's weights are drawn again with a fixed generator: Gini and the effective token ratio do not
+    depend on the order, the top-token repeat does.
+
+    Args:
+        result: the credit step's result (``advantages [N, K]``, ``local [B, K]``, ``distances``,
+            ``replayed``, ``scheme``, ``replay_stats``).
+        mask: [B, T] the tokens that took credit.
+        names: [K] reward names.
+        token_ids: [B, T] response token ids (for ``top_token_repeat``).
+    """
+    from mrtpo import credit
+
+    s = result.scheme
+    weights = used = None
+    m = torch.as_tensor(mask).bool()
+    if s.kind is not None and s.token_advantages is None and s.token_level and result.distances is not None:
+        d = result.distances.detach().float().cpu()
+        used = None if result.replayed is None else result.replayed.cpu()
+        weights = credit.token_weights(
+            d, m.cpu(), credit=s.name, generator=torch.Generator().manual_seed(0), replayed=used
+        )
+    out = audit_parts(
+        result.advantages,
+        weights,
+        m.cpu(),
+        names,
+        used=used,
+        token_ids=None if token_ids is None else torch.as_tensor(token_ids).cpu(),
+        local=result.local.cpu(),
+    )
+    st = result.replay_stats
+    if st is not None and weights is not None:
+        out["replay/attributed"] = (float(st.attributed), float(weights.shape[0] * weights.shape[1]))
     return out
 
 

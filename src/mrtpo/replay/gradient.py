@@ -38,6 +38,7 @@ from mrtpo.attribution import (
     token_char_ranges,
 )
 from mrtpo.replay.requests import ReplayBatch, ReplayResult
+from mrtpo.replay.service import _leave_one_out, register_replay
 
 __all__ = ["ReplayBatch", "differentiable_columns", "gradient_replay"]
 
@@ -146,3 +147,14 @@ def _with_attributed(res: ReplayResult) -> ReplayResult:
     rows = res.replayed if res.replayed is not None else res.distances[..., 0]
     res.attributed = torch.zeros(rows.shape, dtype=torch.bool, device=res.distances.device)
     return res
+
+
+def _answer(
+    measure: Any, responses: Sequence[Sequence[int]], advantages: Tensor, batch: Any, width: int
+) -> ReplayResult:
+    return gradient_replay(measure, responses, advantages, batch, width=width)
+
+
+# the rows of every reward, as the kind ``reward`` (C_-k where |Â[j, k]| > ACTIVE_TOL); _answer replaces the
+# rows of the differentiable rewards (whose contexts it leaves out) by P2T's weights
+register_replay("gradient", per_reward=True, answer=_answer)(_leave_one_out)
