@@ -83,3 +83,26 @@ def test_p2t_without_a_differentiable_reward_is_credit_reward(tmp_path, caplog):
     torch.testing.assert_close(b["distances"], a["distances"], atol=1e-6, rtol=0)
     torch.testing.assert_close(b["token_advantages"], a["token_advantages"], atol=1e-6, rtol=0)
     assert "no reward of this batch has a differentiable scorer" in caplog.text
+
+
+@pytest.mark.slow
+def test_a_recipe_with_a_model_reward_trains_with_p2t_and_reports_the_audit(tmp_path, rm_dir):
+    from mrtpo.cli.main import main
+    from tests.cli.test_train import ROOT, SMALL
+
+    out = tmp_path / "run"
+    entry = f"[{{name: rm, model: '{rm_dir}', device: cpu, rubric: 'use the words asked for'}}]"
+    argv = ["train", str(ROOT / "recipes" / "tiny_cpu.yaml"), *SMALL, f"--trl.output_dir={out}"]
+    argv += ["--trl.max_steps=1", "--trl.save_strategy=no", "--trl.report_to=[]", "--method.credit=p2t"]
+    argv += [f"--task.options.model_rewards={entry}"]
+    assert main(argv) == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["reward_names"][-1] == "rm" and run["method"]["credit"] == "p2t"
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    keys = set().union(*lines)
+    for name in run["reward_names"]:
+        assert f"credit/{name}/adv_share" in keys, name
+    assert {"credit/rm/gini", "credit/rm/effective_token_ratio"} <= keys
+    rep = tmp_path / "report"
+    assert main(["report", str(out), "--out", str(rep)]) == 0
+    assert (rep / "credit.png").stat().st_size > 0
