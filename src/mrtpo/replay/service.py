@@ -13,6 +13,8 @@ kind                      compared with ``C``                     runs when     
 ``joint``                 ``C_-all``, JS                          some ``|Â[j, k]| > ACTIVE_TOL``  ``joint``
 ``logprob`` (CoRT)        ``C_-all``, ``|log-prob gap|``          ``|Σ_k Â[j, k]| > ACTIVE_TOL``  ``relevance``
 ``teacher_gap`` (RLSD)    the rollout prompt, signed gap          ``|Σ_k Â[j, k]| > ACTIVE_TOL``  ``teacher_gap``
+``gradient`` (p2t)        ``C_-k``, JS; P2T weights for rewards   ``|Â[j, k]| > ACTIVE_TOL``      the K rewards
+                          with a differentiable scorer
 ========================  ======================================  ==============================  ===============
 
 A kind answers what the engines ask of it (:class:`ReplayKind`), so that no engine names one: its rows
