@@ -208,7 +208,7 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
                 cx = [t for t in x if chk[t]]
                 ax_d.plot(cx, [r + 0.22] * len(cx), ls="none", marker="^", ms=3.2, color="black", mew=0)
         ax_d.set_yticks(range(len(d_labels)), d_labels, fontsize=8)
-        if v.credit != "joint":
+        if v.per_reward:  # one row per reward: each row's label in its reward's colour
             for tick, name in zip(ax_d.get_yticklabels(), v.reward_names):
                 tick.set_color(colors[name])
         rows, scales = advantage_rows(v)  # [2K + 2, T], [K + 1]

@@ -310,8 +310,7 @@ def restrict(view: CreditView, rewards: Sequence[str]) -> CreditView:
     keep = [j for j, n in enumerate(view.reward_names) if n in rewards]
     if len(keep) == len(view.reward_names):
         return view
-    per_reward_rows = view.distances.shape[0] == len(view.reward_names)
-    drow = keep if per_reward_rows else list(range(view.distances.shape[0]))
+    drow = keep if view.per_reward else list(range(view.distances.shape[0]))
     left_out = [n for n in view.reward_names if n not in rewards]
     import copy
 
@@ -320,12 +319,12 @@ def restrict(view: CreditView, rewards: Sequence[str]) -> CreditView:
     out.rewards = None if view.rewards is None else [view.rewards[j] for j in keep]
     out.advantages = view.advantages[keep]
     out.distances = view.distances[drow]
+    out.rows = [view.rows[r] for r in drow]
     out.skipped = [view.skipped[j] for j in drow]
-    out.rows = [view.rows[j] for j in drow]
     out.weights = view.weights[drow]
     out.response_level = view.response_level[keep]
     out.token_level = view.token_level[keep]
-    out.checked = {n: v for n, v in view.checked.items() if n in out.reward_names or n == "joint"}
+    out.checked = {n: v for n, v in view.checked.items() if n in out.reward_names}
     out.information = {n: v for n, v in view.information.items() if n in out.reward_names}
     out.notes = [
         *view.notes,

@@ -17,6 +17,7 @@ from mrtpo import replay as replay_mod
 from mrtpo import step as step_mod
 from mrtpo.integrations.verl.config import DISTANCES_KEY, VerlMRTPOConfig
 from mrtpo.integrations.verl.reward import TASK_KEY, example_from_extra_info, task_from_extra_info
+from mrtpo.method import MethodConfig
 from mrtpo.tasks.conditions import task_conditions
 
 
@@ -144,7 +145,7 @@ def batch_credit(
         )
     mc = cfg.method_config.with_method(method)  # validated once per (configuration, method)
     if mc.scheme.kind is not None and distances is None:
-        default = " (the default)" if cfg.credit == "reward" else ""
+        default = " (the default)" if cfg.credit == MethodConfig.credit else ""
         raise ValueError(
             f"algorithm.mrtpo.credit={cfg.credit!r}{default} needs batch['{DISTANCES_KEY}'] ([N, K', T] replay "
             "distances): launch with python -m mrtpo.integrations.verl.main (it replays on the actor workers), give "
