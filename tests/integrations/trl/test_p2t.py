@@ -71,7 +71,10 @@ def test_p2t_trains_with_replay_for_rules_and_gradient_for_the_model_reward(tmp_
     assert any(x.get("replay/attributed", 0) > 0 for x in lines)
 
 
-def test_p2t_without_a_differentiable_reward_is_credit_reward(tmp_path, caplog):
+def test_p2t_without_a_differentiable_reward_is_credit_reward(tmp_path, caplog, monkeypatch):
+    from mrtpo.replay import gradient
+
+    monkeypatch.setattr(gradient, "_warned", set())  # the warning is said once per process
     runs = {}
     for credit in ("reward", "p2t"):
         tr = make_trainer(tmp_path / credit, credit=credit, max_steps=1)
