@@ -59,6 +59,7 @@ def test_schemes_registry():
         "cort",
         "joint",
         "none",
+        "p2t",
         "reward",
         "rlsd",
         "scaled",
@@ -73,6 +74,7 @@ def test_schemes_registry():
         "cort": "logprob",
         "joint": "joint",
         "none": "none",
+        "p2t": "gradient",
         "reward": "reward",
         "rlsd": "teacher_gap",
         "scaled": "reward",
@@ -235,7 +237,7 @@ def test_allocation_errors():
         allocate(adv, torch.zeros(4, 3, 7), mask, beta=-0.1)
     with pytest.raises(
         ValueError,
-        match=r"unknown credit scheme 'rewards'; known: cort, joint, none, reward, rlsd, scaled, scaled_shuffled, shuffled, uniform",
+        match=r"unknown credit scheme 'rewards'; known: cort, joint, none, p2t, reward, rlsd, scaled, scaled_shuffled, shuffled, uniform",
     ):
         allocate(adv, torch.zeros(4, 3, 7), mask, credit="rewards")
     with pytest.raises(ValueError, match=r"scheme 'joint' takes one shared distance row"):
@@ -406,3 +408,27 @@ def test_scaled_weights_hand_computed():
             n = int(mask[j].sum())
             assert sorted(p[j, k, :n].tolist()) == pytest.approx(sorted(w[j, k, :n].tolist()))
     assert p[1, 0, 3] == 0.0
+
+
+def test_p2t_options_are_checked_when_resolved():
+    from mrtpo.credit import scheme
+
+    p2t = scheme("p2t")
+    assert p2t.resolve_options({}) == {
+        "tau": 1.0,
+        "segments": "response",
+        "scalar": "logit_diff",
+        "transfer": "mean",
+    }
+    got = p2t.resolve_options({"tau": 2, "segments": "steps", "scalar": "prob", "transfer": "sum"})
+    assert got == {"tau": 2.0, "segments": "steps", "scalar": "prob", "transfer": "sum"}
+    with pytest.raises(ValueError, match=r"option segments='lines' must be one of response, steps"):
+        p2t.resolve_options({"segments": "lines"})
+    with pytest.raises(ValueError, match=r"unknown option 'beta' for credit scheme 'p2t'"):
+        p2t.resolve_options({"beta": 1.0})
+    # the weights of the attributed and replayed rows are MRTPO's: w = row / its mean
+    from mrtpo.credit import token_weights
+
+    d = torch.tensor([[[0.5, 1.5, 1.0], [0.2, 0.2, 0.8]]])
+    w = token_weights(d, torch.ones(1, 3), credit="p2t")
+    torch.testing.assert_close(w, torch.tensor([[[0.5, 1.5, 1.0], [0.5, 0.5, 2.0]]]))

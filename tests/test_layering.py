@@ -21,6 +21,8 @@ CORE = [
     "mrtpo.credit",
     "mrtpo.losses",
     "mrtpo.records",
+    "mrtpo.attribution",
+    "mrtpo.audit",
     "mrtpo.method",
     "mrtpo.step",
     "mrtpo.replay",

@@ -155,10 +155,12 @@ class CreditScheme:
             raise ValueError(
                 f"unknown option {', '.join(map(repr, unknown))} for credit scheme {self.name!r}; its options: {known}"
             )
-        out = dict(self.options)
+        out = {k: v[0] if isinstance(v, tuple) else v for k, v in self.options.items()}
         for key, value in given.items():
             default = self.options[key]
-            if isinstance(default, bool):
+            if isinstance(default, tuple):  # a choice among strings (the first is the default)
+                ok, what = value in default, f"one of {', '.join(default)}"
+            elif isinstance(default, bool):
                 ok, what = isinstance(value, bool), "true or false"
             elif isinstance(default, int):
                 ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
@@ -175,7 +177,9 @@ class CreditScheme:
                 raise ValueError(
                     f"credit scheme {self.name!r}: {label.format(key=key)}={value!r} must be {what}"
                 )
-            out[key] = float(value) if isinstance(default, float) else value
+            out[key] = (
+                float(value) if isinstance(default, float) and not isinstance(default, tuple) else value
+            )
         return out
 
     def apply(
@@ -725,3 +729,16 @@ register_scheme(
     options={"eps": RLSD_EPS, "negative_only": False, "warmup_steps": 0, "decay_steps": 0},
     metrics=_rlsd_metrics,
 )(_no_weights)
+
+# P2T (docs/methods.md, "p2t"): the kind ``gradient`` answers P2T's weights (mean 1 per row) for the rewards
+# with a differentiable scorer and replay distances for the others; the weights are MRTPO's of both
+register_scheme(
+    "p2t",
+    replay="gradient",
+    options={
+        "tau": 1.0,
+        "segments": ("response", "steps"),
+        "scalar": ("logit_diff", "prob", "logprob"),
+        "transfer": ("mean", "sum"),
+    },
+)(_reward_weights)

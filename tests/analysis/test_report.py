@@ -292,3 +292,43 @@ def test_one_colour_per_method_in_every_figure(tmp_path):
         Figure.savefig = orig
     assert seen[0]["GDPO"] == seen[1]["GDPO"] == C.METHOD_COLORS["GDPO"]
     assert seen[0]["MRTPO"] == seen[1]["MRTPO"] == C.METHOD_COLORS["MRTPO"]
+
+
+def test_credit_audit_is_tabled_drawn_and_warned(tmp_path):
+    """credit/<reward>/* metrics: per method and reward the mean over steps, median over seeds; credit.png;
+    a reward whose weights stay near uniform for 20 logged steps is named among the warnings."""
+    root = tmp_path / "runs"
+    vals = [0.1 * (s % 10) for s in range(1, 26)]
+    for seed, etr in ((0, 0.99), (1, 0.97), (2, 0.5)):
+        extra = {
+            s: {
+                "credit/format/adv_abs_mean": 0.5 + seed,
+                "credit/format/adv_share": 0.25 * (s % 2),  # mean over 25 steps: 0.25 · 13 / 25
+                "credit/format/gini": 0.1 * seed,
+                "credit/format/effective_token_ratio": etr,
+                "credit/execution/adv_share": 1 - 0.25 * (s % 2),
+            }
+            for s in range(1, 26)
+        }
+        _write(
+            root,
+            f"p2t-{seed}",
+            {"advantage_method": "gdpo", "credit": "p2t", "seed": seed},
+            vals,
+            extra=extra,
+        )
+    out = tmp_path / "report"
+    build_report([root], out)
+    rep = json.loads((out / "report.json").read_text())
+    (table,) = rep["credit_audit"].values()
+    assert table["format"]["adv_abs_mean"] == pytest.approx(1.5)  # median of 0.5, 1.5, 2.5
+    assert table["format"]["adv_share"] == pytest.approx(0.25 * 13 / 25)
+    assert table["format"]["gini"] == pytest.approx(0.1)
+    assert table["format"]["effective_token_ratio"] == pytest.approx(0.97)
+    assert table["format"]["steps"] == 75
+    assert set(table["execution"]) == {"adv_share", "steps"}
+    assert (out / "credit.png").stat().st_size > 0 and "credit" in rep["images"]
+    warned = [w for w in rep["warnings"] if "token weights near uniform" in w]
+    assert len(warned) == 2 and all("credit/format" in w for w in warned)  # seeds 0 and 1, not seed 2
+    page = (out / "report.html").read_text()
+    assert "Credit per reward" in page and "eff. token ratio" in page

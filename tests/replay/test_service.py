@@ -98,7 +98,7 @@ def test_no_responses_keep_the_row_count_and_an_unknown_kind_is_named(tiny_model
     res = replay.for_scheme(tiny_model, [], [], torch.zeros(0, 2), "reward", width=5)
     assert res.distances.shape == (0, 2, 5) and res.replayed.shape == (0, 2)
     with pytest.raises(
-        ValueError, match=r"unknown replay kind 'loo'; known: joint, logprob, reward, teacher_gap"
+        ValueError, match=r"unknown replay kind 'loo'; known: gradient, joint, logprob, reward, teacher_gap"
     ):
         replay.for_scheme(tiny_model, [], [], None, "loo")
     with pytest.raises(ValueError, match="must be 'none' or a replay kind"):

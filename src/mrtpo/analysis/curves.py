@@ -191,6 +191,8 @@ def metric_title(key: str) -> str:
         return f"{parts[1]} reward"
     if len(parts) == 3 and parts[0] == "distance" and parts[2] == "mean":
         return f"{parts[1]}: mean JS distance"
+    if len(parts) == 3 and parts[0] == "credit":
+        return f"{parts[1]}: {parts[2].replace('_', ' ')}"
     if len(parts) == 3 and parts[0] == "localization":
         return f"{parts[1]}: localization {parts[2].replace('_', ' ')}"
     if key == "reward":

@@ -11,12 +11,16 @@ Output (``out_dir``):
   per method: median over seeds with the interquartile band (or mean with min–max);
 - ``replay.png`` (when logged): mean JS distance per reward and the trainer's localization ratio over
   training;
+- ``credit.png`` (when logged): per reward over training, its share of the advantage and the
+  concentration of its token weights (Gini, effective token ratio; :mod:`mrtpo.audit`);
 - ``top_k.png`` (when samples have distances): mean share of a reward's distance held by the top k
   tokens of a response, per reward and method, against the uniform assignment ``min(k, T)/T``;
 - ``report.html``: one self-contained page (PNGs embedded) with the runs, the figures, the
   steps-to-threshold table (per method and seed, median over seeds), the localization table (per
   reward: distance share on checked tokens, token share, ratio; satisfied and violated responses
-  apart, pooled rows at the end; "–" below ``min_count`` pairs) and the top-k table;
+  apart, pooled rows at the end; "–" below ``min_count`` pairs), the top-k table and the credit audit
+  (per method and reward: mean |Â_k|, its share, Gini, effective token ratio, top-token repeat; the
+  warnings of :func:`mrtpo.audit.audit_warnings` per run among the page's warnings);
 - ``report.json``: the same numbers.
 
 Localization is computed from the saved samples (samples.jsonl: distances and ``checked_tokens``)
@@ -38,7 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from mrtpo import audit
 from mrtpo.analysis import curves as C
+from mrtpo.analysis.credit import credit_section, credit_table, plot_credit
 from mrtpo.analysis.localization import (
     DEFAULT_TOP_K,
     aggregate_localization,
@@ -50,7 +56,7 @@ from mrtpo.analysis.runs import Run, find_run_dirs, group_by_method, load_run
 from mrtpo.analysis.style import reward_colors
 from mrtpo.records import SampleRecord
 
-__all__ = ["build_report", "localization_tables", "steps_table"]
+__all__ = ["build_report", "credit_table", "localization_tables", "steps_table"]
 
 MIN_COUNT = 5
 """Fewest (response, reward) pairs behind a localization cell; fewer print "–" (as in Table 4)."""
@@ -550,6 +556,7 @@ def _render(report: dict[str, Any], images: dict[str, Path | None]) -> str:
                 parts.append(f"<tr><td class='l'>{e(name)}</td><td>{pos['n']}</td>{cells}</tr>")
             parts.append("</table>")
         parts.append(_img(images.get("position"), "distance share per part of the response"))
+    parts += credit_section(report.get("credit_audit") or {}, images.get("credit"), _img)
     if images.get("replay"):
         parts.append(
             "<h2>Replay over training</h2><p>Mean JS distance per reward and the trainer's localization "
@@ -716,6 +723,9 @@ def build_report(
             stat=stat,  # type: ignore[arg-type]
             reference={k: 1.0 for k in diag_keys if k.endswith("/ratio")},
         )
+    images["credit"] = plot_credit(groups, names, keys, out / "credit.png", bands_for, colors, stat)
+    for r in runs:
+        warnings += [f"{r.path}: {line}" for line in audit.audit_warnings(r.metrics, r.reward_names)]
     steps = steps_table(groups, key, threshold_value, smooth=smooth) if threshold_value is not None else {}
     loc = localization_tables(groups, top_k=top_k, min_count=min_count, parts=position_parts)
     images["top_k"] = _plot_top_k(loc, out / "top_k.png", names)
@@ -764,6 +774,7 @@ def build_report(
         },
         "steps_to_threshold": steps,
         "localization": loc,
+        "credit_audit": credit_table(groups, names),
         "images": {k: str(v) for k, v in images.items() if v is not None},
     }
     (out / "report.json").write_text(json.dumps(_json_safe(report), indent=1), encoding="utf-8")

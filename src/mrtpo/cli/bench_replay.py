@@ -8,7 +8,8 @@ Example (the default run, about a minute on 2 CPU cores; the second needs a CUDA
     mrtpo bench replay --kernels eager            # the eager distance kernel only
 
 The table has one column per variant: naive, mrtpo with the fused distance kernel, mrtpo with the
-eager one; below it the forward-only limit of the replay and the vocabulary work of each kernel alone.
+eager one; below it the forward-only limit of the replay, the vocabulary work of each kernel alone and
+the cost of ``p2t``'s gradient attribution at the same shapes beside replay's (``--no-p2t`` leaves it out).
 """
 
 from __future__ import annotations
@@ -82,6 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="mrtpo distance kernels to measure, comma-separated; the first is the mrtpo column (projections, "
         "vocabulary work, limit) (default fused,eager)",
     )
+    parser.add_argument(
+        "--p2t",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time p2t's gradient attribution at these shapes (one model reward per response; default on)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="also write the measurements to this JSON file")
 
@@ -113,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         projections=tuple(x.strip() for x in args.projections.split(",") if x.strip()),
         kernels=tuple(x.strip() for x in args.kernels.split(",") if x.strip()),
+        p2t=args.p2t,
     )
     if cfg.device == "cuda":
         import torch

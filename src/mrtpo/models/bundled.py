@@ -51,14 +51,25 @@ def bundled_for(model: str) -> str | None:
     return by_hub.get(str(model).lower())
 
 
-def build_bundled(name: str, *, device: str = "cpu", dtype: Any = None, seed: int = 0, **overrides: Any):
+def build_bundled(
+    name: str,
+    *,
+    device: str = "cpu",
+    dtype: Any = None,
+    seed: int = 0,
+    classifier: bool = False,
+    **overrides: Any,
+):
     """A randomly initialised causal LM of a bundled config, created directly on ``device`` in ``dtype``
-    (default: float32 on CPU, bfloat16 on CUDA); ``overrides`` replace config fields."""
+    (default: float32 on CPU, bfloat16 on CUDA); ``overrides`` replace config fields. ``classifier``: the
+    same body with a one-logit sequence-classification head instead (a reward model of those shapes)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
     fields = {**bundled_config(name), **overrides}
     fields.pop("architectures", None)
+    if classifier:
+        fields.update(num_labels=1, pad_token_id=fields.get("pad_token_id") or 0)
     cfg = AutoConfig.for_model(fields.pop("model_type"), **fields)
     if dtype is None:
         dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
@@ -69,7 +80,8 @@ def build_bundled(name: str, *, device: str = "cpu", dtype: Any = None, seed: in
             torch.manual_seed(seed)
             if str(device).startswith("cuda"):
                 torch.cuda.manual_seed(seed)
-            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+            cls = AutoModelForSequenceClassification if classifier else AutoModelForCausalLM
+            model = cls.from_config(cfg, dtype=dtype)
     finally:
         torch.set_default_dtype(before)
     return model.to(dtype).eval()

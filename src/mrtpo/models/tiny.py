@@ -87,3 +87,71 @@ def build_model(
     if dtype is not None:
         model = model.to(dtype)
     return model.eval()
+
+
+def build_bpe_tokenizer(texts: Sequence[str], *, merges: int = 16, chat_template: str | None = None):
+    """A byte-level BPE fast tokenizer trained locally on ``texts`` with at most ``merges`` merges.
+
+    Few merges split words into pieces unlike the word-level tokenizer's (``"substitute"`` becomes
+    several tokens), so the two give different token boundaries over one text: what the tests of the
+    character-span mapping between a scorer's tokenizer and the policy's need. Specials: ``<pad>`` (id 0),
+    ``<unk>``, ``<eos>``, ``<|im_start|>``, ``<|im_end|>``; the chat template is ChatML (``chat_template`` replaces it).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    specials = [t for t in SPECIAL_TOKENS if t.startswith("<")]  # role names stay plain text here
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(specials) + len(alphabet) + merges,
+        special_tokens=specials,
+        initial_alphabet=alphabet,
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(texts), trainer)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>"
+    )
+    hf.chat_template = chat_template or (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    hf.padding_side = "left"
+    return hf
+
+
+def build_classifier(
+    vocab_size: int,
+    *,
+    num_labels: int = 1,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    seed: int = 0,
+):
+    """A randomly initialised ``Qwen2ForSequenceClassification`` (a tiny reward model: ``num_labels=1``
+    gives one score per sequence), pad id 0 (``seed`` makes it reproducible)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForSequenceClassification
+
+    cfg = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=4096,
+        num_labels=num_labels,
+        pad_token_id=0,
+        eos_token_id=2,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForSequenceClassification(cfg)
+    return model.eval()

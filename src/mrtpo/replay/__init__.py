@@ -55,6 +55,7 @@ Notation: N responses, K contexts compared with the full one (K rewards, or 1 fo
 tokens (right-padded to the longest), L context tokens, H hidden size, V vocabulary.
 """
 
+from mrtpo.replay import gradient as _gradient  # noqa: F401  (registers the kind ``gradient``)
 from mrtpo.replay.contexts import ContextCache, Contexts, build_contexts, tokenize_messages
 from mrtpo.replay.engine import distances, replay, response_hidden_states, sampled_logprobs
 from mrtpo.replay.measures import MEASURES, token_logprobs_from_hidden
@@ -66,7 +67,7 @@ from mrtpo.replay.options import (
     SHARDING_SETTINGS,
     ReplayOptions,
 )
-from mrtpo.replay.requests import ReplayRequest, ReplayResult, ReplayStats
+from mrtpo.replay.requests import ReplayBatch, ReplayRequest, ReplayResult, ReplayStats
 from mrtpo.replay.service import (
     REPLAY_KINDS,
     DistanceFn,
@@ -89,6 +90,7 @@ __all__ = [
     "ContextCache",
     "Contexts",
     "DistanceFn",
+    "ReplayBatch",
     "ReplayKind",
     "ReplayOptions",
     "ReplayRequest",

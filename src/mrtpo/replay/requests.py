@@ -5,8 +5,9 @@ Core module: torch and the standard library only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -60,6 +61,11 @@ class ReplayStats:
             common to all rows of its prompt counted once (split evenly between them), whether or not the
             prefix ran once (:data:`DEFAULT_PREFIX_MIN_SAVED`, a token budget that splits the prompt's
             rows, a model without a prefix cache).
+        attributed: (response, reward) pairs whose row came from a scorer's gradient (P2T, replay kind
+            ``gradient``) instead of a replayed context.
+        scorer_forwards: gradient-tracked forward calls of scorers (P2T).
+        scorer_backwards: backward calls to scorers' input embeddings (P2T).
+        scorer_tokens: scorer tokens processed by those calls (padding excluded).
         seconds: wall time of the call.
     """
 
@@ -77,6 +83,10 @@ class ReplayStats:
     padded_tokens: int = 0
     cost_fpe: float = 0.0
     limit_fpe: float = 0.0
+    attributed: int = 0
+    scorer_forwards: int = 0
+    scorer_backwards: int = 0
+    scorer_tokens: int = 0
     seconds: float = 0.0
 
     @property
@@ -115,9 +125,30 @@ class ReplayResult:
         stats: cost accounting.
         replayed: ``[N, K] bool``, the rows that were measured (False where a pair was skipped), from
             :func:`mrtpo.replay.for_scheme`; None from :func:`mrtpo.replay.replay`.
+        attributed: ``[N, K] bool``, the rows that hold P2T's token weights from a scorer's gradient
+            (replay kind ``gradient``) rather than distances; None: no such row.
     """
 
     distances: torch.Tensor
     lengths: torch.Tensor
     stats: ReplayStats = field(default_factory=ReplayStats)
     replayed: torch.Tensor | None = None
+    attributed: torch.Tensor | None = None
+
+
+@dataclass
+class ReplayBatch:
+    """What a replay kind may read of the batch beyond its contexts (one entry per response); engines hand
+    it to :func:`mrtpo.replay.for_scheme` for every kind (the kind ``gradient`` reads it).
+
+    Attributes:
+        examples: ``[B]`` the examples (:class:`mrtpo.tasks.Example`).
+        verifiers: ``[B][K]`` the verifiers of each response's example, in reward order.
+        tokenizer: the policy's tokenizer (each response's text and its tokens' character ranges).
+        options: the credit scheme's options (``credit_options``; a kind reads its own).
+    """
+
+    examples: Sequence[Any]
+    verifiers: Sequence[Sequence[Any]]
+    tokenizer: Any
+    options: Mapping[str, Any] | None = None

@@ -13,6 +13,8 @@ kind                      compared with ``C``                     runs when     
 ``joint``                 ``C_-all``, JS                          some ``|Â[j, k]| > ACTIVE_TOL``  ``joint``
 ``logprob`` (CoRT)        ``C_-all``, ``|log-prob gap|``          ``|Σ_k Â[j, k]| > ACTIVE_TOL``  ``relevance``
 ``teacher_gap`` (RLSD)    the rollout prompt, signed gap          ``|Σ_k Â[j, k]| > ACTIVE_TOL``  ``teacher_gap``
+``gradient`` (p2t)        ``C_-k``, JS; P2T weights for rewards   ``|Â[j, k]| > ACTIVE_TOL``      the K rewards
+                          with a differentiable scorer
 ========================  ======================================  ==============================  ===============
 
 A kind answers what the engines ask of it (:class:`ReplayKind`), so that no engine names one: its rows
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -61,6 +63,14 @@ OthersFn = Callable[[Contexts, Tensor], list[Sequence[int] | None]]
 """``others(contexts, advantages) -> [K']``: for one response, the contexts compared with its full
 context (``None``: skip that row), from its prompt's :class:`~mrtpo.replay.contexts.Contexts` and its
 response-level advantages ``[K]`` float32."""
+
+AnswerFn = Callable[
+    [Callable[[Tensor], ReplayResult], Sequence[Sequence[int]], Tensor, Any, int], ReplayResult
+]
+"""``answer(measure, responses, advantages [B, K], batch, width) -> ReplayResult``: a kind whose answer is
+more than its contexts' measure (the kind ``gradient``): ``measure(advantages)`` runs the kind's own
+contexts (for_scheme's path, with the advantages it is given), ``batch`` is what the engine handed
+:func:`for_scheme` of its batch (:class:`mrtpo.replay.gradient.ReplayBatch`, or None)."""
 
 DistanceFn = Callable[[str, Tensor], ReplayResult]
 """``distances(kind, advantages [B, K]) -> ReplayResult``: what an engine gives
@@ -85,6 +95,8 @@ class ReplayKind:
             is the rollout prompt, :func:`for_scheme` checks it per response), so an engine keeps that
             pass's hidden states for it. False for a kind whose compared context is the rollout prompt
             itself (``teacher_gap``): where ``C`` is the rollout prompt its row is 0 without any pass.
+        answer: an :data:`AnswerFn` that completes the kind's answer from its measure and the engine's
+            batch (``gradient``: P2T rows from the scorers' gradients); None: the measure is the answer.
     """
 
     name: str
@@ -93,6 +105,7 @@ class ReplayKind:
     per_reward: bool = False
     row: str | None = None
     reuses_rollout: bool = True
+    answer: AnswerFn | None = None
 
     def rows(self, k: int) -> int:
         """K' for K rewards."""
@@ -119,11 +132,13 @@ def register_replay(
     per_reward: bool = False,
     row: str | None = None,
     reuses_rollout: bool = True,
+    answer: AnswerFn | None = None,
 ) -> Callable[[OthersFn], OthersFn]:
     """Decorator: register ``others`` as the replay kind ``name`` (then a credit scheme may name it).
 
     The keywords are the :class:`ReplayKind`'s answers to the engines (its measure, rows, the name of
-    its shared row, whether the rollout pass may stand in for ``C``).
+    its shared row, whether the rollout pass may stand in for ``C``, an :data:`AnswerFn` that completes
+    its answer).
 
     Example (JS distances to the rollout prompt for the responses whose response advantage is not 0)::
 
@@ -138,7 +153,7 @@ def register_replay(
         raise ValueError(f"measure={measure!r} must be one of {', '.join(MEASURES)}")
 
     def deco(fn: OthersFn) -> OthersFn:
-        REPLAY_KINDS.register(name)(ReplayKind(name, fn, measure, per_reward, row, reuses_rollout))
+        REPLAY_KINDS.register(name)(ReplayKind(name, fn, measure, per_reward, row, reuses_rollout, answer))
         return fn
 
     return deco
@@ -250,6 +265,7 @@ def for_scheme(
     temperature: float = 1.0,
     pad_id: int = 0,
     progress: bool = False,
+    batch: Any = None,
 ) -> ReplayResult:
     """The replay a credit scheme asks for, on B responses: distances ``[B, K', T]``.
 
@@ -270,6 +286,9 @@ def for_scheme(
         temperature: sampling temperature of the log-probability measures.
         pad_id: right-padding id of the micro-batches.
         progress: tqdm bar over micro-batches.
+        batch: what a kind with an :attr:`ReplayKind.answer` may read of the batch beyond its contexts
+            (:class:`mrtpo.replay.gradient.ReplayBatch`: the examples, their verifiers, the tokenizer, the
+            scheme's options); engines pass it for every kind, the others ignore it.
 
     Returns:
         :class:`~mrtpo.replay.requests.ReplayResult`: ``distances [B, K', width] float32`` (0 at padding
@@ -280,7 +299,7 @@ def for_scheme(
         ValueError: an unknown kind, mismatched lengths or shapes, a kind that returns a wrong number of
             rows.
     """
-    kind = replay_kind(getattr(scheme, "replay", scheme))
+    kind = scheme if isinstance(scheme, ReplayKind) else replay_kind(getattr(scheme, "replay", scheme))
     opts = options or ReplayOptions()
     n = len(responses)
     if len(contexts) != n:
@@ -294,6 +313,17 @@ def for_scheme(
         adv = torch.ones(n, k)
     elif adv.dim() != 2 or tuple(adv.shape) != (n, k):
         raise ValueError(f"advantages has shape {tuple(adv.shape)}; expected [B, K] = [{n}, {k}]")
+    if kind.answer is not None:
+        plain = replace(kind, answer=None)
+
+        def measure(a: Tensor) -> ReplayResult:
+            return for_scheme(
+                model, contexts, responses, a, plain, width=width, rollout=rollout, options=options,
+                temperature=temperature, pad_id=pad_id, progress=progress,
+            )  # fmt: skip
+
+        t = max((len(r) for r in responses), default=0) if width is None else int(width)
+        return kind.answer(measure, responses, adv, batch, t)
     kk = kind.rows(k)
     if n and rollout is not None:
         reuse = _reusable(model, contexts, responses, rollout)

@@ -26,14 +26,21 @@ def load_task(name: str, **kwargs) -> Task:
     """Build the task registered as ``name`` (module ``mrtpo.tasks.<name>``), or the ``module:Class``
     of the user's own (:func:`user_task_class`), with ``kwargs``.
 
-    The option ``conditions`` (``{reward: [primary, threshold]}``, GDPO's conditioned reward) is not
-    the task's own: it wraps the task in a :class:`mrtpo.tasks.conditions.ConditionedTask`.
+    The options ``model_rewards`` (``[{name, model, kind, rubric, ...}]``, rewards given by a model next to
+    the task's own) and ``conditions`` (``{reward: [primary, threshold]}``, GDPO's conditioned reward) are
+    not the task's own: they wrap the task in a :class:`mrtpo.tasks.model_reward.WithModelRewards`, then
+    in a :class:`mrtpo.tasks.conditions.ConditionedTask` (a condition may name a model reward).
     """
     conditions = kwargs.pop("conditions", None)
     if conditions:
         from mrtpo.tasks.conditions import with_conditions
 
         return with_conditions(load_task(name, **kwargs), conditions)
+    model_rewards = kwargs.pop("model_rewards", None)
+    if model_rewards:
+        from mrtpo.tasks.model_reward import with_model_rewards
+
+        return with_model_rewards(load_task(name, **kwargs), model_rewards)
     if ":" in name:
         return user_task_class(name)(**kwargs)
     if name not in TASKS and importlib.util.find_spec(f"mrtpo.tasks.{name}") is not None:

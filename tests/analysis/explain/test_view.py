@@ -152,3 +152,17 @@ def test_title_names_the_step_once():
     assert v.title.count("step 3") == 1
     v = credit_view(_record(step=3), where="ws0/mrtpo-seed0, sample 1")
     assert v.title == "ws0/mrtpo-seed0, sample 1 · step 3 · GDPO vs MRTPO (β=0.5)\nÂ: start +1, wrap -0.5"
+
+
+def test_the_audit_line_of_a_response():
+    import math
+
+    v = credit_view(_record(), credit_beta=0.5)
+    # row 0's weights [0.4, 1.2, 0.8, 1.6]: Gini (−3·0.4 − 0.8 + 1.2 + 3·1.6) / (4 · 4) = 0.25; p = w / 4
+    h = -sum(p * math.log(p) for p in (0.1, 0.3, 0.2, 0.4))
+    line = next(n for n in v.notes if n.startswith("credit audit: "))
+    assert (
+        line.split("; ")[0]
+        == f"credit audit: {v.rows[0]} Gini 0.250, effective token ratio {math.exp(h) / 4:.3f}"
+    )
+    assert len(line.split("; ")) == len(v.rows)

@@ -38,3 +38,28 @@ def test_make_data_layout():
     assert [len(c) for c in loo] == [15, 15] and [len(r) for r in responses] == [16, 16]
     # C_-1 drops the first 4-token info block after the 8 shared tokens; C_-2 the second one
     assert loo[0] == full[:8] + full[12:] and loo[1] == full[:12] + full[16:]
+
+
+def test_p2t_variant_attributes_one_reward_per_response_at_the_same_shapes(tmp_path):
+    """p2t: one gradient-tracked forward and one backward for the batch, over C + response per response;
+    its weights average 1 over each response; against a direct attribution with the same scorer."""
+    from mrtpo.attribution import attribute, influence_weights, log_odds
+    from mrtpo.bench.replay.p2t import build_scorer
+
+    cfg = BenchConfig(**TINY)
+    out = run_variant(cfg, "p2t", str(tmp_path / "p.pt"))
+    assert (out["forwards"], out["backwards"], out["sequences"]) == (1, 1, 2)
+    assert out["tokens"] == 2 * (cfg.context_tokens + cfg.t) == 70
+    assert out["seconds"] > 0 and out["fpe_per_response"] > 0 and out["peak_bytes"] > 0
+    w = torch.load(tmp_path / "p.pt")["distances"]
+    assert w.shape == (2, 1, 16) and torch.allclose(w.mean(-1), torch.ones(2, 1), atol=1e-5)
+    scorer = build_scorer(cfg)
+    full, _, responses = make_data(cfg)
+    emb = scorer.get_input_embeddings()
+    for j, r in enumerate(responses):  # one sequence alone, no padding
+        ids = torch.tensor([full + r])
+        _, infl = attribute(
+            lambda e, i=ids: log_odds(scorer(inputs_embeds=e).logits), emb(ids), emb.weight[0]
+        )
+        want = influence_weights(infl[:, -16:], torch.ones(1, 16, dtype=torch.bool))
+        assert torch.allclose(w[j, 0], want[0], atol=1e-4)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from mrtpo import audit
 from mrtpo.records import SampleRecord
 
 DEFAULT_BETA = 0.5
@@ -248,7 +249,12 @@ def credit_view(
         checked=dict(rec.checked_tokens or {}),
         prompt=rec.prompt,
         response=rec.response,
-        notes=list(rec.notes or []) + ([] if has_rows else [_no_rows_note(rec)]),
+        notes=list(rec.notes or [])
+        + (
+            [audit.response_audit(weights, row_names, used=[not s for s in skipped])]
+            if has_rows
+            else [_no_rows_note(rec)]
+        ),
         information={n: [list(sp) for sp in v] for n, v in (rec.information or {}).items()},
         all_reward_names=list(names),
         advantage_sum=float(sum(adv)),

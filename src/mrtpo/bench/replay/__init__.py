@@ -35,7 +35,7 @@ Synthetic prompt layout (token blocks drawn uniformly from the vocabulary)::
 """
 
 from mrtpo.bench.replay.config import GEN_PROMPT_TOKENS, BenchConfig
-from mrtpo.bench.replay.driver import BenchResult, run_bench
+from mrtpo.bench.replay.driver import BenchResult, run_bench, run_variant
 from mrtpo.bench.replay.variants import (
     PeakMemory,
     build_bench_model,
@@ -46,7 +46,6 @@ from mrtpo.bench.replay.variants import (
     make_data,
     naive_replay,
     reference_replay,
-    run_variant,
     vocab_work,
 )
 

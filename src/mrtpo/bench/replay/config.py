@@ -34,6 +34,12 @@ class BenchConfig:
     token_budget: int | None = field(
         default=None, metadata={"help": "mrtpo: micro-batch bound (rows x length)"}
     )
+    p2t: bool = field(
+        default=True,
+        metadata={
+            "help": "also time p2t's gradient attribution (one model reward per response) at these shapes"
+        },
+    )
     threads: int = field(default=2, metadata={"help": "torch CPU threads in each variant"})
     device: str = field(default="cpu", metadata={"help": "cpu or cuda"})
     seed: int = 0

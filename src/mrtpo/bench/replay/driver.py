@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from mrtpo.bench.replay.config import GEN_PROMPT_TOKENS, BenchConfig
-from mrtpo.bench.replay.variants import run_variant
+from mrtpo.bench.replay.p2t import p2t_lines
+from mrtpo.bench.replay.variants import run_replay_variant
 
 
 @dataclass
@@ -26,6 +27,7 @@ class BenchResult:
     others: dict[str, dict[str, Any]] = field(default_factory=dict)  # kernel -> the other mrtpo variants
     kernel_diff: dict[str, float] = field(default_factory=dict)  # kernel -> max |d - d_mrtpo| over pairs run
     notes: list[str] = field(default_factory=list)
+    p2t: dict[str, Any] | None = None  # the p2t variant (mrtpo.bench.replay.p2t), or None
 
     @property
     def k_eff(self) -> float:
@@ -190,6 +192,8 @@ class BenchResult:
                     f"{f['projection_seconds'] / max(f['projection_seconds'] + f['passes_seconds'], 1e-12):.0%} of "
                     "the fused work)"
                 )
+        if self.p2t is not None:
+            lines += p2t_lines(self.p2t, m, c)
         lines += [
             "",
             f"{'mrtpo projection':24}{'time (s)':>12}{'vs float32':>12}{'max |d - d_fp32|':>18}"
@@ -217,8 +221,24 @@ class BenchResult:
             "naive_abs_diff": self.naive_abs_diff,
             "kernel_diff": self.kernel_diff,
             "notes": self.notes,
+            "p2t": self.p2t,
             "checks": {k: {"value": v, "target": t, "met": ok} for k, (v, t, ok) in self.checks().items()},
         }
+
+
+def run_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]:
+    """Run one variant in this process and save its ``[N, K, T]`` rows to ``out_path``: a replay variant
+    (:func:`mrtpo.bench.replay.variants.run_replay_variant`: "naive", "mrtpo", "mrtpo:<kernel>") or "p2t"
+    (P2T's gradient attribution at these shapes, :func:`mrtpo.bench.replay.p2t.run_p2t`: its weights)."""
+    if variant != "p2t":
+        return run_replay_variant(cfg, variant, out_path)
+    import torch
+
+    from mrtpo.bench.replay.p2t import run_p2t
+
+    out, weights = run_p2t(cfg)
+    torch.save({"distances": weights}, out_path)
+    return out
 
 
 def _run_worker(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]:
@@ -244,8 +264,8 @@ def _run_worker(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]
 
 
 def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
-    """Run the variants (naive, then mrtpo with each kernel), each in a fresh subprocess, and compare
-    their distances. A kernel that cannot run here (``kernel='fused'`` without a C compiler, say) is
+    """Run the variants (naive, then mrtpo with each kernel, then p2t unless ``cfg.p2t`` is off), each in a
+    fresh subprocess, and compare their distances. A kernel that cannot run here (``kernel='fused'`` without a C compiler, say) is
     left out with a note that gives the reason."""
     import torch
 
@@ -263,7 +283,7 @@ def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
         raise ValueError(f"none of the kernels {list(cfg.kernels)} can run here: {'; '.join(notes)}")
     if tuple(kernels) != cfg.kernels:
         cfg = BenchConfig(**{**asdict(cfg), "kernels": tuple(kernels)})
-    variants = ["naive", "mrtpo"] + [f"mrtpo:{k}" for k in kernels[1:]]
+    variants = ["naive", "mrtpo"] + [f"mrtpo:{k}" for k in kernels[1:]] + (["p2t"] if cfg.p2t else [])
     results: dict[str, dict[str, Any]] = {}
     dists: dict[str, torch.Tensor] = {}
     it: Any = variants
@@ -288,7 +308,8 @@ def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
         return float(diff.max()) if diff.numel() else 0.0
 
     main = dists["mrtpo"]["distances"]
-    for v in variants[2:]:
+    extra = [v for v in variants[2:] if v.startswith("mrtpo:")]
+    for v in extra:
         results[v]["max_abs_diff"] = worst(dists[v]["distances"])
     return BenchResult(
         cfg,
@@ -296,9 +317,10 @@ def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
         results["mrtpo"],
         worst(main),
         worst(dists["naive"]["distances"]),
-        others={v.split(":", 1)[1]: results[v] for v in variants[2:]},
-        kernel_diff={v.split(":", 1)[1]: worst(dists[v]["distances"], main) for v in variants[2:]},
+        others={v.split(":", 1)[1]: results[v] for v in extra},
+        kernel_diff={v.split(":", 1)[1]: worst(dists[v]["distances"], main) for v in extra},
         notes=notes,
+        p2t=results.get("p2t"),
     )
 
 
@@ -308,7 +330,7 @@ def worker_main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m mrtpo.bench.replay", description="one variant of the replay bench"
     )
-    p.add_argument("--worker", required=True, help="naive, mrtpo or mrtpo:<kernel>")
+    p.add_argument("--worker", required=True, help="naive, mrtpo, mrtpo:<kernel> or p2t")
     p.add_argument("--config", required=True, help="BenchConfig as JSON")
     p.add_argument("--out", required=True, help="where to save the distances (torch.save)")
     a = p.parse_args(argv)

@@ -1,5 +1,5 @@
 """The data and the variants of the replay bench: naive, reference and mrtpo replay, their peak memory,
-FPE and vocabulary work. Each runs inside a worker process (:func:`run_variant`)."""
+FPE and vocabulary work. Each runs inside a worker process (:func:`mrtpo.bench.replay.driver.run_variant`)."""
 
 from __future__ import annotations
 
@@ -358,8 +358,8 @@ def vocab_work(cfg: BenchConfig, model, full, loo, responses, hidden_full) -> di
     return out
 
 
-def run_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]:
-    """Run one variant in this process; saves its ``[N, K, T]`` distances to ``out_path``.
+def run_replay_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[str, Any]:
+    """Run one replay variant in this process; saves its ``[N, K, T]`` distances to ``out_path``.
 
     ``variant``: "naive"; "mrtpo" (kernel ``cfg.kernels[0]``, with the projections, the vocabulary work
     and the forward-only limit); "mrtpo:<kernel>" (one more kernel: time and memory only). Each timed

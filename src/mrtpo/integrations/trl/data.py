@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from mrtpo.attribution import token_char_ranges
 from mrtpo.tasks.base import Example
 
 EXAMPLE_COLUMN = "example"
@@ -56,41 +57,6 @@ def example_from_row(row: dict[str, Any]) -> Example:
     if value is None:
         raise ValueError(f"dataset row has no '{EXAMPLE_COLUMN}' column; keys: {sorted(row)}")
     return Example.from_dict(json.loads(value) if isinstance(value, str) else value)
-
-
-def token_char_ranges(tokenizer, ids: Sequence[int]) -> tuple[str, list[tuple[int, int]]]:
-    """Decoded text of ``ids`` (special tokens skipped) and each token's character range ``[a, b)`` in it.
-
-    Fast path: re-encode the text with offsets; when that reproduces the non-special ids, the offsets
-    are the ranges (special tokens get an empty range). Otherwise decode by token: token ``t`` covers
-    ``[len(decode(ids[:t])), len(decode(ids[:t+1])))`` (quadratic in T, exact for any tokenizer).
-    """
-    ids = [int(i) for i in ids]
-    text = tokenizer.decode(ids, skip_special_tokens=True)
-    special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    plain = [t for t, i in enumerate(ids) if i not in special]
-    try:
-        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        same = list(enc["input_ids"]) == [ids[t] for t in plain]
-    except (NotImplementedError, ValueError, TypeError, KeyError):
-        same = False
-    if same:
-        ranges, prev, it = [], 0, iter(enc["offset_mapping"])
-        plain_set = set(plain)
-        for t in range(len(ids)):
-            if t in plain_set:
-                a, b = next(it)
-                ranges.append((int(a), int(b)))
-                prev = int(b)
-            else:
-                ranges.append((prev, prev))
-        return text, ranges
-    ranges, prev = [], 0
-    for t in range(len(ids)):
-        end = max(len(tokenizer.decode(ids[: t + 1], skip_special_tokens=True)), prev)
-        ranges.append((prev, end))
-        prev = end
-    return text, ranges
 
 
 def spans_to_token_mask(ranges: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[int]:

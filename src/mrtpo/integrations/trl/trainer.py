@@ -95,6 +95,7 @@ from mrtpo.integrations.trl import data as data_mod
 from mrtpo.integrations.trl import sharding as sharding_mod
 from mrtpo.integrations.trl import vllm as vllm_mod
 from mrtpo.integrations.trl.config import MRTPOConfig
+from mrtpo.integrations.trl.credit_audit import CreditAudit
 from mrtpo.integrations.trl.passes import response_hidden
 from mrtpo.integrations.trl.run_logging import (
     SAMPLES_JSONL,
@@ -287,6 +288,10 @@ class MRTPOTrainer(GRPOTrainer):
         self._reuse_ok = not _has_dropout(self._unwrapped())
         self._sharding: str | None = None  # resolved at the first replay (the model is wrapped by then)
         self._warned_identical = False
+        self._audit = CreditAudit(self.reward_names)
+        self._attributed: torch.Tensor | None = None  # [B, K'] rows a kind attributed (not distances)
+        if hasattr(task, "attach_policy"):  # judges of model rewards that are the policy itself
+            task.attach_policy(self._unwrapped(), processing_class)
         self.last_batch: dict[str, Any] = {}
         self.last_loss_terms: dict[str, torch.Tensor] = {}
         self.run_info = dict(run_info or {})
@@ -469,6 +474,7 @@ class MRTPOTrainer(GRPOTrainer):
             self._logs["advantages"].pop()
         self._logs["advantages"].extend(adv_all.sum(1).tolist())
         self._log_batch_metrics(mode, scored, adv_all)
+        self._audit.log(self, mode, res, mask, out["completion_ids"])
 
         token_adv = res.token_advantages if scheme.token_level and a.loss != "opsd" else None
         if a.loss == "opsd":
@@ -551,7 +557,14 @@ class MRTPOTrainer(GRPOTrainer):
                 options=self.args.replay_options(sharding),
                 temperature=self.temperature,
                 pad_id=self._tokenizer.pad_token_id or 0,
+                batch=replay_mod.ReplayBatch(
+                    scored.examples,
+                    scored.verifiers,
+                    self.processing_class,
+                    self.args.method_config.credit_options,
+                ),
             )
+        self._attributed = res.attributed
         dev = self.accelerator.device
         return replace(res, distances=res.distances.to(dev), replayed=res.replayed.to(dev))
 
@@ -703,7 +716,8 @@ class MRTPOTrainer(GRPOTrainer):
         names = kind.row_names(self.reward_names)
         kk = distances.shape[1]
         b = distances.shape[0]
-        valid = mask[:, None, :].float() * replayed[:, :, None].float()  # [B, K', T]
+        measured = replayed if self._attributed is None else replayed & ~self._attributed.to(replayed.device)
+        valid = mask[:, None, :].float() * measured[:, :, None].float()  # [B, K', T]: distances, not weights
         dsum = (distances * valid).sum(dim=(0, 2))  # [K']
         dcnt = valid.sum(dim=(0, 2))  # [K']
         # localization sums per reward: distance on checked tokens, distance, checked tokens, tokens

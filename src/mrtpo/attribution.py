@@ -1,0 +1,521 @@
+"""Gradient attribution of a differentiable scorer's verdict to response tokens (P2T), framework-agnostic.
+
+A reward given by a model (a sequence-classification reward model, or a generative judge answering a
+rubric with yes/no) is a differentiable function of the scorer's input embeddings. P2T ("Unlocking
+Token Rewards via Training-Free Reward Attribution", CVPR 2026) attributes it to the tokens by a
+first-order estimate of replacing each token with a null token (docs/methods.md, "P2T")::
+
+    I_i   = ⟨e_i − e_null, ∂S/∂e_i⟩                 influence of scorer token i (e_null: the pad embedding)
+    S     = d            (``logit_diff``, default)  d: the verdict's log-odds, z_pos − logsumexp(z_neg)
+          = σ(d)         (``prob``)
+          = log σ(d)     (``logprob``)
+    I'_t  = mean or sum over the scorer tokens overlapping policy token t of I_i (character spans)
+    w_t   = n_s · softmax_{t ∈ s}(I'_t / τ)          per segment s of n_s valid tokens: mean 1
+
+The gradient is taken with respect to the input embeddings only (:func:`attribute` never accumulates
+into parameters: the scorer stays frozen); one gradient-tracked forward and one backward per batch of
+scorer sequences, counted in :class:`AttributionStats`. ``S = d`` avoids the saturation of the
+probability (σ'(d) → 0 as the verdict becomes certain, which flattens ``softmax(I/τ)``).
+
+The mapping between the scorer's tokenizer and the policy's goes through character spans of the response
+text (:func:`token_char_ranges`, :func:`transfer`), so the two tokenizers may differ. Segments
+(:func:`step_segments`): the whole response, or P2T's steps, split on blank lines; mass is kept within
+each segment, so the weights of a response average 1, as every credit scheme's weights do.
+
+Core module: torch and the standard library only (tokenizers and models are duck-typed).
+
+Notation: B scorer sequences, L scorer tokens, H embedding size, N responses, T policy tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "SCALARS",
+    "SEGMENTS",
+    "TRANSFERS",
+    "AttributionStats",
+    "P2TOptions",
+    "ResponseInfluence",
+    "attribute",
+    "differentiable",
+    "gradient_weights",
+    "influence",
+    "influence_weights",
+    "log_odds",
+    "step_segments",
+    "token_char_ranges",
+    "transfer",
+    "verdict_scalar",
+]
+
+SCALARS = ("logit_diff", "prob", "logprob")
+"""What is differentiated: the verdict's log-odds d, σ(d), or log σ(d)."""
+
+SEGMENTS = ("response", "steps")
+"""Where mass is kept: the whole response, or each step (P2T's steps: text between blank lines)."""
+
+TRANSFERS = ("mean", "sum")
+"""Scorer influence -> a policy token: the overlap-weighted mean (per-character density, P2T's), or the
+sum of each scorer token's share by overlap (the influence of a scorer token split over the policy tokens
+it overlaps: the total is kept)."""
+
+STEP_SEPARATOR = "\n\n"
+
+
+@dataclass
+class AttributionStats:
+    """What attribution cost.
+
+    Attributes:
+        responses: responses attributed.
+        sequences: scorer sequences run (one per response and model reward).
+        forwards: gradient-tracked forward calls of a scorer.
+        backwards: backward calls (to the input embeddings only).
+        tokens: scorer tokens processed (padding excluded).
+        padded_tokens: scorer tokens fed, padding included.
+        seconds: wall time.
+    """
+
+    responses: int = 0
+    sequences: int = 0
+    forwards: int = 0
+    backwards: int = 0
+    tokens: int = 0
+    padded_tokens: int = 0
+    seconds: float = 0.0
+
+    def add(self, other: AttributionStats) -> AttributionStats:
+        """Accumulate ``other`` into this one (returns self)."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
+
+    def as_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _check_choice(value: str, choices: Sequence[str], label: str) -> str:
+    if value not in choices:
+        raise ValueError(f"{label}={value!r} must be one of {', '.join(choices)}")
+    return value
+
+
+def log_odds(
+    logits: Tensor, positive: int | Sequence[int] = -1, negatives: Sequence[int] | None = None
+) -> Tensor:
+    """The verdict's log-odds ``d = logsumexp(z_pos) − logsumexp(z_neg)`` of each row of ``logits`` ``[B, C]``.
+
+    One logit (C = 1, a scalar reward model's head): d = z. Two labels: ``z_1 − z_0``. A judge's
+    next-token logits ``[B, V]``: ``positive`` the "yes" token(s), ``negatives`` the "no" token(s); other
+    entries are ignored, so σ(d) is P(yes | yes or no).
+
+    Args:
+        logits: [B, C] float.
+        positive: the positive entry or entries (default: the last, label 1 of a two-label head).
+        negatives: the negative entries (default: every other entry).
+
+    Returns:
+        [B] float32, differentiable.
+    """
+    z = logits.float()
+    c = z.shape[-1]
+    if c == 1:
+        return z[:, 0]
+    pos = sorted({int(i) % c for i in ([positive] if isinstance(positive, int) else positive)})
+    neg = [i for i in range(c) if i not in pos] if negatives is None else [int(i) % c for i in negatives]
+    if not pos or not neg or set(pos) & set(neg):
+        raise ValueError(
+            f"positive entries {pos} and negative entries {sorted(neg)} must be non-empty and disjoint"
+        )
+    return torch.logsumexp(z[:, pos], dim=-1) - torch.logsumexp(z[:, neg], dim=-1)
+
+
+@dataclass
+class ResponseInfluence:
+    """A scorer's influence on one response, on the scorer's own tokens.
+
+    Attributes:
+        values: [L] float32, the influence I of the scorer tokens that overlap the response text.
+        spans: [L] their character spans ``(start, end)`` in the response text (clipped to it).
+        scalar: the scalar S that was differentiated (float).
+    """
+
+    values: Tensor
+    spans: list[tuple[int, int]]
+    scalar: float = 0.0
+
+
+def verdict_scalar(d: Tensor, scalar: str = "logit_diff") -> Tensor:
+    """The scalar S whose gradient is attributed: ``d`` (``logit_diff``), ``σ(d)`` (``prob``) or
+    ``log σ(d)`` (``logprob``); ``d`` [B] log-odds (:func:`log_odds`)."""
+    _check_choice(scalar, SCALARS, "scalar")
+    if scalar == "prob":
+        return torch.sigmoid(d)
+    if scalar == "logprob":
+        return torch.nn.functional.logsigmoid(d)
+    return d
+
+
+def influence(embeds: Tensor, grads: Tensor, null: Tensor) -> Tensor:
+    """``I[b, i] = ⟨e[b, i] − e_null, g[b, i]⟩`` in float32.
+
+    Args:
+        embeds: [B, L, H] the scorer's input embeddings e.
+        grads: [B, L, H] ∂S_b/∂e[b, i].
+        null: [H] (or [B, H]) the null token's embedding (the pad token's).
+
+    Returns:
+        [B, L] float32.
+    """
+    e = embeds.detach().float()
+    n = null.detach().float()
+    n = n[:, None, :] if n.dim() == 2 else n[None, None, :]
+    return ((e - n) * grads.detach().float()).sum(-1)
+
+
+def attribute(
+    score: Callable[[Tensor], Tensor],
+    embeds: Tensor,
+    null: Tensor,
+    *,
+    stats: AttributionStats | None = None,
+    tokens: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Run ``score`` on ``embeds`` with gradient to the embeddings only; the scalars and the influence.
+
+    ``score(x)`` maps embeddings ``[B, L, H]`` to the scalar ``S`` ``[B]`` (row b of S may depend on row b
+    of x only, as in a transformer with an attention mask). The gradient of ``Σ_b S_b`` with respect to x
+    is therefore ``∂S_b/∂x[b]`` row by row; no parameter's ``.grad`` is touched (``torch.autograd.grad``
+    with x as the only input), so a scorer shared with training (the policy as its own judge) keeps its
+    gradients as they were.
+
+    Args:
+        score: the scorer, embeddings -> S [B].
+        embeds: [B, L, H] input embeddings (detached here; the scorer's own dtype).
+        null: [H] the null embedding (``e_null``).
+        stats: counts one forward and one backward, B sequences and ``tokens``.
+        tokens: non-padding tokens of the batch (for ``stats``; default B·L).
+
+    Returns:
+        ``(S [B] float32 detached, I [B, L] float32)``.
+    """
+    t0 = time.perf_counter()
+    x = embeds.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        s = score(x)
+        if s.dim() != 1 or s.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"the scorer returned S of shape {tuple(s.shape)}; expected [B] = [{x.shape[0]}]"
+            )
+        (g,) = torch.autograd.grad(s.float().sum(), x, allow_unused=True)
+    if g is None:  # S does not depend on the embeddings (a constant scorer): no influence
+        g = torch.zeros_like(x)
+    out = influence(x, g, null)
+    if stats is not None:
+        stats.sequences += x.shape[0]
+        stats.forwards += 1
+        stats.backwards += 1
+        stats.tokens += int(tokens if tokens is not None else x.shape[0] * x.shape[1])
+        stats.padded_tokens += x.shape[0] * x.shape[1]
+        stats.seconds += time.perf_counter() - t0
+    return s.detach().float(), out
+
+
+def influence_weights(
+    values: Tensor, mask: Tensor, *, tau: float = 1.0, segments: Tensor | None = None
+) -> Tensor:
+    """P2T's token weights: ``w = n_s · softmax(I / τ)`` within each segment s of a row's valid tokens.
+
+    Each segment's weights sum to its number of valid tokens, so every row's weights average 1 over its
+    valid tokens (a row without one: all 0), and a segment of one token gets 1. τ → ∞ gives the uniform
+    weights; τ → 0 puts a segment's mass on its most influential token.
+
+    Args:
+        values: [N, T] influence I on the policy's tokens (finite on valid tokens; any value on padding).
+        mask: [N, T] bool or 0/1.
+        tau: the temperature τ > 0.
+        segments: [N, T] integer segment ids >= 0 (tokens of one id form a segment); None: one segment
+            per row.
+
+    Returns:
+        [N, T] float32 weights, 0 on padding.
+    """
+    if isinstance(tau, bool) or not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):
+        raise ValueError(f"tau={tau!r} must be a finite number > 0")
+    m = torch.as_tensor(mask).bool()
+    v = torch.as_tensor(values).float().to(m.device)
+    if v.shape != m.shape or v.dim() != 2:
+        raise ValueError(
+            f"values has shape {tuple(v.shape)} and mask {tuple(m.shape)}; expected equal [N, T]"
+        )
+    bad = m & ~torch.isfinite(v)
+    if bad.any():
+        j, t = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"influence[{j}, {t}] = {v[j, t].item()} on a valid token; it must be finite")
+    n, t = v.shape
+    seg = torch.zeros(n, t, dtype=torch.long, device=v.device) if segments is None else segments.long()
+    if seg.shape != m.shape or bool((seg[m] < 0).any()):
+        raise ValueError(f"segments has shape {tuple(seg.shape)}; expected [N, T] = [{n}, {t}] of ids >= 0")
+    nseg = int(seg[m].max()) + 1 if bool(m.any()) else 1
+    flat = (torch.arange(n, device=v.device)[:, None] * nseg + seg.clamp(min=0, max=nseg - 1)).reshape(-1)
+    z = torch.where(m, v / float(tau), torch.full_like(v, -math.inf)).reshape(-1)  # [N·T]
+    peak = torch.full((n * nseg,), -math.inf, device=v.device).scatter_reduce(0, flat, z, "amax")
+    e = torch.where(m.reshape(-1), torch.exp(z - peak[flat]), torch.zeros_like(z))  # in (0, 1] on valid
+    total = torch.zeros(n * nseg, device=v.device).index_add_(0, flat, e)
+    count = torch.zeros(n * nseg, device=v.device).index_add_(0, flat, m.reshape(-1).float())
+    w = e * count[flat] / total[flat].clamp(min=torch.finfo(torch.float32).tiny)
+    return torch.where(m.reshape(-1), w, torch.zeros_like(w)).reshape(n, t)
+
+
+def _spans(spans: Sequence[tuple[int, int]] | Tensor, label: str) -> Tensor:
+    s = torch.as_tensor(spans, dtype=torch.long).reshape(-1, 2)
+    if bool((s[:, 1] < s[:, 0]).any()) or bool((s[1:, 0] < s[:-1, 0]).any()):
+        raise ValueError(f"{label} must be [start, end) character spans with end >= start, in text order")
+    return s
+
+
+def transfer(
+    values: Tensor | Sequence[float],
+    src: Sequence[tuple[int, int]] | Tensor,
+    dst: Sequence[tuple[int, int]] | Tensor,
+    *,
+    how: str = "mean",
+) -> Tensor:
+    """Values of one tokenization (the scorer's) moved onto another (the policy's) by character overlap.
+
+    With ``ov(i, t)`` the characters shared by source token i and destination token t (both spans in the
+    same text)::
+
+        mean:  v'_t = Σ_i ov(i, t) v_i / Σ_i ov(i, t)            (0 where t overlaps no source token)
+        sum:   v'_t = Σ_i ov(i, t) / |i| · v_i                    (each source token split by overlap)
+
+    ``mean`` is P2T's per-character density: a destination token inside one source token takes its value.
+    ``sum`` keeps the total of the values on the covered text. Destination tokens with an empty span
+    (special tokens) and text no source token covers get 0, the neutral influence.
+
+    Args:
+        values: [Ls] source values (the influence).
+        src: [Ls] source spans ``(start, end)`` in text order.
+        dst: [Ld] destination spans in text order.
+        how: "mean" or "sum".
+
+    Returns:
+        [Ld] float32.
+    """
+    _check_choice(how, TRANSFERS, "transfer")
+    v = torch.as_tensor(values, dtype=torch.float32).reshape(-1)
+    s, d = _spans(src, "source spans"), _spans(dst, "destination spans")
+    if s.shape[0] != v.shape[0]:
+        raise ValueError(f"{v.shape[0]} values for {s.shape[0]} source spans")
+    out = torch.zeros(d.shape[0])
+    if s.shape[0] == 0 or d.shape[0] == 0:
+        return out
+    # the source tokens overlapping destination t form a contiguous range [lo[t], hi[t]) (spans in order)
+    ends = torch.cummax(s[:, 1], 0).values  # non-decreasing, for the search
+    lo = torch.searchsorted(ends, d[:, 0].contiguous(), right=True)  # first source whose end > dst start
+    hi = torch.searchsorted(s[:, 0].contiguous(), d[:, 1].contiguous(), right=False)  # first start >= dst end
+    width = int((hi - lo).clamp(min=0).max()) if d.shape[0] else 0
+    num = torch.zeros(d.shape[0])
+    den = torch.zeros(d.shape[0])
+    length = (s[:, 1] - s[:, 0]).clamp(min=1).float()
+    for o in range(width):
+        i = lo + o
+        ok = i < hi
+        i = i.clamp(max=s.shape[0] - 1)
+        ov = (torch.minimum(s[i, 1], d[:, 1]) - torch.maximum(s[i, 0], d[:, 0])).clamp(min=0).float()
+        ov = torch.where(ok, ov, torch.zeros_like(ov))
+        if how == "mean":
+            num += ov * v[i]
+            den += ov
+        else:
+            num += ov / length[i] * v[i]
+    if how == "mean":
+        out = torch.where(den > 0, num / den.clamp(min=1), torch.zeros_like(num))
+    else:
+        out = num
+    return out
+
+
+def step_segments(
+    ranges: Sequence[tuple[int, int]], text: str, *, separator: str = STEP_SEPARATOR
+) -> list[int]:
+    """P2T's steps: the step of each token, steps being the text between ``separator`` (blank lines).
+
+    A token belongs to the step it shares most characters with (the first on a tie); a token that lies
+    inside a separator, or has an empty span (a special token), belongs to the step of the token before it
+    (the first step at the start).
+
+    Args:
+        ranges: [T] character spans of the tokens in ``text``.
+        text: the response text.
+        separator: the step separator.
+
+    Returns:
+        [T] step ids, non-decreasing, starting at 0 and consecutive.
+    """
+    bounds, pos = [], 0
+    for part in text.split(separator) if separator else [text]:
+        bounds.append((pos, pos + len(part)))
+        pos += len(part) + len(separator)
+    out, prev, k = [], 0, 0
+    for a, b in ranges:
+        best, best_ov = -1, 0
+        while k < len(bounds) - 1 and bounds[k][1] <= a:
+            k += 1
+        for kk in range(k, len(bounds)):
+            lo, hi = bounds[kk]
+            if lo >= b:
+                break
+            ov = min(b, hi) - max(a, lo)
+            if ov > best_ov:
+                best, best_ov = kk, ov
+        prev = max(prev, best) if best >= 0 else prev
+        out.append(prev)
+    # renumber consecutively (steps without tokens vanish)
+    ids: dict[int, int] = {}
+    return [ids.setdefault(s, len(ids)) for s in out]
+
+
+def token_char_ranges(tokenizer, ids: Sequence[int]) -> tuple[str, list[tuple[int, int]]]:
+    """Decoded text of ``ids`` (special tokens skipped) and each token's character range ``[a, b)`` in it.
+
+    Fast path: re-encode the text with offsets; when that reproduces the non-special ids, the offsets
+    are the ranges (special tokens get an empty range). Otherwise decode by token: token ``t`` covers
+    ``[len(decode(ids[:t])), len(decode(ids[:t+1])))`` (quadratic in T, exact for any tokenizer).
+    """
+    ids = [int(i) for i in ids]
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    plain = [t for t, i in enumerate(ids) if i not in special]
+    try:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        same = list(enc["input_ids"]) == [ids[t] for t in plain]
+    except (NotImplementedError, ValueError, TypeError, KeyError):
+        same = False
+    if same:
+        ranges, prev, it = [], 0, iter(enc["offset_mapping"])
+        plain_set = set(plain)
+        for t in range(len(ids)):
+            if t in plain_set:
+                a, b = next(it)
+                ranges.append((int(a), int(b)))
+                prev = int(b)
+            else:
+                ranges.append((prev, prev))
+        return text, ranges
+    ranges, prev = [], 0
+    for t in range(len(ids)):
+        end = max(len(tokenizer.decode(ids[: t + 1], skip_special_tokens=True)), prev)
+        ranges.append((prev, end))
+        prev = end
+    return text, ranges
+
+
+def differentiable(verifier: Any) -> bool:
+    """True for a verifier whose reward comes from a differentiable scorer (it has ``attribute``, as
+    :class:`mrtpo.tasks.model_reward.ModelReward` does); rule verifiers are not."""
+    return bool(getattr(verifier, "differentiable", False)) and callable(getattr(verifier, "attribute", None))
+
+
+@dataclass
+class P2TOptions:
+    """The options of the credit scheme ``p2t``.
+
+    Attributes:
+        tau: the temperature τ of ``softmax(I / τ)`` (> 0).
+        segments: ``response`` (mass kept over the whole response) or ``steps`` (per step, blank lines).
+        scalar: what is differentiated: ``logit_diff``, ``prob`` or ``logprob``.
+        transfer: scorer tokens -> policy tokens: ``mean`` (P2T's per-character density) or ``sum``.
+    """
+
+    tau: float = 1.0
+    segments: str = "response"
+    scalar: str = "logit_diff"
+    transfer: str = "mean"
+
+    def __post_init__(self) -> None:
+        t = self.tau
+        if isinstance(t, bool) or not (isinstance(t, (int, float)) and math.isfinite(t) and t > 0):
+            raise ValueError(f"tau={t!r} must be a finite number > 0")
+        self.tau = float(t)
+        _check_choice(self.segments, SEGMENTS, "segments")
+        _check_choice(self.scalar, SCALARS, "scalar")
+        _check_choice(self.transfer, TRANSFERS, "transfer")
+
+
+def gradient_weights(
+    verifiers: Sequence[Sequence[Any]],
+    examples: Sequence[Any],
+    texts: Sequence[str],
+    ranges: Sequence[Sequence[tuple[int, int]]],
+    advantages: Tensor,
+    width: int,
+    options: P2TOptions | None = None,
+    *,
+    active_tol: float = 1e-8,
+    stats: AttributionStats | None = None,
+) -> tuple[Tensor, Tensor]:
+    """P2T's token weights ``[B, K, T]`` of every (response, reward) pair with a differentiable scorer.
+
+    For reward k of response j whose verifier is :func:`differentiable` and whose advantage is active
+    (``|Â[j, k]| > active_tol``): the scorer's influence on its own tokens (``verifier.attribute``, one
+    batched call per scorer), moved onto the policy's tokens by character spans (:func:`transfer`), then
+    ``w = n_s · softmax(I' / τ)`` per segment (:func:`influence_weights`, :func:`step_segments`). Other
+    pairs stay 0 and unmarked.
+
+    Args:
+        verifiers: ``[B][K]`` the verifiers of each response's example.
+        examples: ``[B]`` the examples.
+        texts: ``[B]`` each response's text, the text of ``ranges``.
+        ranges: ``[B][T_j]`` the character span of each policy token in its text (empty for special tokens).
+        advantages: ``[B, K]`` Â.
+        width: T, the padded width.
+        options: :class:`P2TOptions`.
+        active_tol: the advantage below which a pair is not attributed.
+        stats: the cost, counted.
+
+    Returns:
+        ``(weights [B, K, T] float32, attributed [B, K] bool)``; each attributed row has mean 1 over its
+        ``T_j`` tokens and 0 beyond.
+    """
+    opts = options or P2TOptions()
+    adv = torch.as_tensor(advantages).detach().float().cpu()
+    b = len(verifiers)
+    k = adv.shape[1] if adv.dim() == 2 else 0
+    out = torch.zeros(b, k, int(width))
+    done = torch.zeros(b, k, dtype=torch.bool)
+    t0 = time.perf_counter()
+    seconds = stats.seconds if stats is not None else 0.0
+    for col in range(k):
+        groups: dict[int, tuple[Any, list[int]]] = {}
+        for j in range(b):
+            v = verifiers[j][col]
+            if differentiable(v) and abs(float(adv[j, col])) > active_tol and len(ranges[j]):
+                groups.setdefault(id(v), (v, []))[1].append(j)
+        for v, rows in groups.values():
+            results = v.attribute(
+                [examples[j] for j in rows], [texts[j] for j in rows], scalar=opts.scalar, stats=stats
+            )
+            for j, res in zip(rows, results, strict=True):
+                tj = min(len(ranges[j]), int(width))
+                values = transfer(res.values, res.spans, ranges[j][:tj], how=opts.transfer)
+                seg = None
+                if opts.segments == "steps":
+                    seg = torch.tensor([step_segments(ranges[j][:tj], texts[j])], dtype=torch.long)
+                w = influence_weights(
+                    values[None], torch.ones(1, tj, dtype=torch.bool), tau=opts.tau, segments=seg
+                )
+                out[j, col, :tj] = w[0]
+                done[j, col] = True
+    if stats is not None:  # the scorer's own time is in stats already; add the mapping's
+        stats.seconds = seconds + (time.perf_counter() - t0)
+    return out, done

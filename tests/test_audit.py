@@ -1,0 +1,193 @@
+"""The credit audit (mrtpo.audit): advantage components, Gini, effective token ratio, the top-token repeat
+and the warning rule, against hand values and naive references."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from mrtpo import audit
+
+
+def test_advantage_components_hand_values():
+    a = torch.tensor([[1.0, -3.0], [-1.0, 0.0], [2.0, 1.0]])
+    mean, share = audit.advantage_components(a)
+    assert mean.tolist() == pytest.approx([4 / 3, 4 / 3])
+    assert share.tolist() == pytest.approx([0.5, 0.5])
+    _, share = audit.advantage_components(torch.tensor([[3.0, 1.0]]))
+    assert share.tolist() == pytest.approx([0.75, 0.25])
+    assert audit.advantage_components(torch.zeros(2, 3))[1].tolist() == [0.0, 0.0, 0.0]
+
+
+def _naive_gini(xs):
+    n, mu = len(xs), sum(xs) / len(xs)
+    return sum(abs(a - b) for a, b in itertools.product(xs, xs)) / (2 * n * n * mu)
+
+
+def test_gini_and_effective_token_ratio_hand_values():
+    m = torch.ones(1, 4, dtype=torch.bool)
+    uniform = torch.ones(1, 4)
+    one = torch.tensor([[4.0, 0.0, 0.0, 0.0]])
+    assert audit.gini(uniform, m).item() == pytest.approx(0.0)
+    assert audit.gini(one, m).item() == pytest.approx(3 / 4)  # (T − 1) / T
+    assert audit.effective_token_ratio(uniform, m).item() == pytest.approx(1.0)
+    assert audit.effective_token_ratio(one, m).item() == pytest.approx(1 / 4)
+    # two of four tokens share the mass: exp(ln 2) / 4 = 1/2; Gini = 1/2
+    half = torch.tensor([[2.0, 2.0, 0.0, 0.0]])
+    assert audit.effective_token_ratio(half, m).item() == pytest.approx(0.5)
+    assert audit.gini(half, m).item() == pytest.approx(0.5)
+
+
+def test_gini_and_ratio_match_naive_references_with_padding():
+    g = torch.Generator().manual_seed(0)
+    w = torch.rand(6, 9, generator=g) * 3
+    m = torch.rand(6, 9, generator=g) > 0.3
+    m[:, 0] = True
+    got_g, got_r = audit.gini(w, m), audit.effective_token_ratio(w, m)
+    for j in range(6):
+        xs = w[j][m[j]].tolist()
+        assert got_g[j].item() == pytest.approx(_naive_gini(xs), abs=1e-5)
+        p = [x / sum(xs) for x in xs]
+        assert got_r[j].item() == pytest.approx(
+            math.exp(-sum(q * math.log(q) for q in p)) / len(xs), abs=1e-5
+        )
+
+
+def test_degenerate_rows():
+    m = torch.tensor([[True, False], [False, False]])
+    w = torch.tensor([[5.0, 0.0], [0.0, 0.0]])
+    assert audit.gini(w, m).tolist() == [0.0, 0.0]  # one token; no token
+    assert audit.effective_token_ratio(w, m).tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        audit.gini(torch.tensor([[-1.0, 1.0]]), torch.ones(1, 2))
+
+
+def test_top_token_repeat():
+    ids = torch.tensor([[7, 8, 9], [7, 5, 6], [1, 2, 7]])
+    m = torch.ones(3, 3, dtype=torch.bool)
+    piled = torch.tensor([[3.0, 0, 0], [2.0, 1, 0], [0, 0, 3.0]])  # every row peaks on token 7
+    assert audit.top_token_repeat(piled, m, ids) == 1.0
+    spread = torch.tensor([[0, 3.0, 0], [0, 0, 3.0], [3.0, 0, 0]])  # 8, 6, 1
+    assert audit.top_token_repeat(spread, m, ids) == pytest.approx(1 / 3)
+
+
+def test_batch_audit_counts_only_rows_whose_weights_act():
+    adv = torch.tensor([[1.0, 0.0], [-1.0, 2.0]])
+    w = torch.stack(
+        [
+            torch.tensor([[2.0, 0.0], [1.0, 1.0]]),  # response 0: reward a piled, reward b uniform (Â = 0)
+            torch.tensor([[1.0, 1.0], [2.0, 0.0]]),  # response 1
+        ]
+    )  # [B=2, K=2, T=2]
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    out = audit.batch_audit(adv, w, mask, ["a", "b"], token_ids=torch.tensor([[4, 5], [4, 6]]))
+    assert out["credit/a/adv_abs_mean"] == pytest.approx(1.0)
+    assert out["credit/b/adv_share"] == pytest.approx(0.5)
+    assert out["credit/a/gini"] == pytest.approx((0.5 + 0.0) / 2)
+    assert out["credit/b/gini"] == pytest.approx(0.5)  # only response 1 (Â[0, b] = 0 is not counted)
+    assert out["credit/b/effective_token_ratio"] == pytest.approx(0.5)
+    assert out["credit/a/top_token_repeat"] == pytest.approx(1.0)  # both peak at token id 4 (ties: first)
+    shared = audit.batch_audit(adv, w[:, :1], mask, ["a", "b"])
+    assert "credit/joint/gini" in shared and "credit/a/gini" not in shared
+    assert set(audit.batch_audit(adv, None, mask, ["a", "b"])) == {
+        "credit/a/adv_abs_mean",
+        "credit/a/adv_share",
+        "credit/b/adv_abs_mean",
+        "credit/b/adv_share",
+    }
+
+
+def _history(etr, repeat, steps=25):
+    return [
+        {
+            "step": s,
+            "credit/r/effective_token_ratio": etr,
+            "credit/r/gini": 0.1,
+            "credit/r/top_token_repeat": repeat,
+        }
+        for s in range(1, steps + 1)
+    ]
+
+
+def test_warning_rule():
+    (line,) = audit.audit_warnings(_history(0.97, 0.1), ["r"])
+    assert line.startswith("credit/r: token weights near uniform over the last 20 logged steps (steps 6-25")
+    (line,) = audit.audit_warnings(_history(0.1, 0.8), ["r"])
+    assert "piled on a few tokens" in line and "80% of responses" in line
+    assert audit.audit_warnings(_history(0.1, 0.2), ["r"]) == []  # concentrated, but not on one token
+    assert audit.audit_warnings(_history(0.6, 0.9), ["r"]) == []
+    assert audit.audit_warnings(_history(0.99, 0.1, steps=19), ["r"]) == []  # too few steps
+    # the median decides: a few uniform steps among concentrated ones do not warn
+    mixed = _history(0.5, 0.1, steps=12) + _history(0.99, 0.1, steps=8)
+    assert audit.audit_warnings(mixed, ["r"]) == []
+
+
+def test_audit_parts_summed_over_two_processes_equal_the_whole_batch():
+    g = torch.Generator().manual_seed(0)
+    adv = torch.randn(6, 2, generator=g)
+    adv[1, 0] = 0.0  # inactive: left out of reward a's rows
+    w = torch.rand(6, 2, 5, generator=g) + 0.1
+    mask = torch.ones(6, 5, dtype=torch.bool)
+    mask[2, 3:] = False
+    names = ["a", "b"]
+    whole = audit.batch_audit(adv, w, mask, names)
+    halves = [audit.audit_parts(adv, w[s], mask[s], names, local=adv[s]) for s in (slice(0, 3), slice(3, 6))]
+    for key in whole:
+        if key.endswith(("gini", "effective_token_ratio")):
+            total = sum(p[key][0] for p in halves) / sum(p[key][1] for p in halves)
+            assert total == pytest.approx(whole[key], abs=1e-6)
+        else:  # the advantage components come from the gathered Â: the same on each process
+            assert halves[0][key] == (pytest.approx(whole[key]), 1.0)
+    assert halves[0]["credit/a/gini"][1] == 2.0  # row 1 of reward a is inactive
+    # one shared row (K' = 1) is named joint
+    shared = audit.audit_parts(adv, w[:, :1], mask, names)
+    assert shared["credit/joint/gini"][1] == 6.0
+
+
+def test_response_audit_line():
+    w = torch.tensor([[1.0, 1.0, 1.0, 1.0], [4.0, 0.0, 0.0, 0.0], [2.0, 2.0, 0.0, 0.0]])
+    line = audit.response_audit(w, ["a", "b", "c"], used=[True, True, False])
+    # uniform: Gini 0, ratio 1; one token of 4: Gini 3/4, ratio 1/4; row c is left out
+    assert line == (
+        "credit audit: a Gini 0.000, effective token ratio 1.000; b Gini 0.750, effective token ratio 0.250"
+    )
+    assert audit.response_audit(w, ["a", "b", "c"], used=[False] * 3).endswith("no row carries token weights")
+    with pytest.raises(ValueError, match="expected"):
+        audit.response_audit(w, ["a"])
+
+
+def test_result_parts_read_the_schemes_weights_and_the_replayed_rows():
+    from types import SimpleNamespace
+
+    from mrtpo import credit
+    from mrtpo.replay import ReplayStats
+
+    g = torch.Generator().manual_seed(3)
+    adv = torch.randn(4, 2, generator=g)
+    d = torch.rand(4, 2, 6, generator=g)
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[1, 4:] = False
+    d[1, :, 4:] = 0
+    replayed = torch.tensor([[True, True], [True, False], [False, True], [True, True]])
+    d[~replayed] = 0
+    res = SimpleNamespace(
+        scheme=credit.scheme("reward"),
+        distances=d,
+        replayed=replayed,
+        advantages=adv,
+        local=adv,
+        replay_stats=ReplayStats(attributed=3),
+    )
+    parts = audit.result_parts(res, mask, ["a", "b"])
+    w = credit.token_weights(d, mask, credit="reward", replayed=replayed)
+    ref = audit.audit_parts(adv, w, mask, ["a", "b"], used=replayed, local=adv)
+    assert {k: v for k, v in parts.items() if k != "replay/attributed"} == ref
+    assert parts["credit/a/gini"][1] == 3.0 and parts["replay/attributed"] == (3.0, 8.0)
+    # a scheme without mean-1 weights (RLSD) or without replay: the advantage components only
+    for name in ("rlsd", "none"):
+        res.scheme = credit.scheme(name)
+        keys = set(audit.result_parts(res, mask, ["a", "b"]))
+        assert keys == {f"credit/{r}/{m}" for r in "ab" for m in ("adv_abs_mean", "adv_share")}
