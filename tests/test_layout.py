@@ -18,6 +18,7 @@ FEATURES = {  # tests of a feature that spans their folder, not of one module
     "test_public_api.py": "the names mrtpo/__init__.py exports",
     "integrations/trl/test_baselines.py": "the baseline methods trained through MRTPOTrainer",
     "integrations/trl/test_distributed.py": "multi-process training (DDP, FSDP2, ZeRO-3)",
+    "integrations/trl/test_p2t.py": "P2T's gradient credit trained through MRTPOTrainer and mrtpo train",
     "integrations/trl/test_seams.py": "the TRL internals the trainer relies on",
     "integrations/verl/test_recipes.py": "the verl recipes against verl's config schema",
     "replay/test_precision.py": "replay in every precision and with PEFT",

@@ -26,8 +26,7 @@ from mrtpo.analysis.stats import median, two_level_bootstrap
 CURVE_DIFFS: tuple[str, ...] = ("heldout/satisfaction", "heldout/local", "heldout/met/length")
 """Held-out curve keys compared with GDPO at every grid step."""
 
-LATE_POINTS = 3
-"""Grid points averaged by the ``late`` held-out comparison (steps 200, 220, 240 of a 240-step run)."""
+from mrtpo.demo.names import LATE_POINTS  # noqa: E402
 
 EXTRA_HELDOUT: tuple[str, ...] = ("late", "retest", "greedy")
 """``late``: mean of ``heldout/satisfaction`` over the last :data:`LATE_POINTS` curve points;

@@ -42,13 +42,13 @@ PARTS = ("steps", "heldout")
 
 
 def _row_name(row: str) -> str:
-    from mrtpo.demo.summary import ROW_NAMES
+    from mrtpo.demo.names import ROW_NAMES
 
     return ROW_NAMES.get(row, f"the {row} constraint")
 
 
 def _sentence(summary: dict[str, Any], m: str, part: str, row: str, b: dict[str, Any]) -> str:
-    from mrtpo.demo.summary import BASELINE
+    from mrtpo.demo.names import BASELINE
 
     table = summary["methods"]
     label = table[m]["label"]
@@ -70,7 +70,7 @@ def _sentence(summary: dict[str, Any], m: str, part: str, row: str, b: dict[str,
 
 
 def _neutral(summary: dict[str, Any], m: str, part: str, row: str, b: dict[str, Any]) -> str:
-    from mrtpo.demo.summary import BASELINE
+    from mrtpo.demo.names import BASELINE
 
     table = summary["methods"]
     base = table[BASELINE]["label"] if BASELINE in table else BASELINE.upper()
@@ -97,7 +97,7 @@ def claims(summary: dict[str, Any], *, alpha: float = ALPHA) -> list[dict[str, A
     :data:`~mrtpo.demo.summary.MIN_WARM_STARTS` warm starts, or for comparisons without p-values
     (summaries of earlier versions).
     """
-    from mrtpo.demo.summary import METRICS, MIN_WARM_STARTS
+    from mrtpo.demo.names import METRICS, MIN_WARM_STARTS
 
     cmps = summary.get("comparisons") or {}
     tests: dict[str, list[tuple[str, str, str, dict[str, Any]]]] = {"primary": [], "exploratory": []}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mrtpo.demo.runs import DEFAULT_METHODS, METHODS, RLConfig
-from mrtpo.demo.warmstart import WarmStartConfig
+from mrtpo.demo.warmstart import WarmStartConfig, heldout_examples
 
 SATISFACTION_KEY = "task/satisfaction"
 
@@ -134,13 +134,6 @@ def _bar(total: int, desc: str, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, unit="run", disable=not enabled)
-
-
-def heldout_examples(n: int):
-    """The held-out prompts of the final evaluation (the same for every run)."""
-    from mrtpo.tasks.toy import generate_examples
-
-    return generate_examples(n, seed=20_000, prefix="heldout")
 
 
 def prepare_warm_start(job: dict[str, Any]) -> dict[str, Any]:

@@ -194,7 +194,7 @@ def run_one(
     recorder = None
     if rl.curve_every > 0:
         from mrtpo.demo.dynamics import dynamics_callback
-        from mrtpo.demo.pipeline import heldout_examples
+        from mrtpo.demo.warmstart import heldout_examples
 
         recorder = dynamics_callback(
             trainer,

@@ -26,38 +26,16 @@ from mrtpo.demo.claims import claim_lines, claims
 
 __all__ = ["claims", "compare", "compare_all", "format_table", "method_table", "steps_to_threshold"]
 
-METRICS: tuple[tuple[str, str, str], ...] = (
-    ("overall", "task/satisfaction", "satisfaction"),
-    ("localizable", "task/local", "local"),
-    ("start", "task/met/start", "start"),
-    ("end", "task/met/end", "end"),
-    ("include", "task/met/include", "include"),
-    ("wrap", "task/met/wrap", "wrap"),
-    ("length", "task/met/length", "length"),
+from mrtpo.demo.names import (  # noqa: F401  (re-exported: summary.METRICS etc.)
+    AIM_RATIO,
+    AIMS,
+    BASELINE,
+    LATE_POINTS,
+    METRICS,
+    MIN_WARM_STARTS,
+    NONLOCAL_ROWS,
+    ROW_NAMES,
 )
-"""``(row name, training key in metrics.jsonl, held-out key)``; ``length`` is the non-local type."""
-
-NONLOCAL_ROWS = ("length",)
-
-BASELINE = "gdpo"
-"""The method every other one is compared with (MRTPO adds token credit to GDPO's advantages)."""
-
-MIN_WARM_STARTS = 3
-"""Fewest warm starts behind a stated claim: with fewer, the first stage of the bootstrap has too few
-distinct draws for its interval to mean anything."""
-
-AIM_RATIO = 0.85
-"""The aim: MRTPO's median steps to the threshold on all constraints at most this times GDPO's."""
-
-AIMS: dict[str, str] = {"mrtpo": "shuffled", "mrtpo-scaled": "scaled-shuffled"}
-"""The methods the aim is checked for, each with its shuffled control."""
-
-ROW_NAMES: dict[str, str] = {
-    "overall": "all constraints",
-    "localizable": "localizable constraints",
-    "length": "the non-local length constraint",
-}
-"""How a row is named in sentences (a constraint type otherwise: "the start constraint")."""
 
 
 def steps_to_threshold(rows: Sequence[dict[str, Any]], key: str, threshold: float, smooth: int) -> int | None:
@@ -453,7 +431,6 @@ def curve_lines(summary: dict[str, Any]) -> list[str]:
     :data:`CURVE_COLUMNS` steps, each method's difference from GDPO at those steps with its interval,
     the end point read three ways (the mean of the last curve points, a second sampling seed, greedy
     decoding), and what recording cost. Empty without curves."""
-    from mrtpo.demo.aggregate import LATE_POINTS
 
     curves = summary.get("curves") or {}
     diffs = summary.get("curve_comparisons") or {}

@@ -479,3 +479,10 @@ def load_warm_start(path: str | Path):
     model, tok = load_model_and_tokenizer(str(path), dtype="float32", device="cpu")
     tok.padding_side = "left"
     return model, tok, json.loads((path / "warmstart.json").read_text())
+
+
+def heldout_examples(n: int):
+    """The held-out prompts of the final evaluation (the same for every run)."""
+    from mrtpo.tasks.toy import generate_examples
+
+    return generate_examples(n, seed=20_000, prefix="heldout")
