@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-__all__ = ["SampleRecord"]
+__all__ = ["SampleRecord", "information_spans"]
 
 
 def _numbers(value: Any, name: str, size: int | None = None, *, nonnegative: bool = False) -> list[float]:
@@ -29,6 +29,57 @@ def _numbers(value: Any, name: str, size: int | None = None, *, nonnegative: boo
         out.append(float(x))
     if size is not None and len(out) != size:
         raise ValueError(f"{name} has {len(out)} entries; expected {size}")
+    return out
+
+
+def information_spans(prompt: str, segments: Any, names: list[str]) -> dict[str, list[list[int]]]:
+    """Where each reward's information sits in ``prompt``: reward name -> character spans
+    ``[[start, end], ...]`` of the rollout segments tagged with it (:class:`mrtpo.prompt.Segment`:
+    ``text``, ``rewards``, ``privileged``), found in prompt order (system segments, then user ones).
+
+    A privileged segment (not in the rollout prompt) or a text not found in ``prompt`` has no span;
+    rewards without any span are absent.
+    """
+    ordered = [s for s in segments if getattr(s, "role", "user") == "system"]
+    ordered += [s for s in segments if getattr(s, "role", "user") != "system"]
+    out: dict[str, list[list[int]]] = {}
+    pos = 0
+    for seg in ordered:
+        tags = [n for n in names if n in seg.rewards]
+        if not tags or seg.privileged or not seg.text:
+            continue
+        at = prompt.find(seg.text, pos)
+        if at < 0:
+            at = prompt.find(seg.text)
+        if at < 0:
+            continue
+        pos = at + len(seg.text)
+        for n in tags:
+            out.setdefault(n, []).append([at, pos])
+    return out
+
+
+def _information(value: Any, names: list[str], prompt: Any, where: str) -> dict[str, list[list[int]]]:
+    """The checked ``information`` field: reward name -> ``[[start, end], ...]`` within the prompt."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: information must be an object of reward name -> [[start, end], ...]")
+    limit = len(prompt) if isinstance(prompt, str) else None
+    out = {}
+    for name, spans in value.items():
+        if name not in names:
+            continue
+        ok = isinstance(spans, list) and all(
+            isinstance(sp, list)
+            and len(sp) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in sp)
+            and 0 <= sp[0] <= sp[1]
+            and (limit is None or sp[1] <= limit)
+            for sp in spans
+        )
+        if not ok:
+            within = f" within the prompt's {limit} characters" if limit is not None else ""
+            raise ValueError(f"{where}: information[{name!r}] must be a list of [start, end] spans{within}")
+        out[name] = [list(sp) for sp in spans]
     return out
 
 
@@ -49,6 +100,8 @@ class SampleRecord:
             (``"credit_beta"`` in the JSON; records of earlier versions have ``"beta"``, read the same).
         token_advantages: [T] S under the run's credit.
         checked_tokens: reward name -> [T] 0/1 tokens its verifier reads.
+        information: reward name -> character spans ``[start, end)`` of ``prompt`` holding the
+            information its verifier checks (:func:`information_spans`).
         example_id: the example's id.
         notes: lines shown with the record.
         extra: other keys of the JSON object (kept as they are).
@@ -67,6 +120,7 @@ class SampleRecord:
     credit_beta: float | None = None
     token_advantages: list[float] | None = None
     checked_tokens: dict[str, list[int]] | None = None
+    information: dict[str, list[list[int]]] | None = None
     example_id: str | None = None
     notes: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -92,7 +146,7 @@ class SampleRecord:
             "distances": self.distances,
             "token_advantages": self.token_advantages,
         }
-        for key in ("checked_tokens", "example_id", "notes"):
+        for key in ("checked_tokens", "information", "example_id", "notes"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         out.update(self.extra)
@@ -146,6 +200,9 @@ class SampleRecord:
             if not isinstance(row, list) or len(row) != t_len:
                 raise ValueError(f"{where}: checked_tokens[{name!r}] must be a list of {t_len} 0/1 values")
             checked_out[name] = [int(bool(x)) for x in row]
+        information = obj.get("information")
+        if information is not None:
+            information = _information(information, names, obj.get("prompt"), where)
         beta_key = "credit_beta" if "credit_beta" in obj or "beta" not in obj else "beta"  # "beta": earlier
         step, beta = obj.get("step"), obj.get(beta_key)
         if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float))):
@@ -176,6 +233,7 @@ class SampleRecord:
             credit_beta=None if beta is None else float(beta),
             token_advantages=opt_numbers["token_advantages"],
             checked_tokens=checked_out,
+            information=information,
             example_id=text("example_id"),
             notes=None if obj.get("notes") is None else [str(n) for n in obj["notes"]],
             extra={key: v for key, v in obj.items() if key not in known},

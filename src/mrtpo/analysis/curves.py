@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from mrtpo.analysis.style import METHOD_COLORS, method_colors
+
 __all__ = [
     "METHOD_COLORS",
     "STATS",
@@ -43,49 +45,7 @@ Stat = Literal["median-iqr", "mean-minmax"]
 STATS: tuple[str, ...] = ("median-iqr", "mean-minmax")
 
 
-METHOD_COLORS: dict[str, str] = {
-    "GRPO": "#8c564b",  # brown
-    "GDPO": "#1f77b4",  # blue
-    "MRTPO": "#d62728",  # red
-    "MRTPO (shuffled)": "#9467bd",  # purple
-    "MRTPO (joint)": "#2ca02c",  # green
-    "MRTPO β=0": "#17becf",  # cyan
-    "MRTPO β=0.25": "#ff7f0e",  # orange
-    "MRTPO β=1": "#e377c2",  # pink
-    "MRTPO (scaled)": "#e6550d",  # dark orange
-    "MRTPO (scaled, shuffled)": "#c5b0d5",  # light purple
-    "CoRT": "#bcbd22",  # olive
-    "OPSD": "#7f7f7f",  # gray
-}
-"""The colour of a method label (:func:`mrtpo.analysis.runs.method_label`) in every figure."""
-
-_SPARE_COLORS = (
-    "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1",
-    "#636363", "#9c9ede", "#cedb9c", "#e7ba52", "#e7969c", "#de9ed6",
-)  # fmt: skip
 _STYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)), ":")
-
-
-def method_colors(labels: Sequence[str]) -> dict[str, str]:
-    """A colour per method label, the same in every figure: :data:`METHOD_COLORS` for the known labels;
-    another label takes a spare colour chosen by a hash of its name (the next free one when two labels
-    of one figure would share it), so it keeps its colour across figures that show the same methods."""
-    import zlib
-
-    out: dict[str, str] = {}
-    used = {METHOD_COLORS[m] for m in labels if m in METHOD_COLORS}
-    for m in labels:
-        if m in METHOD_COLORS:
-            out[m] = METHOD_COLORS[m]
-            continue
-        start = zlib.crc32(m.encode("utf-8")) % len(_SPARE_COLORS)
-        for i in range(len(_SPARE_COLORS)):
-            c = _SPARE_COLORS[(start + i) % len(_SPARE_COLORS)]
-            if c not in used:
-                break
-        out[m] = c
-        used.add(c)
-    return out
 
 
 def method_styles(labels: Sequence[str]) -> dict[str, Any]:
@@ -178,6 +138,8 @@ def seed_band(per_seed: Sequence[tuple[np.ndarray, np.ndarray]], stat: Stat = "m
         for s, v in zip(np.asarray(steps).tolist(), np.asarray(values).tolist()):
             table[row, index[int(s)]] = v
     count = (~np.isnan(table)).sum(axis=0)  # [n]
+    keep = count > 0  # a step whose every logged value is NaN has no center (and no empty-slice warning)
+    table, count, all_steps = table[:, keep], count[keep], [s for s, k in zip(all_steps, keep) if k]
     if stat == "median-iqr":
         center = np.nanmedian(table, axis=0) if table.size else np.zeros(0)
         lo = np.nanpercentile(table, 25, axis=0) if table.size else np.zeros(0)
@@ -264,9 +226,9 @@ def plot_curves(
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    keys = list(panels)
+    keys = [k for k in panels if any(b.steps.size for b in panels[k].values())]  # no empty panel
     if not keys:
-        raise ValueError("no metric to plot")
+        raise ValueError("no metric to plot" if not panels else f"no method logged {', '.join(panels)}")
     labels = list(dict.fromkeys(m for p in panels.values() for m in p))
     colors = {**method_colors(labels), **dict(colors or {})}
     styles = method_styles(labels)
@@ -274,6 +236,11 @@ def plot_curves(
     nrows = math.ceil(len(keys) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False)
     center_name, band_name = ("median", "IQR") if stat == "median-iqr" else ("mean", "min–max")
+    runs: dict[str, int] = {}  # runs (seeds) of a method: the most of any panel, so one legend entry each
+    for key in keys:
+        for method, band in panels[key].items():
+            if band.steps.size:
+                runs[method] = max(runs.get(method, 0), int(band.count.max()))
     for ax, key in zip(axes.flat, keys):
         for method, band in panels[key].items():
             if not band.steps.size:
@@ -286,14 +253,17 @@ def plot_curves(
                 color=c,
                 lw=1.8,
                 ls=styles[method],  # distinct dashes keep coinciding curves visible
-                label=f"{method} ({n_seeds} run{'s' * (n_seeds != 1)})",
+                marker="o" if band.steps.size == 1 else None,  # a lone point is no line: show it
+                label=f"{method} ({runs[method]} run{'s' * (runs[method] != 1)})",
             )
             if n_seeds > 1:
                 ax.fill_between(band.steps, band.lo, band.hi, color=c, alpha=0.2, lw=0)
         if thresholds and key in thresholds and thresholds[key] is not None:
             ax.axhline(thresholds[key], color="0.2", ls=":", lw=1, label=f"threshold {thresholds[key]:.3g}")
         if reference and key in reference:
-            ax.axhline(reference[key], color="0.6", ls="--", lw=1)
+            v = reference[key]
+            what = "ratio 1: no localization" if key.endswith("/ratio") and v == 1 else f"reference {v:g}"
+            ax.axhline(v, color="0.6", ls="--", lw=1, label=what)
         ax.set_title(metric_title(key), fontsize=11)
         ax.set_xlabel("step")
         ax.set_ylabel(f"{center_name} over runs (seeds), {band_name} band", fontsize=8)
@@ -302,7 +272,12 @@ def plot_curves(
         ax.tick_params(labelsize=8)
     for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
-    handles, names = axes.flat[0].get_legend_handles_labels()
+    entries: dict[str, Any] = {}  # every drawn line, from every panel (a method may miss the first)
+    for ax in list(axes.flat)[: len(keys)]:
+        for h, n in zip(*ax.get_legend_handles_labels()):
+            if n not in entries or getattr(entries[n], "get_marker", lambda: "None")() != "None":
+                entries[n] = h  # a line's own style, not a lone point's dot
+    handles, names = list(entries.values()), list(entries)
     if handles:
         fig.legend(handles, names, loc="lower center", ncol=min(4, len(names)), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.06 if nrows == 1 else 0.04, 1, 1))

@@ -47,6 +47,7 @@ from mrtpo.analysis.localization import (
     pair_localization,
 )
 from mrtpo.analysis.runs import Run, find_run_dirs, group_by_method, load_run
+from mrtpo.analysis.style import reward_colors
 from mrtpo.records import SampleRecord
 
 __all__ = ["build_report", "localization_tables", "steps_table"]
@@ -244,7 +245,25 @@ def _logged_localization(runs: list[Run], names: list[str]) -> dict[str, dict[st
     return out
 
 
-def _plot_top_k(loc: dict[str, dict[str, Any]], out_path: Path) -> Path | None:
+def _panel_title(method: str, what: str) -> str:
+    """A panel's title: the method and what is drawn; a shuffled method's panel says that it draws the
+    replay distances, not the (permuted) credit that training applied."""
+    title = f"{method}: {what}"
+    if "shuffled" in method.lower():
+        title += "\n(replay distances; the credit applied was shuffled over tokens)"
+    elif "joint" in method.lower():
+        title += "\n(joint replay: one distance row, shared by every reward)"
+    return title
+
+
+def _reward_order(names: Sequence[str], present: set[str]) -> list[str]:
+    """The runs' reward order, then any other reward present (sorted)."""
+    return [n for n in names if n in present] + sorted(present - set(names))
+
+
+def _plot_top_k(loc: dict[str, dict[str, Any]], out_path: Path, order: Sequence[str] = ()) -> Path | None:
+    """One panel per method: per reward, the mean share of its distance held by the top k tokens of a
+    response; gray dashes: the uniform assignment (``min(k, T) / T``, averaged over the rewards)."""
     methods = [m for m, t in loc.items() if t.get("top_k_curve")]
     if not methods:
         return None
@@ -253,16 +272,21 @@ def _plot_top_k(loc: dict[str, dict[str, Any]], out_path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(methods), figsize=(4.8 * len(methods), 3.6), squeeze=False)
+    present = {n for m in methods for k in loc[m]["top_k_curve"] for n in loc[m]["top_k_curve"][k]}
+    names = _reward_order(order, present)
+    colors = reward_colors(set(order) | present)  # the palette: one colour per reward in every figure
+    fig, axes = plt.subplots(1, len(methods), figsize=(4.8 * len(methods), 3.9), squeeze=False)
     for ax, method in zip(axes[0], methods):
         curve = loc[method]["top_k_curve"]
         ks = sorted(curve)
-        names = list(dict.fromkeys(n for k in ks for n in curve[k]))
         for name in names:
-            ax.plot(ks, [curve[k].get(name, [math.nan])[0] for k in ks], marker="o", ms=3, label=name)
-        uni = [np.nanmean([curve[k][n][1] for n in curve[k]]) for k in ks]
+            if not any(name in curve[k] for k in ks):
+                continue
+            ys = [curve[k][name][0] if name in curve[k] else math.nan for k in ks]
+            ax.plot(ks, ys, marker="o", ms=3, color=colors[name], label=name)
+        uni = [float(np.mean([v[1] for v in curve[k].values()])) if curve[k] else math.nan for k in ks]
         ax.plot(ks, uni, color="0.6", ls="--", lw=1.5, label="uniform (GDPO)")
-        ax.set_title(method, fontsize=11)
+        ax.set_title(_panel_title(method, "top-k share of the distance"), fontsize=10)
         ax.set_xlabel("k (top tokens of a response)")
         ax.set_ylabel("share of the reward's distance")
         ax.set_ylim(0, 1.02)
@@ -295,11 +319,10 @@ def _plot_positions(loc: dict[str, dict[str, Any]], out_path: Path, order: Seque
     import matplotlib.pyplot as plt
 
     present = {n for m in methods for n in loc[m]["rewards"]}
-    names = [n for n in order if n in present] + sorted(present - set(order))  # the runs' reward order
-    cmap = plt.get_cmap("tab10")
-    colors = {n: cmap(i % 10) for i, n in enumerate(names)}  # one colour per reward in every panel
+    names = _reward_order(order, present)
+    colors = reward_colors(set(order) | present)  # the palette: one colour per reward in every figure
     markers = "osD^vP*X"
-    fig, axes = plt.subplots(1, len(methods), figsize=(4.8 * len(methods), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(methods), figsize=(4.8 * len(methods), 3.9), squeeze=False)
     for ax, method in zip(axes[0], methods):
         parts = int(loc[method]["parts"])
         x = np.arange(1, parts + 1)
@@ -313,10 +336,10 @@ def _plot_positions(loc: dict[str, dict[str, Any]], out_path: Path, order: Seque
                 marker=markers[i % len(markers)],
                 ms=4,
                 color=colors[name],
-                label=f"{name} ({pos['n']})",
+                label=f"{name} ({pos['n']} responses)",
             )
         ax.axhline(1.0 / parts, color="0.6", ls="--", lw=1.5, label="uniform (GDPO)")
-        ax.set_title(method, fontsize=11)
+        ax.set_title(_panel_title(method, "where the distance falls"), fontsize=10)
         ax.set_xticks(x, _part_names(parts))
         ax.set_xlabel(f"part of the response ({parts} equal parts by token position)")
         ax.set_ylabel("share of the reward's distance")
@@ -695,7 +718,7 @@ def build_report(
         )
     steps = steps_table(groups, key, threshold_value, smooth=smooth) if threshold_value is not None else {}
     loc = localization_tables(groups, top_k=top_k, min_count=min_count, parts=position_parts)
-    images["top_k"] = _plot_top_k(loc, out / "top_k.png")
+    images["top_k"] = _plot_top_k(loc, out / "top_k.png", names)
     images["position"] = _plot_positions(loc, out / "position.png", names)
 
     run_rows = []

@@ -4,7 +4,11 @@ Two sources:
 
 - a training run's saved samples, no model needed::
 
+      mrtpo explain --samples RUN/samples.jsonl [--top 2] [--reward format ...]
       mrtpo explain --samples RUN/samples.jsonl --index 3 [--index -1 ...]
+
+  Without ``--index`` the records with the largest |Â| = Σ_k |Â[k]| are explained (a record whose
+  group scored alike has Â = 0 and no credit to show); a line says how many records have credit.
 
 - a live model, a task's verifiers and one example::
 
@@ -44,7 +48,20 @@ def add_arguments(parser) -> None:
         action="append",
         default=None,
         help="record to explain (0-based line among records; negative counts from the end); "
-        "repeat for several (default: 0)",
+        "repeat for several (default: the records with the largest |Â|, see --top)",
+    )
+    src.add_argument(
+        "--top",
+        type=int,
+        default=1,
+        help="without --index: explain this many records, those with the largest |Â| = Σ_k |Â[k]| "
+        "(default: 1)",
+    )
+    parser.add_argument(
+        "--reward",
+        action="append",
+        default=None,
+        help="show this reward (repeatable; default: all); the totals stay over every reward",
     )
     live = parser.add_argument_group("live on a model")
     live.add_argument("--model", default=None, help="local model folder or hub id (a Hugging Face causal LM)")
@@ -133,16 +150,70 @@ def _load_example(task, spec: str, data: str | None, split: str):
     return Example.from_dict(row)
 
 
+def _step(record) -> str:
+    step = record.get("step") if isinstance(record, dict) else None
+    return f"step {step}, " if step is not None else ""
+
+
+def pick_records(records: list, indices: list[int] | None, top: int, rewards: list[str] | None, source: str):
+    """The indices to explain and the lines that say why.
+
+    Without ``indices``: the ``top`` records with the largest |Â| = Σ_k |Â[k]| over ``rewards`` (all
+    rewards when None), the earlier record first on a tie; a line says how many records have credit and
+    which were picked (record 0 when none has). With ``indices``: those, and a line for each that has no
+    credit.
+    """
+    from mrtpo.analysis.explain import credit_magnitude
+
+    over = f" for {', '.join(rewards)}" if rewards else ""
+    mags = [credit_magnitude(r, rewards) if isinstance(r, dict) else 0.0 for r in records]
+    lines = []
+    if indices:
+        for i in indices:
+            if -len(records) <= i < len(records) and mags[i] == 0.0:
+                lines.append(
+                    f"{source} #{i} ({_step(records[i])}no credit): Â = 0 for every reward{over} "
+                    "(its group's responses scored alike); run without --index to pick records with credit"
+                )
+        return list(indices), lines
+    if top < 1:
+        raise ValueError(f"--top must be >= 1, got {top}")
+    with_credit = sum(m > 0 for m in mags)
+    if not with_credit:
+        lines.append(
+            f"{source}: none of the {len(records)} records has credit (Â = 0 for every reward{over}: each "
+            "group's responses scored alike); explaining #0"
+        )
+        return [0], lines
+    order = sorted(range(len(records)), key=lambda i: (-mags[i], i))[: min(top, with_credit)]
+    picked = ", ".join(f"#{i} ({_step(records[i])}|Â| = {mags[i]:.3g})" for i in order)
+    lines.append(
+        f"{source}: {with_credit} of {len(records)} records have credit (Â ≠ 0{over}); "
+        f"explaining the largest |Â| = Σ_k |Â[k]|: {picked}"
+    )
+    return order, lines
+
+
 def _explain_samples(args):
-    from mrtpo.analysis.explain import explain_records, select_records
+    from mrtpo.analysis.explain import check_rewards, explain_records, select_records
     from mrtpo.io import read_jsonl
 
     records = read_jsonl(args.samples)
     if not records:
         raise ValueError(f"{args.samples} has no record")
-    indices = args.index or [0]
+    source = Path(args.samples).name
+    rewards = None
+    if args.reward:
+        known = list(
+            dict.fromkeys(n for r in records if isinstance(r, dict) for n in r.get("reward_names") or [])
+        )
+        rewards = check_rewards(args.reward, known, args.samples)
+    indices, lines = pick_records(records, args.index, args.top, rewards, source)
+    for line in lines:
+        print(line)
     chosen = select_records(records, indices, source=args.samples)
-    names = [f"{Path(args.samples).name} #{i}" for i in indices]
+    names = [f"{source} #{i}" for i in indices]
+    run_dir = Path(args.samples).resolve().parent
     return explain_records(
         chosen,
         args.out,
@@ -150,13 +221,15 @@ def _explain_samples(args):
         names=names,
         tokens_per_line=args.tokens_per_line,
         max_tokens=args.max_tokens,
+        run=f"run {run_dir.name}",
+        rewards=rewards,
     )
 
 
 def _explain_live(args):
     import torch
 
-    from mrtpo.analysis.explain import explain_records, group_advantages, live_record
+    from mrtpo.analysis.explain import check_rewards, explain_records, group_advantages, live_record
     from mrtpo.eval.generation import SamplingConfig, TransformersGenerator
     from mrtpo.io import write_jsonl
     from mrtpo.models.loading import load_model_and_tokenizer
@@ -238,10 +311,13 @@ def _explain_live(args):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / "record.jsonl", [record])
+    if args.reward:
+        check_rewards(args.reward, names, f"task {args.task}")
     return explain_records(
         [record],
         out,
         credit_beta=beta,
+        rewards=args.reward,
         names=[f"{args.task} example {example.id}"],
         tokens_per_line=args.tokens_per_line,
         max_tokens=args.max_tokens,

@@ -124,4 +124,4 @@ def test_title_names_the_step_once():
     v = credit_view(_record(step=3), where="ws0/mrtpo-seed0, step 3, sample 1")
     assert v.title.count("step 3") == 1
     v = credit_view(_record(step=3), where="ws0/mrtpo-seed0, sample 1")
-    assert v.title == "ws0/mrtpo-seed0, sample 1 · step 3 · GDPO vs MRTPO (β=0.5)"
+    assert v.title == "ws0/mrtpo-seed0, sample 1 · step 3 · GDPO vs MRTPO (β=0.5)\nÂ: start +1, wrap -0.5"

@@ -351,6 +351,10 @@ def test_run_folder_follows_the_run_format(tmp_path):
         assert set(s["checked_tokens"]) == {"the"}
         words = s["response"].split(" ")
         assert sum(s["checked_tokens"]["the"]) == words.count("the")
+        # each reward's information: the span of its rollout segment in the prompt (not the reference)
+        info = {n: [s["prompt"][a:b] for a, b in spans] for n, spans in s["information"].items()}
+        assert [x.split(" w")[0] for x in info["the"]] == ["say the"]
+        assert [x.split(" w")[0] for x in info["long"]] == ["write"] and info["long"][0].endswith(" a lot")
 
 
 def test_localization_ratio_is_share_of_distance_over_share_of_tokens(tmp_path):

@@ -25,7 +25,9 @@ Output:
   cells of a reward on one scale, :func:`advantage_scale`) and carries its exact values in a ``title``
   (hover) and ``data-v`` attribute. Tokens the reward's verifier reads (``checked_tokens``) are
   underlined. Inline CSS, no external asset.
-- PNG (matplotlib, Agg): per record, heat strips wrapped every ``tokens_per_line`` tokens: a distance
+- PNG (matplotlib, Agg): per record, a title (run, step, method, every reward's Â), the prompt with each
+  reward's information (the record's ``information`` spans) highlighted in that reward's colour
+  (:mod:`mrtpo.analysis.style`), then heat strips wrapped every ``tokens_per_line`` tokens: a distance
   panel (one strip per reward, ``d / max_t d``) and an advantage panel: per reward a response-level
   strip and an MRTPO strip on that reward's scale, then the two totals on theirs (each strip shows
   ``value / scale`` on one symmetric colour map; the scale is in the strip's label).
@@ -56,7 +58,10 @@ from mrtpo.analysis.explain.view import (
     ZERO_TOL,
     CreditView,
     advantage_scale,
+    check_rewards,
+    credit_magnitude,
     credit_view,
+    restrict,
     select_records,
 )
 
@@ -66,12 +71,15 @@ __all__ = [
     "CreditView",
     "advantage_rows",
     "advantage_scale",
+    "check_rewards",
+    "credit_magnitude",
     "credit_view",
     "explain_figure",
     "explain_records",
     "group_advantages",
     "live_record",
     "render_html",
+    "restrict",
     "select_records",
 ]
 
@@ -85,6 +93,8 @@ def explain_records(
     title: str = "mrtpo explain: per-token credit",
     tokens_per_line: int = 32,
     max_tokens: int = 384,
+    run: str | None = None,
+    rewards: Sequence[str] | None = None,
 ) -> tuple[Path, Path]:
     """Write ``explain.html``, ``explain.png`` and ``explain.json`` for samples.jsonl-format records.
 
@@ -95,6 +105,9 @@ def explain_records(
         names: how to name each record in headings and errors (default ``record i``).
         title: page title.
         tokens_per_line, max_tokens: PNG layout (see :func:`explain_figure`).
+        run: the run's name for the titles (default: each record's name).
+        rewards: the rewards to show (default: all); the totals stay over every reward
+            (:func:`~mrtpo.analysis.explain.view.restrict`).
 
     Returns:
         ``(html_path, png_path)``.
@@ -104,7 +117,9 @@ def explain_records(
     names = list(names) if names is not None else [f"record {i}" for i in range(len(records))]
     if len(names) != len(records):
         raise ValueError(f"names has {len(names)} entries; expected one per record ({len(records)})")
-    views = [credit_view(r, credit_beta=credit_beta, where=n) for r, n in zip(records, names)]
+    views = [credit_view(r, credit_beta=credit_beta, where=n, run=run) for r, n in zip(records, names)]
+    if rewards is not None:
+        views = [restrict(v, check_rewards(rewards, v.reward_names, n)) for v, n in zip(views, names)]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     html_path = out / "explain.html"

@@ -36,6 +36,82 @@ def _tick_label(piece: str, limit: int = 14) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+PROMPT_LINES = 24
+"""Prompt lines drawn at most in the PNG (the HTML page shows the whole prompt)."""
+
+
+def prompt_lines(prompt: str, width: int) -> list[tuple[int, int]]:
+    """``[start, end)`` character ranges of ``prompt``'s display lines: split at newlines, and wrapped at
+    the last space within ``width`` characters (hard-wrapped when a line has no space)."""
+    out = []
+    start = 0
+    for para in prompt.split("\n"):
+        a, end = start, start + len(para)
+        while end - a > width:
+            cut = prompt.rfind(" ", a, a + width + 1)
+            cut = cut + 1 if cut > a else a + width
+            out.append((a, cut))
+            a = cut
+        out.append((a, end))
+        start = end + 1
+    return out
+
+
+def _owner(view: CreditView) -> list[str | None]:
+    """Per character of the prompt: the first shown reward whose information it is, else None."""
+    prompt = view.prompt or ""
+    owner: list[str | None] = [None] * len(prompt)
+    for name in view.reward_names:
+        for a, b in view.information.get(name, []):
+            for i in range(max(0, a), min(b, len(prompt))):
+                owner[i] = owner[i] or name
+    return owner
+
+
+def _draw_prompt(ax, view: CreditView, lines: list[tuple[int, int]], colors: dict[str, str]) -> None:
+    """The prompt as monospace text, one reward's information on a background of its colour."""
+    from matplotlib.patches import Patch
+
+    from mrtpo.analysis.style import tint
+
+    prompt, owner = view.prompt or "", _owner(view)
+    n = len(lines)
+    for row, (a, b) in enumerate(lines):
+        prev = None
+        i = a
+        while i < b or (i == a == b):
+            j = i
+            while j < b and owner[j] == owner[i]:
+                j += 1
+            piece = prompt[i:j].replace("\t", " ") or " "
+            name = owner[i] if i < b else None
+            box = {"facecolor": tint(colors[name], 0.4), "edgecolor": "none", "pad": 0.6} if name else None
+            kw = {"family": "monospace", "fontsize": 7, "va": "baseline", "ha": "left", "bbox": box}
+            if prev is None:
+                prev = ax.text(0.0, 1.0 - (row + 0.8) / n, piece, transform=ax.transAxes, **kw)
+            else:
+                prev = ax.annotate(piece, xy=(1, 0), xycoords=prev, **kw)
+            if j == i:
+                break
+            i = j
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ("top", "right", "bottom", "left"):
+        ax.spines[side].set_color("0.85")
+    shown = [m for m in view.reward_names if view.information.get(m)]
+    if shown:
+        handles = [Patch(facecolor=tint(colors[m], 0.4), label=m) for m in shown]
+        ax.legend(
+            handles=handles,
+            title="information of",
+            title_fontsize=7,
+            fontsize=7,
+            loc="upper left",
+            bbox_to_anchor=(1.0, 1.0),
+            frameon=False,
+        )
+
+
 def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, max_tokens: int = 384):
     """A matplotlib figure of heat strips for each view (see the module docstring).
 
@@ -56,34 +132,55 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
 
     if tokens_per_line < 1 or max_tokens < 1:
         raise ValueError("tokens_per_line and max_tokens must be positive")
-    blocks = []  # (view index, start, end)
+    from mrtpo.analysis.style import reward_colors
+
+    line_len = min(tokens_per_line, max(min(len(v.tokens), max_tokens) for v in views))
+    width = max(7.5, 3.2 + 0.27 * line_len)
+    chars = max(40, int((width - 3.6) * 72 / 4.22))  # monospace 7 pt: 4.2 pt a character
+    row_in, label_in, title_in, text_in = 0.24, 0.75, 0.55, 0.15
+    panels = []  # ("prompt", view index, lines) | ("strips", view index, start, end)
+    heights = []
     for i, v in enumerate(views):
+        lines = prompt_lines(v.prompt, chars) if v.prompt else []
+        lines = lines[:PROMPT_LINES]
+        if lines:
+            panels.append(("prompt", i, lines))
+            heights.append(len(lines) * text_in + 0.25 + title_in)
         t_len = min(len(v.tokens), max_tokens)
         for s in range(0, t_len, tokens_per_line):
-            blocks.append((i, s, min(s + tokens_per_line, t_len)))
-    row_in, label_in, title_in = 0.24, 0.75, 0.35
-    heights = []
-    for i, s, _ in blocks:
-        v = views[i]
-        extra = title_in if s == 0 else 0.0
-        heights += [
-            v.distances.shape[0] * row_in + label_in + extra,
-            (2 * len(v.reward_names) + 2) * row_in + label_in,
-        ]
-    line_len = min(tokens_per_line, max(min(len(v.tokens), max_tokens) for v in views))
-    width = 3.2 + 0.27 * line_len
+            panels.append(("strips", i, s, min(s + tokens_per_line, t_len)))
+            extra = title_in if s == 0 and not lines else 0.0
+            heights += [
+                v.distances.shape[0] * row_in + label_in + extra,
+                (2 * len(v.reward_names) + 2) * row_in + label_in,
+            ]
     fig, axes = plt.subplots(
         len(heights),
         1,
-        figsize=(max(7.5, width), sum(heights) + 0.3),
+        figsize=(width, sum(heights) + 0.3),
         height_ratios=heights,
         layout="constrained",
         squeeze=False,
     )
-    axes = axes[:, 0]
-    for b, (i, s, e) in enumerate(blocks):
+    axes = list(axes[:, 0])
+    for panel in panels:
+        i = panel[1]
         v = views[i]
-        ax_d, ax_a = axes[2 * b], axes[2 * b + 1]
+        colors = reward_colors(v.all_reward_names or v.reward_names)
+        if panel[0] == "prompt":
+            ax_p = axes.pop(0)
+            lines = panel[2]
+            _draw_prompt(ax_p, v, lines, colors)
+            full = prompt_lines(v.prompt or "", chars)
+            cut = f"; first {len(lines)} of {len(full)} lines" if len(full) > len(lines) else ""
+            ax_p.set_title(
+                f"{v.title}\nprompt (information highlighted in its reward's colour{cut})",
+                fontsize=9,
+                loc="left",
+            )
+            continue
+        s, e = panel[2], panel[3]
+        ax_d, ax_a = axes.pop(0), axes.pop(0)
         x = np.arange(s, e)
         top = v.distances.max(axis=1, keepdims=True)  # [K', 1]
         dn = np.divide(v.distances, top, out=np.zeros_like(v.distances), where=top > 0)[:, s:e]  # [K', L]
@@ -107,10 +204,13 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
                     f"{name}  d (skipped)" if v.skipped[r] else f"{name}  d (max {float(top[r, 0]):.2g})"
                 )
             chk = v.checked.get(name)
-            if chk:
+            if chk:  # inside the token's cell of this row, in its lower half
                 cx = [t for t in x if chk[t]]
-                ax_d.plot(cx, [r + 0.42] * len(cx), ls="none", marker="^", ms=3.5, color="black")
+                ax_d.plot(cx, [r + 0.22] * len(cx), ls="none", marker="^", ms=3.2, color="black", mew=0)
         ax_d.set_yticks(range(len(d_labels)), d_labels, fontsize=8)
+        if v.credit != "joint":
+            for tick, name in zip(ax_d.get_yticklabels(), v.reward_names):
+                tick.set_color(colors[name])
         rows, scales = advantage_rows(v)  # [2K + 2, T], [K + 1]
         im_a = ax_a.imshow(
             rows[:, s:e],
@@ -126,8 +226,10 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
             scale = f"scale ±{sc:.2g}" if sc > 0 else "zero"
             a_labels += [f"{n}  {method} (Â={signed_label(a)}; {scale})", f"{n}  MRTPO"]
         total = f"scale ±{scales[-1]:.2g}" if scales[-1] > 0 else "zero"
-        a_labels += [f"total  {method} (ΣÂ={signed_label(v.advantages.sum())}; {total})", "total  MRTPO S"]
+        a_labels += [f"total  {method} (ΣÂ={signed_label(v.advantage_sum)}; {total})", "total  MRTPO S"]
         ax_a.set_yticks(range(len(a_labels)), a_labels, fontsize=8)
+        for r, tick in enumerate(ax_a.get_yticklabels()[: 2 * len(v.reward_names)]):
+            tick.set_color(colors[v.reward_names[r // 2]])
         for r in range(1, len(v.reward_names) + 1):
             ax_a.axhline(2 * r - 0.5, color="black" if r == len(v.reward_names) else "0.7", lw=0.8)
         for ax in (ax_d, ax_a):
@@ -137,7 +239,13 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
         if s == 0:
             shown = min(len(v.tokens), max_tokens)
             more = f" (first {shown} of {len(v.tokens)} tokens)" if shown < len(v.tokens) else ""
-            ax_d.set_title(v.title + more, fontsize=10, loc="left")
+            head = "" if v.prompt else v.title + "\n"
+            ax_d.set_title(f"{head}response: replay distance per reward{more}", fontsize=9, loc="left")
+            ax_a.set_title(
+                f"response: advantage per token, {method} (response level) and MRTPO (token level)",
+                fontsize=9,
+                loc="left",
+            )
         cb_d = fig.colorbar(im_d, ax=ax_d, fraction=0.02, pad=0.01)
         cb_d.ax.tick_params(labelsize=7)
         cb_d.set_label("d / max d", fontsize=7)
@@ -145,7 +253,8 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
         cb.ax.tick_params(labelsize=7)
         cb.set_label("advantage / its reward's scale", fontsize=7)
     fig.suptitle(
-        "distance strips: d / max d per reward; ▲ a token the reward's verifier reads; gray: pair skipped (Â = 0)\n"
+        "distance strips: d / max d per reward; ▲ in a row: a token that reward's verifier reads; "
+        "gray: pair skipped (Â = 0)\n"
         "advantage strips: per reward the response level and MRTPO on that reward's scale (in the label),\n"
         "then both totals on theirs; an advantage of at most 1e-8 in absolute value is drawn as 0",
         fontsize=7.5,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mrtpo.analysis.explain.view import DEFAULT_BETA
-from mrtpo.records import SampleRecord
+from mrtpo.records import SampleRecord, information_spans
 
 
 def group_advantages(
@@ -141,6 +141,7 @@ def live_record(
         distances=rows,
         token_advantages=s.tolist(),
         checked_tokens=checked,
+        information=information_spans(prompt, example.segments, names) or None,
         notes=notes,
         extra={"replay": res.stats.as_dict()},
     ).to_json()

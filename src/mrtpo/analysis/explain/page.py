@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from mrtpo.analysis.explain.view import ZERO_TOL, CreditView, advantage_scale, signed_label
+from mrtpo.analysis.style import reward_colors, tint
 
 _DIST_RGB = (217, 72, 1)  # dark orange (distance)
 _POS_RGB = (33, 102, 172)  # blue (positive advantage)
@@ -86,16 +87,48 @@ details pre{white-space:pre-wrap;background:#f7f7f7;padding:8px;border-radius:4p
 """
 
 
+def _prompt_html(view: CreditView) -> str:
+    """The prompt, each reward's information on a background of that reward's colour (the palette of
+    :mod:`mrtpo.analysis.style`); open when the record says where the information is."""
+    prompt = view.prompt or ""
+    colors = reward_colors(view.all_reward_names or view.reward_names)
+    owner: list[str | None] = [None] * len(prompt)  # the first shown reward whose information a char is
+    for name in view.reward_names:
+        for a, b in view.information.get(name, []):
+            for i in range(max(0, a), min(b, len(prompt))):
+                owner[i] = owner[i] or name
+    parts, i = [], 0
+    while i < len(prompt):
+        j = i
+        while j < len(prompt) and owner[j] == owner[i]:
+            j += 1
+        text = html.escape(prompt[i:j])
+        name = owner[i]
+        if name is None:
+            parts.append(text)
+        else:
+            parts.append(
+                f'<mark style="background:{tint(colors[name], 0.35)}" title="information of {html.escape(name)}">'
+                f"{text}</mark>"
+            )
+        i = j
+    shown = [n for n in view.reward_names if view.information.get(n)]
+    key = " ".join(f'<mark style="background:{tint(colors[n], 0.35)}">{html.escape(n)}</mark>' for n in shown)
+    summary = f"prompt (information highlighted: {key})" if shown else "prompt"
+    return f"<details{' open' if shown else ''}><summary>{summary}</summary><pre>{''.join(parts)}</pre></details>"
+
+
 def _view_html(view: CreditView, index: int) -> str:
     pieces = view.tokens
     method = view.method.upper()
-    out = [f'<section class="record" id="record-{index}">', f"<h2>{html.escape(view.title)}</h2>"]
+    heading = "<br>".join(html.escape(line) for line in view.title.split("\n"))
+    out = [f'<section class="record" id="record-{index}">', f"<h2>{heading}</h2>"]
     for n in view.notes:
         out.append(f'<p class="note">{html.escape(n)}</p>')
     if view.logged_note:
         out.append(f'<p class="note">{html.escape(view.logged_note)}</p>')
     if view.prompt:
-        out.append(f"<details><summary>prompt</summary><pre>{html.escape(view.prompt)}</pre></details>")
+        out.append(_prompt_html(view))
     if view.response is not None:
         out.append(f"<details><summary>response</summary><pre>{html.escape(view.response)}</pre></details>")
 
@@ -117,7 +150,7 @@ def _view_html(view: CreditView, index: int) -> str:
             f"<td>{dmax}</td><td>{dmean}</td><td>{chk}</td></tr>"
         )
     out.append(
-        f"<tr><td><b>total</b></td><td></td><td>{_fmt(round(float(view.advantages.sum()), 12) + 0.0)}</td><td></td><td></td><td></td></tr>"
+        f"<tr><td><b>total</b></td><td></td><td>{_fmt(round(view.advantage_sum, 12) + 0.0)}</td><td></td><td></td><td></td></tr>"
     )
     out.append("</table>")
 
@@ -192,7 +225,7 @@ def _view_html(view: CreditView, index: int) -> str:
         out.append(adv_cells(name, view.response_level[j], view.token_level[j], checked))
     out.append(
         '<div class="label total"><b>total</b><br>Σ Â = '
-        f'{signed_label(view.advantages.sum())}<br><span class="dim">mean of S = Σ Â</span></div>'
+        f'{signed_label(view.advantage_sum)}<br><span class="dim">mean of S = Σ Â</span></div>'
     )
     out.append('<div class="cell na">S[t] = Σ_k of the rows above</div>')
     out.append(adv_cells("total", view.response_total, view.token_total, None))

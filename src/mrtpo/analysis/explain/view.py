@@ -43,6 +43,12 @@ class CreditView:
         checked: reward name -> [T] 0/1 tokens its verifier reads (rewards without spans are absent).
         prompt, response: texts (None when absent).
         notes: free-text lines shown under the heading (e.g. where Â came from).
+        information: reward name -> character spans ``[start, end)`` of ``prompt`` holding the
+            information its verifier checks (rewards without spans are absent).
+        all_reward_names: every reward of the record (the palette's domain: a reward keeps its colour
+            when :func:`restrict` shows only some).
+        advantage_sum: Σ_k Â[k] over every reward of the record (the totals' mean).
+        step: the record's optimizer step (None when absent).
     """
 
     title: str
@@ -66,6 +72,10 @@ class CreditView:
     prompt: str | None = None
     response: str | None = None
     notes: list[str] = field(default_factory=list)
+    information: dict[str, list[list[int]]] = field(default_factory=dict)
+    all_reward_names: list[str] = field(default_factory=list)
+    advantage_sum: float = 0.0
+    step: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The numbers as JSON-serialisable lists (the ``explain.json`` entry)."""
@@ -105,7 +115,11 @@ _UNSHUFFLED = {"shuffled": "reward", "scaled_shuffled": "scaled"}
 
 
 def credit_view(
-    record: dict[str, Any] | SampleRecord, *, credit_beta: float | None = DEFAULT_BETA, where: str = "record"
+    record: dict[str, Any] | SampleRecord,
+    *,
+    credit_beta: float | None = DEFAULT_BETA,
+    where: str = "record",
+    run: str | None = None,
 ) -> CreditView:
     """Compute the response-level and MRTPO token advantages of a samples.jsonl record.
 
@@ -116,7 +130,9 @@ def credit_view(
             versions), ``step``, ``prompt``, ``response`` are
             optional.
         credit_beta: β of the MRTPO columns; None: the record's ``credit_beta`` (0.5 when absent).
-        where: how to name the record in error messages (``samples.jsonl line 3``).
+        where: how to name the record in error messages (``samples.jsonl line 3``), and in the title
+            when ``run`` is None.
+        run: the run's name (its folder) for the title: ``run · step · method vs MRTPO · Â per reward``.
 
     Raises:
         ValueError: a missing or malformed field, naming it; a null distance row whose advantage is not 0.
@@ -196,14 +212,15 @@ def credit_view(
 
     method = rec.method or "response-level"
     step = rec.step
-    named = step is not None and f"step {step}" in where  # the caller's name already gives the step
+    head = run if run is not None else where
+    named = step is not None and f"step {step}" in head  # the caller's name already gives the step
     parts = (
-        [where]
+        [head]
         + ([f"step {step}"] if step is not None and not named else [])
         + [f"{method.upper()} vs MRTPO (β={beta:g})"]
     )
     return CreditView(
-        title=" · ".join(parts),
+        title=" · ".join(parts) + "\n" + advantages_line(names, adv),
         tokens=_display_tokens(tokens, rec.response),
         reward_names=list(names),
         rewards=rewards,
@@ -232,7 +249,71 @@ def credit_view(
             if credit_name == "none"
             else []
         ),
+        information={n: [list(sp) for sp in v] for n, v in (rec.information or {}).items()},
+        all_reward_names=list(names),
+        advantage_sum=float(sum(adv)),
+        step=step,
     )
+
+
+def advantages_line(names: Sequence[str], adv: Sequence[float]) -> str:
+    """``Â: format +0.8, execution −0.4`` (rounding noise shows as +0)."""
+    return "Â: " + ", ".join(f"{n} {signed_label(a)}" for n, a in zip(names, adv))
+
+
+def credit_magnitude(record: dict[str, Any] | SampleRecord, rewards: Sequence[str] | None = None) -> float:
+    """|Â| of a record: Σ_k |Â[k]| over its rewards (those named in ``rewards`` when given); values
+    within :data:`ZERO_TOL` of 0 count as 0 (the trainer gives such a pair no credit)."""
+    names = record.reward_names if isinstance(record, SampleRecord) else record.get("reward_names") or []
+    adv = record.advantages if isinstance(record, SampleRecord) else record.get("advantages") or []
+    total = 0.0
+    for n, a in zip(names, adv):
+        if (rewards is None or n in rewards) and isinstance(a, (int, float)) and abs(a) > ZERO_TOL:
+            total += abs(float(a))
+    return total
+
+
+def check_rewards(asked: Sequence[str], known: Sequence[str], source: str = "the records") -> list[str]:
+    """``asked`` (in the records' order); ValueError in one line naming an unknown reward and the known ones."""
+    unknown = [n for n in asked if n not in known]
+    if unknown:
+        raise ValueError(
+            f"--reward {', '.join(unknown)}: not a reward of {source}; known rewards: {', '.join(known)}"
+        )
+    return [n for n in known if n in asked]
+
+
+def restrict(view: CreditView, rewards: Sequence[str]) -> CreditView:
+    """The view showing only ``rewards`` (a subset of its reward names, kept in the record's order).
+
+    The per-reward rows are those of the full record; the totals stay the totals over every reward (a
+    note says so when rewards are left out). A shared distance row (joint replay) is kept.
+    """
+    keep = [j for j, n in enumerate(view.reward_names) if n in rewards]
+    if len(keep) == len(view.reward_names):
+        return view
+    per_reward_rows = view.distances.shape[0] == len(view.reward_names)
+    drow = keep if per_reward_rows else list(range(view.distances.shape[0]))
+    left_out = [n for n in view.reward_names if n not in rewards]
+    import copy
+
+    out = copy.copy(view)
+    out.reward_names = [view.reward_names[j] for j in keep]
+    out.rewards = None if view.rewards is None else [view.rewards[j] for j in keep]
+    out.advantages = view.advantages[keep]
+    out.distances = view.distances[drow]
+    out.skipped = [view.skipped[j] for j in drow]
+    out.weights = view.weights[drow]
+    out.response_level = view.response_level[keep]
+    out.token_level = view.token_level[keep]
+    out.checked = {n: v for n, v in view.checked.items() if n in out.reward_names or n == "joint"}
+    out.information = {n: v for n, v in view.information.items() if n in out.reward_names}
+    out.notes = [
+        *view.notes,
+        f"shown: {', '.join(out.reward_names)} (--reward); the totals are over all {len(view.reward_names)} "
+        f"rewards (also {', '.join(left_out)})",
+    ]
+    return out
 
 
 def select_records(

@@ -106,7 +106,7 @@ from mrtpo.losses import (
     masked_token_mean,
 )
 from mrtpo.prompt import has_privileged
-from mrtpo.records import SampleRecord
+from mrtpo.records import SampleRecord, information_spans
 from mrtpo.step import credit_step
 from mrtpo.tasks.base import Example, Task
 from mrtpo.tasks.conditions import condition_metrics, task_conditions
@@ -777,9 +777,10 @@ class MRTPOTrainer(GRPOTrainer):
                 else:
                     rows = [distances[j, 0, :t].tolist()]
             checked = self._checked_masks(scored, j)
+            prompt = "\n\n".join(msg["content"] for msg in scored.examples[j].messages())
             rec = SampleRecord(
                 step=step,
-                prompt="\n\n".join(msg["content"] for msg in scored.examples[j].messages()),
+                prompt=prompt,
                 response=scored.texts[j],
                 tokens=[tok.decode([i]) for i in ids[:t]],
                 reward_names=self.reward_names,
@@ -795,6 +796,7 @@ class MRTPOTrainer(GRPOTrainer):
                 checked_tokens={self.reward_names[k]: cm[:t].int().tolist() for k, cm in checked.items()}
                 if checked
                 else None,
+                information=information_spans(prompt, scored.examples[j].segments, self.reward_names) or None,
             )
             records.append(rec.to_json())
         append_jsonl(f"{a.output_dir}/{SAMPLES_JSONL}", records)
