@@ -8,6 +8,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from mrtpo.bench import gpu_plan, gpu_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,13 +80,13 @@ def test_table_rows_from_the_steps_results(tmp_path):
 
 def test_plan_column_and_markdown(tmp_path, capsys):
     write_results(tmp_path)
-    # without the planner, the plan step writes why and the table prints "-" and that reason
-    assert gpu_plan.main([str(tmp_path), "--gpu", "h200"]) == 0
+    # without the planner's figures for the GPU, the plan step writes why and the table prints "-" and that reason
+    assert gpu_plan.main([str(tmp_path), "--gpu", "cpu"]) == 0
     res = json.loads((tmp_path / "plan.json").read_text())
     assert res["available"] is False and res["predictions"] == {}
     first = gpu_table.table(tmp_path).splitlines()[0]
     assert first.endswith(
-        "plan: no prediction: mrtpo.plan is not in this checkout (seam: mrtpo.bench.gpu_plan)"
+        "plan: no prediction: mrtpo plan has no figures for --gpu cpu (it knows h100, a100, h200)"
     )
     # predictions, where there are some, sit beside their measurements
     preds = {
@@ -137,3 +139,30 @@ def test_gpu_check_limits_fit_twelve_minutes():
     stated = re.search(r"\(([\d + ]+) s\)", text).group(1)
     assert [int(x) for x in stated.split("+")] == [*limits, int(table.group(1))]
     assert sum(limits) + int(table.group(1)) <= 12 * 60
+
+
+def test_plan_step_asks_mrtpo_plan(tmp_path):
+    write_results(tmp_path)
+    assert gpu_plan.main([str(tmp_path), "--gpu", "h200"]) == 0
+    res = json.loads((tmp_path / "plan.json").read_text())
+    assert res["available"] is True and sorted(res["predictions"]) == ["kernels", "train_full"]
+    # the [chunk, V] float32 blocks: 5 eager, 2 fused, at chunk 256 and V = 152,064
+    assert res["predictions"]["kernels"] == {
+        "eager_peak_bytes": 5 * 256 * 152064 * 4,
+        "fused_peak_bytes": 2 * 256 * 152064 * 4,
+    }
+    p = res["predictions"]["train_full"]
+    # the two runs differ by the replay alone: MRTPO - GDPO is replay's share of the MRTPO step
+    assert p["mrtpo_step_seconds"] - p["gdpo_step_seconds"] == pytest.approx(
+        p["replay_share"] * p["mrtpo_step_seconds"]
+    )
+    assert 0 < p["replay_share"] < 1 and 0 < p["replay_bytes"] < p["mrtpo_peak_bytes"]
+    # one more FPE per response measured adds one forward of the batch, by hand at Qwen2.5-1.5B's shapes:
+    # a layer 1536*1536*2 + 2*1536*256 + 1536 + 2*256 (attention, biases) + 3*1536*8960 (MLP) + 2*1536
+    # (norms) = 46,797,824 parameters, 28 layers; 8 rows of 41 + 128 = 169 tokens attending to 84.5 on
+    # average: 8 * 169 * (2 * 28 * 46797824 + 4 * 28 * 1536 * 84.5) FLOPs at 989.4 TFLOP/s x MFU 0.4
+    measured = json.loads((tmp_path / "train_full.json").read_text())
+    more = gpu_plan.predict_train({**measured, "replay_fpe_per_response": 2.8}, gpu="h200", gpu_memory=None)
+    flops = 8 * 169 * (2 * 28 * 46797824 + 4 * 28 * 1536 * 84.5)
+    assert more["mrtpo_step_seconds"] - p["mrtpo_step_seconds"] == pytest.approx(flops / (989.4e12 * 0.4))
+    assert more["gdpo_step_seconds"] == p["gdpo_step_seconds"]

@@ -16,7 +16,9 @@ from mrtpo.integrations.trl.recipe import apply_overrides, load_config, parse_ov
 
 ROOT = Path(__file__).resolve().parents[2]
 # the recipes of `mrtpo train` (recipes/ also holds configs of other launchers, e.g. verl's)
-RECIPES = [r for r in sorted((ROOT / "recipes").glob("*.yaml")) if r.read_text().startswith("# mrtpo train ")]
+RECIPES = [  # mrtpo train configs (they have a trl section), opened by the command that runs them
+    r for r in sorted((ROOT / "recipes").glob("*.yaml")) if "\ntrl:" in r.read_text()
+]
 
 SMALL = [
     "--task.options.size=32",
@@ -50,7 +52,10 @@ def test_recipes_validate(recipe):
     assert args.method.method in ("gdpo", "grpo", "rdpo")
     assert "advantage_method" not in recipe.read_text()  # the spelling of today
     first = recipe.read_text().splitlines()[0]
-    assert first.startswith(f"# mrtpo train recipes/{recipe.name}")  # a recipe opens with its command
+    # a recipe opens with its command: mrtpo train (CPU runs) or mrtpo launch (the GPU recipes)
+    assert first.startswith(
+        (f"# mrtpo train recipes/{recipe.name}", f"# mrtpo launch recipes/{recipe.name} --gpus")
+    )
 
 
 def test_table9_recipes_carry_the_paper_settings():

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from mrtpo import replay as R
+from mrtpo.integrations.ports import torchrun_rendezvous
 
 HERE = Path(__file__).parent
 SRC = HERE.parents[1] / "src"
@@ -39,15 +40,13 @@ def _torchrun(scenario: str, out: Path, timeout: int = 240, extra_env=None) -> s
         sys.executable,  # torchrun of this interpreter's environment
         "-m",
         "torch.distributed.run",
-        "--standalone",
+        *torchrun_rendezvous(),  # a free port (torchrun binds it itself)
         "--nproc_per_node=2",
         str(HERE / "sharded_worker.py"),
         scenario,
         str(out),
     ]
-    return subprocess.run(
-        cmd, capture_output=True, text=True, env=env, timeout=timeout
-    )  # --standalone: a free port
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def _ranks(out: Path, proc: subprocess.CompletedProcess) -> list[dict]:

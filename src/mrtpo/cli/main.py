@@ -14,6 +14,8 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
         "train GRPO, GDPO and MRTPO on a tiny synthetic task and write a report (no downloads)",
     ),
     ("train",): ("train", "train a model from a YAML config with command-line overrides"),
+    ("launch",): ("launch", "print and run the one command that starts a recipe on GPUs or CPU processes"),
+    ("plan",): ("plan", "memory per GPU and time per step of a recipe, offline: does it fit?"),
     ("explain",): ("explain", "per-token credit of one response: HTML + PNG"),
     ("report",): ("report", "curves, steps-to-threshold and localization tables from training runs"),
     ("eval",): ("eval", "score a model or saved responses on a benchmark (sql, bfcl, ifeval, ifbench, ...)"),

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from mrtpo.integrations.ports import free_port, torchrun_rendezvous
+
 HERE = Path(__file__).parent
 ROOT = HERE.parents[2]  # the repository
 
@@ -91,7 +93,7 @@ def test_two_process_torchrun_gloo(tmp_path, sharding):
     out = tmp_path / "out"
     env = _env()
     proc = subprocess.run(
-        [*torchrun, "--standalone", "--nproc_per_node=2", str(script), str(out), sharding],  # a free port
+        [*torchrun, *torchrun_rendezvous(), "--nproc_per_node=2", str(script), str(out), sharding],
         capture_output=True,
         text=True,
         env=env,
@@ -122,7 +124,7 @@ def test_trainer_paths_under_fsdp2_match_an_unsharded_copy(tmp_path):
     proc = subprocess.run(
         [
             *_torchrun(),
-            "--standalone",
+            *torchrun_rendezvous(),
             "--nproc_per_node=2",
             str(HERE / "sharded_worker.py"),
             str(tmp_path),
@@ -178,7 +180,7 @@ def test_mrtpo_train_on_two_processes_with_different_data_per_process(tmp_path):
     _distinct_three_constraint_prompts(data)
     out = tmp_path / "run"
     cmd = [
-        *_torchrun(), "--standalone", "--nproc_per_node=2", "-m", "mrtpo.cli.main", "train",
+        *_torchrun(), *torchrun_rendezvous(), "--nproc_per_node=2", "-m", "mrtpo.cli.main", "train",
         str(ROOT / "recipes" / "tiny_cpu.yaml"), "--data.source", str(data), "--trl.max_steps", "6",
         "--trl.per_device_train_batch_size", "8", "--trl.num_generations", "8",  # one prompt per process
         "--trl.save_strategy", "no", "--trl.report_to", "[]", "--trl.output_dir", str(out),
@@ -202,7 +204,8 @@ def test_readme_zero3_cpu_command_trains(tmp_path):
     out = tmp_path / "run"
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-        str(ROOT / "recipes" / "accelerate_zero3_cpu.yaml"), "-m", "mrtpo.cli.main", "train",
+        str(ROOT / "recipes" / "accelerate_zero3_cpu.yaml"), "--main_process_port", str(free_port()),
+        "-m", "mrtpo.cli.main", "train",
         str(ROOT / "recipes" / "tiny_cpu.yaml"), "--trl.max_steps", "4", "--trl.save_steps", "4",
         "--trl.report_to", "[]", "--trl.output_dir", str(out),
     ]  # fmt: skip

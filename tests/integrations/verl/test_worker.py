@@ -23,6 +23,7 @@ from verl import DataProto
 from mrtpo import advantages as adv_mod
 from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
+from mrtpo.integrations.ports import torchrun_rendezvous
 from mrtpo.integrations.verl import adapter as va
 from mrtpo.integrations.verl import data as verl_data
 from mrtpo.integrations.verl import worker as vw
@@ -269,7 +270,7 @@ def test_sp_split_over_two_gloo_processes_matches_one_process(tmp_path, tok, mod
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
-        [torchrun, "--standalone", "--nproc_per_node=2", str(script), str(tmp_path)],  # a free port
+        [torchrun, *torchrun_rendezvous(), "--nproc_per_node=2", str(script), str(tmp_path)],  # a free port
         capture_output=True,
         text=True,
         env=env,

@@ -541,8 +541,12 @@ def launch_env(engine: str, device: str, base: dict[str, str]) -> dict[str, str]
     return env
 
 
-def _launch(engine: str, cells: list[Cell], out: Path, device: str, nproc: int, timeout: float) -> str:
-    """Run ``cells`` of one engine in one launch; returns the launcher's last output lines."""
+def _launch(engine: str, cells: list[Cell], out: Path, device: str, nproc: int, timeout: float,
+            port: int | None = None) -> str:  # fmt: skip
+    """Run ``cells`` of one engine in one launch; returns the launcher's last output lines. The processes
+    rendezvous on ``port``, or on a free port torchrun picks (:mod:`mrtpo.integrations.ports`)."""
+    from mrtpo.integrations.ports import torchrun_rendezvous
+
     env = launch_env(engine, device, dict(os.environ))
     args = ["-m", "mrtpo.integrations.trl.matrix", "worker", "--cells", ",".join(c.name for c in cells),
             "--out", str(out), "--device", device]  # fmt: skip
@@ -553,7 +557,7 @@ def _launch(engine: str, cells: list[Cell], out: Path, device: str, nproc: int, 
             sys.executable,
             "-m",
             "torch.distributed.run",
-            "--standalone",
+            *torchrun_rendezvous(port, "--port"),
             f"--nproc_per_node={nproc}",
             *args,
         ]
@@ -566,9 +570,10 @@ def _launch(engine: str, cells: list[Cell], out: Path, device: str, nproc: int, 
 
 
 def run(cells: list[Cell], out: Path, *, device: str = "cpu", nproc: int = 2, timeout: float = 1800,
-        progress: bool = True) -> dict[str, dict[str, Any]]:  # fmt: skip
+        progress: bool = True, port: int | None = None) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Run the cells (one launch per engine) and merge the processes' results: a cell passes when every
-    process trained and checked it."""
+    process trained and checked it. ``port``: the multi-process launches' rendezvous port (default: a
+    free one each)."""
     merged: dict[str, dict[str, Any]] = {}
     for engine in ENGINES:
         mine = [c for c in cells if c.engine == engine]
@@ -578,7 +583,7 @@ def run(cells: list[Cell], out: Path, *, device: str = "cpu", nproc: int = 2, ti
         if progress:
             print(f"matrix: {engine}: {len(mine)} cells ...", file=sys.stderr, flush=True)
         sub = out / engine
-        tail = _launch(engine, mine, sub, device, 1 if engine == "single" else nproc, timeout)
+        tail = _launch(engine, mine, sub, device, 1 if engine == "single" else nproc, timeout, port)
         rows: dict[str, list[dict[str, Any]]] = {}
         for f in sorted(sub.glob("rank*.jsonl")):  # a process killed mid-line leaves a partial last line
             for r in read_jsonl(f, partial_last_line=True):
@@ -633,6 +638,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=int, default=2, help="processes of the multi-process engines (default 2)")
     p.add_argument("--out", default=None, help="results folder (default: a temporary one)")
     p.add_argument("--json", default=None, help="write the merged results here")
+    p.add_argument(
+        "--port", type=int, default=None, help="rendezvous port of the launches (default: a free one)"
+    )
 
 
 def run_from_args(a: argparse.Namespace) -> int:
@@ -641,7 +649,11 @@ def run_from_args(a: argparse.Namespace) -> int:
         [Cell.parse(c) for c in a.cells] if a.cells else (all_cells(engines) if a.full else subset(engines))
     )
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="mrtpo-matrix-"))
-    results = run(cells, out, device=a.device, nproc=a.nproc)
+    if a.port is not None and any(c.engine != "single" for c in cells):
+        from mrtpo.integrations.ports import check_port
+
+        check_port(a.port, "--port")  # a taken port is one line before any cell runs
+    results = run(cells, out, device=a.device, nproc=a.nproc, port=a.port)
     print(table(results))
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
