@@ -146,6 +146,7 @@ def test_train_and_resume_continue_identically(tmp_path, capsys):
     )
     assert rc == 0
     assert (full / "checkpoint-2").is_dir() and (full / "checkpoint-4").is_dir()
+    capsys.readouterr()
     resumed = tmp_path / "resumed"
     resumed.mkdir()
     shutil.copytree(full / "checkpoint-2", resumed / "checkpoint-2")
@@ -162,6 +163,9 @@ def test_train_and_resume_continue_identically(tmp_path, capsys):
         ]
     )
     assert rc == 0
+    out, err = capsys.readouterr()
+    assert f"mrtpo train: resuming from {(resumed / 'checkpoint-2').resolve()} (step 2)" in err
+    assert "step 3/4 | loss " in out and "step 4/4 | loss " in out and "{'loss'" not in out  # compact lines
     torch.testing.assert_close(
         _params(resumed / "checkpoint-4"), _params(full / "checkpoint-4"), atol=1e-6, rtol=0
     )
@@ -453,7 +457,7 @@ def test_deprecated_spellings_warn_and_map(tmp_path, capsys):
 
 
 def test_rerun_refuses_unless_resume_or_overwrite_and_the_final_model_loads(tmp_path, capsys):
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from mrtpo.integrations.trl.recipe import train
     from mrtpo.models.loading import load_model_and_tokenizer
@@ -469,6 +473,9 @@ def test_rerun_refuses_unless_resume_or_overwrite_and_the_final_model_loads(tmp_
         assert torch.equal(p, q) and torch.equal(p, plain.state_dict()[name]), name
     ids = tok("apple first", return_tensors="pt").input_ids
     assert tok.convert_ids_to_tokens(ids[0].tolist()) == ["apple", "first"]
+    auto = AutoTokenizer.from_pretrained(out)  # the run folder loads outside mrtpo, tokenizing as the run did
+    for text in ["apple first", "many words pillow first", "<b> apple </b> last"]:
+        assert auto(text).input_ids == tok(text).input_ids == trainer.processing_class(text).input_ids
     assert model.generate(ids, max_new_tokens=2, do_sample=False).shape == (1, ids.shape[1] + 2)
     # TensorBoard (the recipe's report_to): event files with the training loss of both steps
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

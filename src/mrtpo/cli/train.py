@@ -13,6 +13,7 @@ config's ``plugins:`` list does (:mod:`mrtpo.plugins`).
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import textwrap
@@ -42,7 +43,7 @@ def fields_help() -> str:
             "trl: transformers' TrainingArguments",
             sorted(n for n, d in described.items() if d["group"] != "grpo"),
         ),
-        ("peft", ["peft.LoraConfig fields (r, lora_alpha, target_modules, ...)"]),
+        ("peft", ["peft.LoraConfig fields (r, lora_alpha, target_modules, ...)", "save_merged"]),
     ]
     lines = ["config fields (--section.key VALUE; defaults: --print-config):"]
     for title, names in groups:
@@ -83,6 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch CPU threads (default: torch's; 1 is faster when other work loads the cores)",
     )
     parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print third-party warnings (transformers, TRL, DeepSpeed, torch) as they come; by default "
+        "they are counted and summarized in one line at the end",
+    )
+    parser.add_argument(
         "overrides",
         nargs=argparse.REMAINDER,
         metavar="--section.key VALUE",
@@ -111,7 +118,7 @@ def _resume_command(
         if tok == "--resume":
             skip = True
             continue
-        if tok.startswith("--resume=") or tok == "--overwrite":
+        if tok.startswith("--resume=") or tok in ("--overwrite", "--verbose"):
             continue
         kept.append(tok)
     if threads is not None:
@@ -141,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
         rest.remove("--print-config")
         print_config = True
     overwrite = "--overwrite" in rest
-    pairs, resume = parse_overrides([t for t in rest if t != "--overwrite"])
+    verbose = bool(getattr(args, "verbose", False)) or "--verbose" in rest
+    pairs, resume = parse_overrides([t for t in rest if t not in ("--overwrite", "--verbose")])
     if resume and overwrite:
         raise ValueError("--resume continues the run folder and --overwrite starts it again: give one")
     with warnings.catch_warnings(record=True) as caught:  # deprecated spellings: one line each
@@ -156,6 +164,28 @@ def run(args: argparse.Namespace) -> int:
 
         print(yaml.safe_dump(cfg.resolved(), sort_keys=False).rstrip())
         return 0
+    from mrtpo.cli.quiet import WarningTally
+
+    tally = None if verbose else WarningTally().install()
+    try:
+        return _train(args, cfg, rest, threads, plugins, resume, overwrite, tally)
+    finally:
+        _summarize(tally)
+
+
+def _summarize(tally) -> None:
+    """Stop holding warnings back and print the one-line count (main process; once: a second call does
+    nothing)."""
+    if tally is None or tally.done:
+        return
+    tally.uninstall()
+    tally.done = True
+    line = tally.summary()
+    if line and int(os.environ.get("RANK", "0")) == 0:
+        print(f"mrtpo train: {line}", file=sys.stderr, flush=True)
+
+
+def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally) -> int:
     cfg.check()  # the task, the registries' names, what this machine lacks: one line naming every field
     if threads is not None:
         import torch
@@ -163,11 +193,24 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(threads)
     from mrtpo.integrations.trl.recipe import TrainingInterrupted, train
 
+    callbacks = []
+    if tally is not None:
+        import transformers.utils.logging  # noqa: F401  (sets up the handler of transformers' loggers)
+        from transformers import TrainerCallback
+
+        tally.cover_handlers()
+
+        class CoverHandlers(TrainerCallback):  # and those set up while the trainer was built
+            def on_train_begin(self, args, state, control, **kwargs):
+                tally.cover_handlers()
+
+        callbacks.append(CoverHandlers())
     out = cfg.trainer["output_dir"]
     try:
-        trainer = train(cfg, resume=resume, overwrite=overwrite)
+        trainer = train(cfg, resume=resume, overwrite=overwrite, callbacks=callbacks or None)
     except TrainingInterrupted as e:
         _close_process_group()
+        _summarize(tally)  # before the resume command, which stays the last line
         where = f"saved {e.checkpoint}" if e.checkpoint else "no checkpoint was written"
         print(
             f"mrtpo train: interrupted at step {e.step}; {where}; resume with: {_resume_command(args, rest, threads, plugins)}",
@@ -178,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
         from mrtpo.integrations.trl.checkpoints import pick_checkpoint
 
         _close_process_group()
+        _summarize(tally)
         folder, _ = pick_checkpoint(out)
         if folder is None:
             print(
@@ -192,9 +236,11 @@ def run(args: argparse.Namespace) -> int:
             )
         return 130
     _close_process_group(barrier=True)
-    print(
-        f"mrtpo train: {trainer.state.global_step} steps; run folder and final model: {trainer.args.output_dir}"
-    )
+    _summarize(tally)
+    if trainer.accelerator.is_main_process:  # several processes: one final line
+        print(
+            f"mrtpo train: {trainer.state.global_step} steps; run folder and final model: {trainer.args.output_dir}"
+        )
     return 0
 
 

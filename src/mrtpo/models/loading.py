@@ -1,10 +1,19 @@
-"""Load a Hugging Face causal LM and its tokenizer from a local path or a hub id."""
+"""Load a Hugging Face causal LM and its tokenizer from a local path or a hub id.
+
+A hub id that cannot be had here (offline, or the hub unreachable, and not in the local cache) and a LoRA
+adapter folder whose base cannot be had are refused at once in one line naming them (no hub retries).
+Standard library only until a model is loaded (``mrtpo train``'s checks use it before torch)."""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
+import socket
+import sys
 from pathlib import Path
+from urllib.parse import urlparse
 
 _HUB_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -99,6 +108,8 @@ def load_model_and_tokenizer(
 
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}")
+    _check_reachable(name_or_path)
+    adapter_base(name_or_path)  # a LoRA folder: its base must be loadable here (one line if not)
     tokenizer = load_tokenizer(name_or_path)
     _check_weights(name_or_path)
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
@@ -108,6 +119,89 @@ def load_model_and_tokenizer(
     if device is not None:
         model = model.to(device)
     return (model.eval() if eval_mode else model), tokenizer
+
+
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+@functools.cache
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub (``HF_ENDPOINT``) answers a TCP connection within ``timeout``."""
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host = endpoint.hostname or "huggingface.co"
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _go_offline() -> None:
+    """Make this process's hub clients read the local cache only (no retries against an unreachable hub)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    constants = sys.modules.get("huggingface_hub.constants")  # read once, when it was imported
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = True
+
+
+def hub_model_problem(repo_id: str) -> str | None:
+    """Why hub model ``repo_id`` cannot be loaded here, or None: offline (``HF_HUB_OFFLINE`` or the hub
+    unreachable) and not in the local cache. When it is cached but the hub cannot be reached, this
+    process is switched to offline mode so that loading reads the cache without retries."""
+    forced = _truthy("HF_HUB_OFFLINE") or _truthy("TRANSFORMERS_OFFLINE")
+    if not forced and hub_reachable():
+        return None
+    if not forced:
+        _go_offline()
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    cached = try_to_load_from_cache(repo_id, "config.json")
+    if isinstance(cached, str):
+        return None
+    why = "HF_HUB_OFFLINE is set" if forced else f"the hub ({constants.ENDPOINT}) cannot be reached"
+    return (
+        f"hub model {repo_id!r} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and {why}: "
+        f"download it where there is network (hf download {repo_id}) into that cache, or give a local folder"
+    )
+
+
+def _check_reachable(name_or_path: str) -> None:
+    """Raise at once, in one line naming it, for a hub id that needs the network while there is none
+    (``HF_HUB_OFFLINE`` set, or the hub unreachable) and that is not in the local cache."""
+    if not looks_like_path(name_or_path):
+        problem = hub_model_problem(name_or_path)
+        if problem:
+            raise _offline_error(name_or_path, OSError(problem))
+
+
+def adapter_base(name_or_path: str | Path) -> str | None:
+    """The base model a LoRA adapter folder names (``base_model_name_or_path`` of its adapter_config.json),
+    None for a folder that holds a whole model. Raises ValueError (one line, naming the file) for an
+    adapter that names no base, and FileNotFoundError for a base that cannot be had here."""
+    folder = Path(name_or_path).expanduser()
+    cfg = folder / "adapter_config.json"
+    if not cfg.is_file():
+        return None
+    try:
+        base = json.loads(cfg.read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError) as e:
+        raise ValueError(f"{cfg}: cannot be read as JSON ({type(e).__name__})") from None
+    if not base:
+        raise ValueError(
+            f"{cfg}: base_model_name_or_path is null, so the LoRA adapter names no base model; set it to the "
+            "base's hub id or absolute folder (runs of `mrtpo train` record it)"
+        )
+    base = str(base)
+    if looks_like_path(base):
+        if not Path(base).expanduser().is_dir():
+            raise FileNotFoundError(f"{cfg}: base model folder {base!r} does not exist")
+    else:
+        problem = hub_model_problem(base)
+        if problem:
+            raise FileNotFoundError(f"{cfg}: base model: {problem}")
+    return base
 
 
 def safetensors_problem(path: str | Path) -> str | None:

@@ -38,6 +38,11 @@ def build_tokenizer(words: Sequence[str]):
     )
     hf.chat_template = CHAT_TEMPLATE
     hf.padding_side = "left"
+    # Saved beside a Qwen2 config.json, AutoTokenizer would otherwise pick the model type's tokenizer class
+    # (transformers 5 forces Qwen2Tokenizer for ``qwen2`` whatever tokenizer_class says), which rebuilds a
+    # byte-level BPE from this word-level vocabulary and maps every word to nothing. An ``auto_map`` entry
+    # in tokenizer_config.json names the class to load instead, so the saved folder loads as it was built.
+    hf.init_kwargs["auto_map"] = {"AutoTokenizer": [None, "PreTrainedTokenizerFast"]}
     return hf
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -215,6 +216,10 @@ def test_readme_zero3_cpu_command_trains(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "replay sharding: gather (zero3" in proc.stderr + proc.stdout
+    text = proc.stdout + "\n" + proc.stderr  # quiet by default: at most 10 warning lines, one final line
+    warned = [x for x in text.splitlines() if re.search(r"(?i)warn|^\s+return func\(", x)]
+    assert len(warned) <= 10, warned
+    assert text.count("mrtpo train: 4 steps; run folder and final model") == 1
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "replay/fpe" in r] == [1, 2, 3, 4]
     assert (out / "checkpoint-4" / "trainer_state.json").exists()

@@ -14,16 +14,15 @@ Imports torch only to ask for an accelerator (:func:`accelerator`), and only whe
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import importlib.util
 import os
-import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+
+from mrtpo.models.loading import hub_model_problem, hub_reachable  # noqa: F401  (checks.hub_reachable)
 
 TRACKERS = {
     "tensorboard": ("tensorboard", "tensorboard"),
@@ -60,52 +59,6 @@ def accelerator() -> str | None:
         return "cuda"
     mps = getattr(torch.backends, "mps", None)
     return "mps" if mps is not None and mps.is_available() else None
-
-
-def _truthy(name: str) -> bool:
-    return os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-@functools.cache
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face hub (``HF_ENDPOINT``) answers a TCP connection within ``timeout``."""
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    host = endpoint.hostname or "huggingface.co"
-    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _go_offline() -> None:
-    """Make this process's hub clients read the local cache only (no retries against an unreachable hub)."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    constants = sys.modules.get("huggingface_hub.constants")  # read once, when it was imported
-    if constants is not None:
-        constants.HF_HUB_OFFLINE = True
-
-
-def hub_model_problem(repo_id: str) -> str | None:
-    """Why hub model ``repo_id`` cannot be loaded here, or None: offline (``HF_HUB_OFFLINE`` or the hub
-    unreachable) and not in the local cache. When it is cached but the hub cannot be reached, this
-    process is switched to offline mode so that loading reads the cache without retries."""
-    forced = _truthy("HF_HUB_OFFLINE") or _truthy("TRANSFORMERS_OFFLINE")
-    if not forced and hub_reachable():
-        return None
-    if not forced:
-        _go_offline()
-    from huggingface_hub import constants, try_to_load_from_cache
-
-    cached = try_to_load_from_cache(repo_id, "config.json")
-    if isinstance(cached, str):
-        return None
-    why = "HF_HUB_OFFLINE is set" if forced else f"the hub ({constants.ENDPOINT}) cannot be reached"
-    return (
-        f"hub model {repo_id!r} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and {why}: "
-        f"download it where there is network (hf download {repo_id}) into that cache, or give a local folder"
-    )
 
 
 def environment_errors(

@@ -41,6 +41,14 @@ class MRTPOConfig(GRPOConfig, MRTPOFields):
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "method", "advantage_options"]
 
     def __post_init__(self):
+        # transformers >= 5.2x renamed gradient_checkpointing* to activation_checkpointing* and warns when only
+        # the old name is set (TRL's default sets it): pass the value under the new name where it exists
+        for old, new in (
+            ("gradient_checkpointing", "activation_checkpointing"),
+            ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
+        ):
+            if hasattr(self, new) and getattr(self, new) is None and getattr(self, old, None) is not None:
+                setattr(self, new, getattr(self, old))
         super().__post_init__()
         self.method = self._method_block()
         if self.loss not in LOSSES:

@@ -16,6 +16,7 @@ is then the model with the adapter disabled.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -77,6 +78,8 @@ RUN_FILES = (
     "merges.txt",
     "training_args.bin",
     "README.md",
+    "base",  # a LoRA run's base model, when it had no folder or hub id of its own (the tiny model)
+    "adapter",  # a LoRA run's adapter, when peft.save_merged put the merged model in the run folder
 )
 
 
@@ -155,7 +158,9 @@ def build_trainer(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     run_info = {"model": config.model.get("path") or "tiny", "config": config.raw, "peft": config.peft}
-    return MRTPOTrainer(
+    if config.peft is not None:
+        _record_peft_base(model, tokenizer, Path(args.output_dir))
+    trainer = MRTPOTrainer(
         model,
         args=args,
         task=task,
@@ -166,6 +171,52 @@ def build_trainer(
         callbacks=callbacks,
         peft_config=config.peft_config(),
     )
+    from mrtpo.integrations.trl.run_logging import use_compact_progress
+
+    use_compact_progress(trainer)  # one short line per logged step; the whole dict is in metrics.jsonl
+    return trainer
+
+
+def _record_peft_base(model, tokenizer, out: Path) -> None:
+    """Make the adapter a LoRA run saves name a base that loads anywhere (``base_model_name_or_path`` in
+    adapter_config.json): a hub id stays as it is, a local folder becomes its absolute path, and a model
+    with neither (the tiny model built from the config) is saved with its tokenizer into ``RUN/base/``
+    (by the first process) and named by that folder's absolute path."""
+    from mrtpo.models.loading import looks_like_path
+
+    name = str(getattr(model, "name_or_path", "") or "")
+    if name and Path(name).expanduser().is_dir():
+        name = str(Path(name).expanduser().resolve())
+    elif not name or looks_like_path(name):  # built in memory, or a folder that is gone
+        base = (out / "base").resolve()
+        if int(os.environ.get("RANK", "0")) == 0:
+            model.save_pretrained(base)
+            tokenizer.save_pretrained(base)
+        name = str(base)
+    model.name_or_path = name
+    model.config._name_or_path = name
+
+
+def save_merged_model(trainer, out: Path) -> Path:
+    """``peft.save_merged``: move the adapter ``trainer.save_model()`` wrote into ``RUN/adapter/`` and
+    write the merged model (base weights plus the LoRA update) and the tokenizer into ``RUN``, so that
+    ``from_pretrained(RUN)`` loads it without peft. Returns the adapter folder."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    adapter = out / "adapter"
+    if trainer.accelerator.is_main_process:
+        adapter.mkdir(exist_ok=True)
+        for p in [*out.glob("adapter_*"), out / "README.md"]:
+            if p.is_file():
+                p.replace(adapter / p.name)
+        base_path = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+        base = AutoModelForCausalLM.from_pretrained(base_path, dtype="auto")
+        merged = PeftModel.from_pretrained(base, adapter).merge_and_unload()
+        merged.save_pretrained(out)
+        trainer.processing_class.save_pretrained(out)
+    trainer.accelerator.wait_for_everyone()
+    return adapter
 
 
 class RunFolderNotEmpty(ValueError):
@@ -294,6 +345,9 @@ def train(
     cfg.trainer_config()
     if resume:
         resume = _resume_target(out, resume, log)
+        if int(os.environ.get("RANK", "0")) == 0:
+            step = _checkpoint_step(resume)
+            log(f"resuming from {Path(resume).resolve()} (step {step})")
     else:
         _prepare_run_folder(out, overwrite)
     trainer = build_trainer(cfg, **build_kwargs)
@@ -323,4 +377,16 @@ def train(
         raise TrainingInterrupted(step, folder if folder.is_dir() else None, trainer)
     if save_final:
         trainer.save_model()
+        if cfg.peft_save_merged:
+            save_merged_model(trainer, out)
     return trainer
+
+
+def _checkpoint_step(folder: str | Path) -> str:
+    """The optimizer step a checkpoint folder holds (its trainer_state.json; else its name's number)."""
+    state = Path(folder) / "trainer_state.json"
+    try:
+        return str(int(json.loads(state.read_text())["global_step"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        tail = Path(folder).name.rpartition("-")[2]
+        return tail if tail.isdigit() else "unknown"

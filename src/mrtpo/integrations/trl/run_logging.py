@@ -69,7 +69,19 @@ def write_run_json(run_dir: str | Path, info: dict[str, Any]) -> Path:
     """Write ``run.json`` (the resolved config, plus ``"files"``: what the folder holds) into ``run_dir``."""
     path = Path(run_dir) / RUN_JSON
     path.parent.mkdir(parents=True, exist_ok=True)
-    info = {**info, "files": folder_contents(info.get("trl"))}
+    files = folder_contents(info.get("trl"))
+    peft = info.get("peft")
+    if isinstance(peft, dict):  # a LoRA run (docs/run-format.md, "Loading a run folder outside mrtpo")
+        del files["model.safetensors, config.json, tokenizer*"]
+        adapter = "the final LoRA adapter; adapter_config.json names its base model"
+        if peft.get("save_merged"):
+            files["model.safetensors, config.json, tokenizer*"] = "the final merged model and tokenizer"
+            files["adapter/"] = adapter
+        else:
+            files["adapter_config.json, adapter_model.safetensors, tokenizer*"] = adapter
+        if info.get("model") == "tiny":
+            files["base/"] = "the base model (the tiny model as built) and its tokenizer"
+    info = {**info, "files": files}
     path.write_text(json.dumps(_jsonable(info), indent=2, sort_keys=False) + "\n")
     return path
 
@@ -174,3 +186,99 @@ def estimate_run_bytes(trainer) -> dict[str, Any]:
         "total": total,
         "text": text,
     }
+
+
+def _num(v: Any, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "nan"
+    return f"{float(v):.{digits}g}" if abs(float(v)) >= 1e-3 or v == 0 else f"{float(v):.1e}"
+
+
+def compact_line(logs: dict[str, Any], step: int, max_steps: int) -> str:
+    """One short line for a logged dict (the whole dict is in metrics.jsonl).
+
+    A training step: ``step 3/20 | loss 0.181 | reward 1.25 (start 0.5, end 0.25) | all met 0.06 |
+    len 10.1 | 0.42 s``; the end of training: ``done: 20 steps in 9.1 s (2.2 steps/s), mean loss 0.0254``;
+    an evaluation: ``eval at step 10 | reward 1.31 | all met 0.12 | loss 0.02``."""
+    if "train_runtime" in logs:
+        rate = logs.get("train_steps_per_second")
+        return (
+            f"done: {step} steps in {_num(logs['train_runtime'])} s"
+            + (f" ({_num(rate)} steps/s)" if rate is not None else "")
+            + (f", mean loss {_num(logs['train_loss'])}" if "train_loss" in logs else "")
+        )
+    if any(k.startswith("eval_") for k in logs):
+        parts = [f"eval at step {step}"]
+        for key, name in (("eval_reward", "reward"), ("eval_task/all_met", "all met"), ("eval_loss", "loss")):
+            if key in logs:
+                parts.append(f"{name} {_num(logs[key])}")
+        return " | ".join(parts)
+    parts = [f"step {step}/{max_steps}" if max_steps and max_steps > 0 else f"step {step}"]
+    if "loss" in logs:
+        parts.append(f"loss {_num(logs['loss'])}")
+    per = [
+        f"{k[len('rewards/') : -len('/mean')]} {_num(v, 2)}"
+        for k, v in logs.items()
+        if k.startswith("rewards/") and k.endswith("/mean")
+    ]
+    if "reward" in logs:
+        parts.append(f"reward {_num(logs['reward'])}" + (f" ({', '.join(per)})" if per else ""))
+    if "task/all_met" in logs:
+        parts.append(f"all met {_num(logs['task/all_met'], 2)}")
+    if "completions/mean_length" in logs:
+        parts.append(f"len {float(logs['completions/mean_length']):.1f}")
+    if "step_time" in logs:
+        parts.append(f"{_num(logs['step_time'], 2)} s")
+    return " | ".join(parts)
+
+
+def compact_progress_callback(disable_tqdm: bool):
+    """The Trainer's progress callback with one :func:`compact_line` per log instead of the whole dict
+    (main process only): a tqdm bar (:class:`transformers.ProgressCallback`) or, with
+    ``trl.disable_tqdm``, plain printed lines."""
+    from transformers import ProgressCallback
+
+    class CompactProgress(ProgressCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            if not disable_tqdm:
+                super().on_train_begin(args, state, control, **kwargs)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if not disable_tqdm:
+                super().on_step_end(args, state, control, **kwargs)
+
+        def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
+            if not disable_tqdm:
+                super().on_prediction_step(args, state, control, eval_dataloader, **kwargs)
+
+        def on_evaluate(self, args, state, control, **kwargs):
+            if not disable_tqdm:
+                super().on_evaluate(args, state, control, **kwargs)
+
+        def on_predict(self, args, state, control, **kwargs):
+            if not disable_tqdm:
+                super().on_predict(args, state, control, **kwargs)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not state.is_world_process_zero or not logs:
+                return
+            line = compact_line(logs, int(state.global_step), int(state.max_steps or 0))
+            if self.training_bar is not None:
+                self.training_bar.write(line)
+            else:
+                print(line, flush=True)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if not disable_tqdm:
+                super().on_train_end(args, state, control, **kwargs)
+
+    return CompactProgress()
+
+
+def use_compact_progress(trainer) -> None:
+    """Replace ``trainer``'s progress callback (tqdm bar or printer) with :func:`compact_progress_callback`."""
+    from transformers import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(compact_progress_callback(bool(trainer.args.disable_tqdm)))

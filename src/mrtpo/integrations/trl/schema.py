@@ -566,15 +566,20 @@ class RunConfig:
             from peft import LoraConfig
         except ImportError:
             return ["section 'peft' needs the peft package (pip install 'mrtpo[peft]')"]
-        known = sorted(f.name for f in dataclasses.fields(LoraConfig) if f.init)
+        known = sorted([*PEFT_OPTIONS, *(f.name for f in dataclasses.fields(LoraConfig) if f.init)])
         errors = [
             f"unknown field 'peft.{k}'{nearest(k, known)}{self.origins.note('peft.' + k)}"
             for k in self.peft
             if k not in known
         ]
+        errors += [
+            f"field 'peft.{k}' must be true or false, got {self.peft[k]!r}{self.origins.note('peft.' + k)}"
+            for k in PEFT_OPTIONS
+            if k in self.peft and not isinstance(self.peft[k], bool)
+        ]
         if not errors:
             try:
-                LoraConfig(**{"task_type": "CAUSAL_LM", **self.peft})
+                LoraConfig(**{"task_type": "CAUSAL_LM", **self.lora_fields()})
             except (ValueError, TypeError) as e:
                 errors.append(f"section 'peft': {' '.join(str(e).split())}{self.origins.note('peft')}")
         return errors
@@ -585,7 +590,16 @@ class RunConfig:
             return None
         from peft import LoraConfig
 
-        return LoraConfig(**{"task_type": "CAUSAL_LM", **self.peft})
+        return LoraConfig(**{"task_type": "CAUSAL_LM", **self.lora_fields()})
+
+    def lora_fields(self) -> dict[str, Any]:
+        """The ``peft`` section less mrtpo's own options (:data:`PEFT_OPTIONS`): ``LoraConfig``'s arguments."""
+        return {k: v for k, v in (self.peft or {}).items() if k not in PEFT_OPTIONS}
+
+    @property
+    def peft_save_merged(self) -> bool:
+        """``peft.save_merged``: the run folder gets the merged model (the adapter goes to ``adapter/``)."""
+        return bool((self.peft or {}).get("save_merged", False))
 
     def trainer_config(self):
         """The :class:`~mrtpo.integrations.trl.MRTPOConfig`; its own cross-field errors name the field."""
@@ -623,6 +637,10 @@ class RunConfig:
         if self.peft is not None:
             out["peft"] = trl_fields.plain(self.peft)
         return out
+
+
+# keys of the ``peft`` section that are mrtpo's, not LoraConfig's (docs/training.md, "LoRA run folders")
+PEFT_OPTIONS = ("save_merged",)
 
 
 def _option_keys() -> dict[str, str]:
