@@ -71,9 +71,9 @@ def test_credit_step_runs_the_scheme_with_its_options_and_schedule():
     gap = torch.tensor([[0.5, -0.5, 0.0]] * 4)[:, None, :]
     seen = []
 
-    def fn(kind, adv):
+    def fn(kind, adv):  # the kind's rule: the responses whose response advantage is not 0
         seen.append(kind)
-        return gap
+        return replay.ReplayResult(gap, torch.full((4,), 3), replayed=adv.sum(1, keepdim=True).abs() > 1e-8)
 
     opts = {"eps": 0.1, "warmup_steps": 4}
     cfg = MethodConfig(method="grpo", credit="rlsd", credit_beta=0.8, credit_options=opts)
@@ -82,6 +82,9 @@ def test_credit_step_runs_the_scheme_with_its_options_and_schedule():
     assert res.credit_options == {"eps": 0.1, "negative_only": False, "warmup_steps": 4, "decay_steps": 0}
     expect = credit.rlsd_token_advantages(res.local, gap, mask, lam=0.4, eps=0.1)
     torch.testing.assert_close(res.token_advantages, expect)
+    # the replay's answer travels: GRPO of R = [1, 0, 2, 1] gives Σ_k Â = 0 in rows 0 and 3
+    assert res.replayed[:, 0].tolist() == [False, True, True, False]
+    assert (res.distances[~res.replayed[:, 0]] == 0).all()  # rows not replayed are 0 from here on
     with pytest.raises(
         ValueError, match="unknown option 'clip' for credit scheme 'rlsd'; its options: decay_steps"
     ):
@@ -263,7 +266,7 @@ def test_rlsd_on_verl_workers_through_the_hook(verl_case, monkeypatch):
     ):
         va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distances_for=vw.make_worker_distances_for(wg))
     # the in-process replay computes the same gap
-    d_local = va.make_distances_for(model, tok)(data)("teacher_gap", a)
+    d_local = va.make_distances_for(model, tok)(data)("teacher_gap", a).distances
     torch.testing.assert_close(d_local, gap, atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match=r"algorithm\.mrtpo\.credit_options: unknown option 'lam'"):
         va.VerlMRTPOConfig(credit="rlsd", credit_options={"lam": 0.5})

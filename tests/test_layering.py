@@ -17,6 +17,7 @@ CORE = [
     "mrtpo.advantages",
     "mrtpo.distance",
     "mrtpo.fused",
+    "mrtpo.checks",
     "mrtpo.credit",
     "mrtpo.losses",
     "mrtpo.records",

@@ -8,17 +8,24 @@ advantage ``Â[j, k]`` over the tokens::
       w[j, k, t] = d[j, k, t] / mean_{valid t} d[j, k, :]      (w = 1 on valid t if that mean is 0)
       S[j, t]    = Σ_k Â[j, k] · ((1 − β) + β · w[j, k, t])    (0 on padding)
 
-Credit schemes (:class:`CreditScheme`: a name, the replay it needs and a weights function) live in
+Credit schemes (:class:`CreditScheme`: a name, the replay kind it needs and a weights function) live in
 :data:`CREDIT_SCHEMES`: ``reward`` (MRTPO), ``joint``, ``shuffled``, ``uniform``, ``none`` (response
 level), ``cort``, ``scaled`` (MRTPO's weights shrunk towards 1 by the reward's largest distance,
 :func:`scaled_weights`) with its control ``scaled_shuffled``, and ``rlsd``; :func:`register_scheme` adds
-one. :func:`mrtpo.step.credit_step` runs a scheme on a batch for every engine.
+one. :func:`mrtpo.step.credit_step` runs a scheme on a batch for every engine
+(:meth:`CreditScheme.apply`).
+
+Checks happen once, where tensors enter (:mod:`mrtpo.checks`): the public functions
+(:func:`token_weights`, :func:`allocate`, :func:`rlsd_token_advantages`) and
+:func:`mrtpo.step.credit_step` check their tensors; what runs after that (the weights functions,
+:meth:`CreditScheme.apply`) trusts its inputs. A scheme's weights are a plug-in's output and are checked
+against their contract (finite, mean 1) before they are used.
 
 RLSD (:func:`rlsd_token_advantages`) is a scheme of another shape: its token weight is a clipped
 teacher/student probability ratio whose direction follows the sign of the response advantage, so it
 is not a mean-1 weight of :func:`allocate` and the scheme computes its token advantages itself
-(``CreditScheme.token_advantages``), with options (``CreditScheme.options``) and a λ schedule
-(``CreditScheme.strength``).
+(``CreditScheme.token_advantages``), with options (``CreditScheme.options``), a λ schedule
+(``CreditScheme.strength``) and metrics (``CreditScheme.metrics``).
 
 This module is part of the core: it imports torch and the standard library only.
 """
@@ -28,16 +35,16 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from mrtpo.checks import _bool_mask, check_batch, checked_weights
 from mrtpo.distance import DEFAULT_CHUNK_SIZE, js_distance, js_distance_from_hidden
 from mrtpo.registry import Registry
-from mrtpo.replay.service import REPLAY_KINDS
+from mrtpo.replay.service import REPLAY_KINDS, ReplayKind
 
 __all__ = [
     "CREDIT_SCHEMES",
@@ -47,6 +54,7 @@ __all__ = [
     "check_strength",
     "js_distance",
     "js_distance_from_hidden",
+    "mean_normalized",
     "register_scheme",
     "rlsd_lambda",
     "rlsd_token_advantages",
@@ -57,13 +65,14 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------------------------------
-# Token weights and allocation
+# Credit schemes
 # --------------------------------------------------------------------------------------------------
 
 WeightsFn = Callable[[Tensor | None, Tensor, torch.Generator | None], Tensor]
 """Signature of a scheme's weights function: ``(distances, mask, generator) -> weights``.
 
-- distances: [N, K', T] float, finite and >= 0, already 0 on padding (None for schemes without replay);
+- distances: [N, K', T] float, finite and >= 0, already 0 on padding and on rows that were not
+  replayed (None for schemes without replay); checked by the caller (:mod:`mrtpo.checks`);
 - mask: [N, T] bool;
 - generator: torch.Generator or None (only schemes that draw random numbers use it);
 - returns weights [N, K', T] (K' = 1 when distances is None) with mean 1 over each row's valid tokens
@@ -72,10 +81,20 @@ WeightsFn = Callable[[Tensor | None, Tensor, torch.Generator | None], Tensor]
 
 TokenAdvantagesFn = Callable[[Tensor, "Tensor | None", Tensor, float, Mapping[str, Any]], Tensor]
 """A scheme's own token advantages: ``(advantages [N, K], distances [N, K', T] | None, mask [N, T],
-strength, options) -> [N, T]`` (0 on padding)."""
+strength, options) -> [N, T]`` (0 on padding); inputs checked by the caller (:mod:`mrtpo.checks`:
+distances 0 on padding and on rows not replayed)."""
 
 StrengthFn = Callable[[int, float, Mapping[str, Any]], float]
 """A scheme's strength schedule: ``(optimizer step, final strength, options) -> strength``."""
+
+MetricsFn = Callable[
+    [Tensor, "Tensor | None", "Tensor | None", Tensor, float, Mapping[str, Any]],
+    dict[str, tuple[Tensor | float, Tensor | float]],
+]
+"""A scheme's metrics of one step: ``(advantages [B, K], distances [B, K', T] | None, replayed [B, K'] |
+None, mask [B, T], strength, options) -> {name: (sum, count)}``. An engine sums both over its processes
+and logs ``sum / count`` under ``name`` where ``count > 0`` (a value the same on every process, such as
+the strength, is ``(value, 1)``)."""
 
 
 @dataclass(frozen=True)
@@ -97,12 +116,14 @@ class CreditScheme:
         ramped: the allocation strength ramps linearly from 0 to β over the first ``ramp_steps``
             optimizer steps (CoRT).
         token_advantages: a :data:`TokenAdvantagesFn` for a scheme that does not mix mean-1 weights
-            into the advantages (RLSD); None: :func:`allocate`.
+            into the advantages (RLSD); None: :func:`allocate`'s mix.
         strength: a :data:`StrengthFn` schedule of the strength (RLSD's λ warm-up/decay); None: β
             (ramped when ``ramped``).
         options: the scheme's options and their defaults (``{"eps": 0.2, ...}``); a value must have
             the default's type (int for an int, a number for a float, bool for a bool) and numbers
             must be >= 0.
+        metrics: a :data:`MetricsFn` of what the scheme logs beside replay's metrics (CoRT's ramped β,
+            RLSD's λ and mean weight); None: nothing.
     """
 
     name: str
@@ -113,6 +134,12 @@ class CreditScheme:
     token_advantages: TokenAdvantagesFn | None = None
     strength: StrengthFn | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    metrics: MetricsFn | None = None
+
+    @property
+    def kind(self) -> ReplayKind | None:
+        """The :class:`~mrtpo.replay.ReplayKind` it replays (None: no replay)."""
+        return None if self.replay == "none" else REPLAY_KINDS.get(self.replay)
 
     def resolve_options(
         self, given: Mapping[str, Any] | None = None, *, label: str = "option {key}"
@@ -151,6 +178,24 @@ class CreditScheme:
             out[key] = float(value) if isinstance(default, float) else value
         return out
 
+    def apply(
+        self,
+        advantages: Tensor,
+        distances: Tensor | None,
+        mask: Tensor,
+        strength: float,
+        options: Mapping[str, Any],
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Token advantages ``[N, T]`` of this scheme from checked inputs (:mod:`mrtpo.checks`; none
+        here): its own ``token_advantages``, the response level (``token_level=False``: Σ_k Â[j, k] on
+        every valid token, exactly), or the mix of its weights with ``strength`` (:func:`allocate`)."""
+        if self.token_advantages is not None:
+            return self.token_advantages(advantages, distances, mask, strength, options)
+        if not self.token_level:
+            return advantages.sum(1, keepdim=True) * mask.to(advantages.dtype)
+        return _mix(advantages, distances, mask, float(strength), self, generator)
+
 
 CREDIT_SCHEMES: Registry[CreditScheme] = Registry("credit scheme")
 
@@ -164,6 +209,7 @@ def register_scheme(
     token_advantages: TokenAdvantagesFn | None = None,
     strength: StrengthFn | None = None,
     options: Mapping[str, Any] | None = None,
+    metrics: MetricsFn | None = None,
 ) -> Callable[[WeightsFn], WeightsFn]:
     """Decorator: register ``fn`` as the weights function of a new :class:`CreditScheme` ``name``.
 
@@ -171,15 +217,32 @@ def register_scheme(
 
         @register_scheme("squared", replay="reward")
         def squared(distances, mask, generator):  # [N, K, T] -> [N, K, T], mean 1 over valid tokens
-            return token_weights(distances**2, mask, credit="reward")
+            return mean_normalized(distances**2, mask)
+
+    Raises:
+        ValueError: ``replay`` is neither "none" nor a registered kind, or it is a kind with a signed
+            measure (a gap, not a distance) and the scheme mixes weights (no ``token_advantages``).
     """
     if replay != "none" and replay not in REPLAY_KINDS:
         raise ValueError(f"replay={replay!r} must be 'none' or a replay kind: {', '.join(REPLAY_KINDS)}")
+    if replay != "none" and token_advantages is None and REPLAY_KINDS.get(replay).signed:
+        raise ValueError(
+            f"replay kind {replay!r} measures a signed gap, not a distance: a scheme on it computes its own "
+            "token_advantages (mean-1 weights need distances >= 0)"
+        )
 
     def deco(fn: WeightsFn) -> WeightsFn:
         CREDIT_SCHEMES.register(name)(
             CreditScheme(
-                name, replay, fn, token_level, ramped, token_advantages, strength, dict(options or {})
+                name,
+                replay,
+                fn,
+                token_level,
+                ramped,
+                token_advantages,
+                strength,
+                dict(options or {}),
+                metrics,
             )
         )
         return fn
@@ -187,11 +250,37 @@ def register_scheme(
     return deco
 
 
-def _mean_normalized(distances: Tensor, mask: Tensor) -> Tensor:
+def scheme(name: str) -> CreditScheme:
+    """The registered :class:`CreditScheme` ``name``; :class:`mrtpo.registry.UnknownName` (a ValueError
+    listing the known names) otherwise."""
+    return CREDIT_SCHEMES.get(name)
+
+
+def check_strength(value: Any, label: str = "beta") -> float:
+    """The allocation strength β (RLSD's λ) as a float; ValueError naming ``label`` unless it is a
+    number in [0, 1].
+
+    The one check of β's range: :class:`mrtpo.method.MethodConfig` (every engine's configuration) and
+    the public entry points :func:`allocate` and :func:`rlsd_token_advantages` call it.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{label}={value!r} must be a number in [0, 1]")
+    return float(value)
+
+
+# --------------------------------------------------------------------------------------------------
+# Weights of the built-in schemes (inputs as WeightsFn says: checked by the caller)
+# --------------------------------------------------------------------------------------------------
+
+
+def mean_normalized(distances: Tensor, mask: Tensor) -> Tensor:
     """w[j, k, t] = d[j, k, t] / mean_{valid t} d[j, k, :]; w = 1 on valid t where that mean is 0.
 
+    What a scheme's weights function builds on (MRTPO's ``reward``, ``joint``, CoRT); its inputs are
+    those of :data:`WeightsFn` (checked by the caller, not here).
+
     Args:
-        distances: [N, K', T] float, 0 on padding.
+        distances: [N, K', T] float, >= 0, 0 on padding.
         mask: [N, T] bool.
 
     Returns:
@@ -214,29 +303,17 @@ def _mean_normalized(distances: Tensor, mask: Tensor) -> Tensor:
     return w * m  # [N, K', T]
 
 
-def _needs_distances(credit: str, distances: Tensor | None) -> Tensor:
-    if distances is None:
-        raise ValueError(f"credit scheme {credit!r} needs distances [N, K', T]; got None")
-    return distances
-
-
 @register_scheme("reward", replay="reward")
 def _reward_weights(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """MRTPO: one distance row per reward, distances [N, K, T]; w = d / mean_valid(d) per (j, k)."""
-    return _mean_normalized(_needs_distances("reward", distances), mask)
+    return mean_normalized(distances, mask)
 
 
 @register_scheme("joint", replay="joint")
 def _joint_weights(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """Joint replay: one distance row per response (C vs C without every reward's segments), [N, 1, T],
     shared by all rewards; w = d / mean_valid(d)."""
-    d = _needs_distances("joint", distances)
-    if d.shape[1] != 1:
-        raise ValueError(
-            f"credit scheme 'joint' takes one shared distance row per response: distances has shape "
-            f"{tuple(d.shape)}; expected (N, 1, T) = ({d.shape[0]}, 1, {d.shape[2]})"
-        )
-    return _mean_normalized(d, mask)
+    return mean_normalized(distances, mask)
 
 
 def _permute_valid(w: Tensor, mask: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -260,8 +337,7 @@ def _permute_valid(w: Tensor, mask: Tensor, generator: torch.Generator | None) -
 def _shuffled_weights(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
     """Control: the MRTPO weights of each (response, reward) row permuted uniformly at random among that
     row's valid tokens (padding stays padding), drawn from ``generator``."""
-    w = _mean_normalized(_needs_distances("shuffled", distances), mask)  # [N, K', T]
-    return _permute_valid(w, mask, generator)
+    return _permute_valid(mean_normalized(distances, mask), mask, generator)
 
 
 def scaled_weights(distances: Tensor, mask: Tensor) -> Tensor:
@@ -269,7 +345,7 @@ def scaled_weights(distances: Tensor, mask: Tensor) -> Tensor:
 
     Formula, per (response j, reward k) row::
 
-        w[j, k, t]  = d[j, k, t] / mean_{valid t} d[j, k, :]            (MRTPO, :func:`_mean_normalized`)
+        w[j, k, t]  = d[j, k, t] / mean_{valid t} d[j, k, :]            (MRTPO, :func:`mean_normalized`)
         m[j, k]     = max_{valid t} d[j, k, t]                           (in [0, 1]: d is a JS distance)
         w'[j, k, t] = 1 + m[j, k] · (w[j, k, t] − 1)   on valid tokens, 0 on padding
 
@@ -289,7 +365,7 @@ def scaled_weights(distances: Tensor, mask: Tensor) -> Tensor:
         [N, K', T] weights, 0 on padding.
     """
     m = mask[:, None, :].to(distances.dtype)  # [N, 1, T]
-    w = _mean_normalized(distances, mask)  # [N, K', T]
+    w = mean_normalized(distances, mask)  # [N, K', T]
     top = (distances * m).amax(dim=-1, keepdim=True).clamp(0.0, 1.0)  # [N, K', 1]
     return (1.0 + top * (w - 1.0)) * m  # [N, K', T]
 
@@ -299,7 +375,7 @@ def _scaled_weights(distances: Tensor | None, mask: Tensor, generator: torch.Gen
     """MRTPO with each row's weights shrunk towards 1 by the row's largest distance
     (:func:`scaled_weights`): a reward whose information hardly moves the policy (a non-local
     constraint such as a word count) keeps close to the response-level credit."""
-    return scaled_weights(_needs_distances("scaled", distances), mask)
+    return scaled_weights(distances, mask)
 
 
 @register_scheme("scaled_shuffled", replay="reward")
@@ -307,9 +383,7 @@ def _scaled_shuffled_weights(
     distances: Tensor | None, mask: Tensor, generator: torch.Generator | None
 ) -> Tensor:
     """Control of ``scaled``: its weights permuted at random among each row's valid tokens."""
-    return _permute_valid(
-        scaled_weights(_needs_distances("scaled_shuffled", distances), mask), mask, generator
-    )
+    return _permute_valid(scaled_weights(distances, mask), mask, generator)
 
 
 @register_scheme("uniform", replay="none")
@@ -321,19 +395,16 @@ def _uniform_weights(distances: Tensor | None, mask: Tensor, generator: torch.Ge
     return m.expand(distances.shape).clone()  # [N, K', T]
 
 
+def _cort_metrics(adv, distances, replayed, mask, strength, options):
+    return {"cort/credit_beta": (float(strength), 1.0)}
+
+
 register_scheme("none", replay="none", token_level=False)(_uniform_weights)  # response level: Σ_k Â[j, k]
-register_scheme("cort", replay="logprob", ramped=True)(_joint_weights)  # CoRT: w = rel / mean rel, β ramped
+register_scheme("cort", replay="logprob", ramped=True, metrics=_cort_metrics)(_joint_weights)  # β ramped
 
 
-def scheme(name: str) -> CreditScheme:
-    """The registered :class:`CreditScheme` ``name``; :class:`mrtpo.registry.UnknownName` (a ValueError
-    listing the known names) otherwise."""
-    return CREDIT_SCHEMES.get(name)
-
-
-def _weights_fn(credit: str) -> WeightsFn:
-    """The weights function of scheme ``credit``; ValueError for an unknown scheme or one without mean-1
-    weights (RLSD)."""
+def _weights_scheme(credit: str) -> CreditScheme:
+    """The scheme ``credit``; ValueError for an unknown scheme or one without mean-1 weights (RLSD)."""
     s = scheme(credit)
     if s.token_advantages is not None:
         raise ValueError(
@@ -341,99 +412,12 @@ def _weights_fn(credit: str) -> WeightsFn:
             f"mrtpo.step.credit_step with MethodConfig(credit={credit!r}) or "
             f"CREDIT_SCHEMES.get({credit!r}).token_advantages"
         )
-    return s.weights
+    return s
 
 
-def check_strength(value: Any, label: str = "beta") -> float:
-    """The allocation strength β (RLSD's λ) as a float; ValueError naming ``label`` unless it is a
-    number in [0, 1].
-
-    The one check of β's range: :class:`mrtpo.method.MethodConfig` (every engine's configuration) and
-    the public entry points :func:`allocate` and :func:`rlsd_token_advantages` call it.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"{label}={value!r} must be a number in [0, 1]")
-    return float(value)
-
-
-_TRUSTED: ContextVar[bool] = ContextVar("mrtpo_credit_trusted", default=False)
-"""True while :func:`_allocate` runs a scheme's weights function on inputs it has checked: a
-:func:`token_weights` call inside a registered scheme then skips the checks (its result is checked
-once, by :func:`_allocate`)."""
-
-
-def _bool_mask(mask: Tensor) -> Tensor:
-    if not isinstance(mask, Tensor):
-        mask = torch.as_tensor(mask)
-    if mask.dim() != 2:
-        raise ValueError(f"mask has shape {tuple(mask.shape)}; expected (N, T)")
-    if mask.dtype != torch.bool:
-        bad = (mask != 0) & (mask != 1)
-        if bad.any():
-            j, t = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"mask[{j}, {t}] = {mask[j, t].item()}; expected a bool or 0/1 mask")
-        mask = mask != 0
-    return mask
-
-
-def _valid_distances(distances: Tensor, mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """``distances`` [N, K', T] in ``dtype`` with 0 on padding; ValueError naming (response, reward,
-    token) of the first non-finite or negative entry on a valid token."""
-    valid = mask[:, None, :].expand(distances.shape)  # [N, K', T]
-    bad = valid & ~(torch.isfinite(distances) & (distances >= 0))
-    if bad.any():
-        j, k, t = (int(i) for i in bad.nonzero()[0])
-        value = distances[j, k, t].item()
-        raise ValueError(
-            f"distances[{j}, {k}, {t}] = {value} on a valid token (response {j}, reward {k}, token {t}); "
-            "distances must be finite and >= 0 wherever mask is 1"
-        )
-    return torch.where(valid, distances.to(dtype), torch.zeros((), dtype=dtype, device=distances.device))
-
-
-WEIGHT_MEAN_RTOL = 1e-3
-"""How far from 1 the mean of a scheme's weights over a row's valid tokens may be (float32 rounding
-over tens of thousands of tokens stays far below it)."""
-
-
-def _checked_weights(name: str, w: Tensor, mask: Tensor) -> Tensor:
-    """A scheme's weights [N, K', T], checked against the :data:`WeightsFn` contract that conservation
-    rests on: finite, 0 on padding and mean 1 over each row's valid tokens (rows without one: all 0).
-
-    Raises:
-        ValueError: naming the scheme and the first (response, row) that breaks the contract, e.g. a
-            scheme whose own normalization overflowed (credit would be destroyed, not redistributed).
-    """
-    if (
-        not isinstance(w, Tensor)
-        or w.dim() != 3
-        or w.shape[0] != mask.shape[0]
-        or w.shape[2] != mask.shape[1]
-    ):
-        shape = tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__
-        raise ValueError(
-            f"credit scheme {name!r} returned weights of shape {shape}; expected (N, K', T) = "
-            f"({mask.shape[0]}, K', {mask.shape[1]})"
-        )
-    valid = mask[:, None, :].expand(w.shape)  # [N, K', T]
-    finite = torch.isfinite(w)
-    if not bool((finite | ~valid).all()) or bool((w[~valid] != 0).any()):
-        j, k, t = (int(i) for i in ((valid & ~finite) | (~valid & (w != 0))).nonzero()[0])
-        raise ValueError(
-            f"credit scheme {name!r}: weights[{j}, {k}, {t}] = {w[j, k, t].item()} (response {j}, row {k}, "
-            f"token {t}); weights must be finite on valid tokens and 0 on padding"
-        )
-    count = mask.sum(dim=-1)  # [N]
-    wd = torch.where(valid, w, torch.zeros((), dtype=w.dtype, device=w.device)).double()  # [N, K', T]
-    mean = wd.sum(dim=-1) / count.clamp(min=1)[:, None]  # [N, K']
-    bad = (count > 0)[:, None] & ((mean - 1).abs() > WEIGHT_MEAN_RTOL)  # [N, K']
-    if bool(bad.any()):
-        j, k = (int(i) for i in bad.nonzero()[0])
-        raise ValueError(
-            f"credit scheme {name!r}: the weights of response {j}, row {k} average {mean[j, k].item():.6g} "
-            "over its valid tokens; a scheme's weights must average 1 (else credit is created or destroyed)"
-        )
-    return w
+# --------------------------------------------------------------------------------------------------
+# Token weights and allocation
+# --------------------------------------------------------------------------------------------------
 
 
 @torch.no_grad()
@@ -443,6 +427,7 @@ def token_weights(
     *,
     credit: str = "reward",
     generator: torch.Generator | None = None,
+    replayed: Tensor | None = None,
 ) -> Tensor:
     """Per-token credit weights that average 1 over each (response, reward) row's valid tokens.
 
@@ -457,8 +442,8 @@ def token_weights(
     ``none`` (w = 1; ``distances`` may be None, then K' = 1). Values of ``distances`` on padding are
     ignored (may be NaN).
 
-    Called from a registered scheme's weights function while :func:`allocate` runs it, the inputs have
-    been checked and the result is checked by the allocation: the checks here are skipped.
+    A public entry point: its inputs are checked here. Inside a scheme's own weights function (whose
+    inputs the allocation has checked) build on :func:`mean_normalized` instead.
 
     Args:
         distances: [N, K', T] float, Jensen–Shannon distances (finite, >= 0 on valid tokens), or None
@@ -466,6 +451,7 @@ def token_weights(
         mask: [N, T] bool or 0/1, 1 on response tokens.
         credit: credit scheme name.
         generator: torch.Generator for ``shuffled`` (None: the global RNG).
+        replayed: [N, K'] bool, the rows replay measured (the others weigh 1); None: every row.
 
     Returns:
         [N, K', T] weights in the dtype of ``distances`` (float32 at least; float32 when None).
@@ -473,29 +459,38 @@ def token_weights(
     Raises:
         ValueError: unknown scheme, shapes that disagree, a non-finite/negative distance on a valid
             token (naming response, reward, token), or weights of the scheme that are not finite or do
-            not average 1 (:func:`_checked_weights`).
+            not average 1 (:func:`mrtpo.checks.checked_weights`).
 
     Notation:
         N responses, K' distance rows per response (K rewards, or 1 shared), T response tokens,
         d the replay distance, w the weight.
     """
-    fn = _weights_fn(credit)
-    if _TRUSTED.get():
-        return fn(distances, mask, generator)
-    mask = _bool_mask(mask)
-    n, t = mask.shape
-    if distances is not None:
-        if not isinstance(distances, Tensor):
-            distances = torch.as_tensor(distances)
-        if distances.dim() != 3 or distances.shape[0] != n or distances.shape[2] != t:
-            raise ValueError(
-                f"distances has shape {tuple(distances.shape)}; expected (N, K', T) with N = {n}, T = {t} "
-                "(from mask)"
-            )
-        mask = mask.to(distances.device)
-        dtype = distances.dtype if distances.is_floating_point() else torch.float32
-        distances = _valid_distances(distances, mask, torch.promote_types(dtype, torch.float32))
-    return _checked_weights(credit, fn(distances, mask, generator), mask)
+    s = _weights_scheme(credit)
+    if distances is None and s.kind is not None:
+        raise ValueError(f"credit scheme {credit!r} needs distances [N, K', T]; got None")
+    _, d, mask, _ = check_batch(None, distances, mask, replayed=replayed)
+    return checked_weights(credit, s.weights(d, mask, generator), mask)
+
+
+def _mix(
+    adv: Tensor,
+    d: Tensor | None,
+    mask: Tensor,
+    beta: float,
+    s: CreditScheme,
+    generator: torch.Generator | None,
+) -> Tensor:
+    """S[j, t] = Σ_k Â[j, k] · ((1 − β) + β · w[j, k, t]) from checked inputs (:mod:`mrtpo.checks`), w
+    the scheme's weights (checked against their contract)."""
+    dtype = adv.dtype
+    w = checked_weights(s.name, s.weights(d, mask, generator), mask).to(dtype)  # [N, K', T]
+    m = mask.to(dtype)  # [N, T]
+    base = adv.sum(dim=1, keepdim=True) * m  # [N, T]  Σ_k Â[j, k] on valid tokens
+    if w.shape[1] == 1:
+        weighted = adv.sum(dim=1, keepdim=True) * w[:, 0, :]  # [N, T]
+    else:
+        weighted = torch.einsum("nk,nkt->nt", adv, w)  # [N, T]  Σ_k Â[j, k] w[j, k, t]
+    return (1.0 - beta) * base + beta * weighted  # [N, T]; w and m are 0 on padding
 
 
 @torch.no_grad()
@@ -507,6 +502,7 @@ def allocate(
     beta: float = 0.5,
     credit: str = "reward",
     generator: torch.Generator | None = None,
+    replayed: Tensor | None = None,
 ) -> Tensor:
     """Token-level advantages: each reward's advantage spread over its relevant tokens (MRTPO).
 
@@ -518,18 +514,17 @@ def allocate(
     Since w averages 1 over the valid tokens, mean_{valid t} S[j, t] = Σ_k Â[j, k]: credit is
     redistributed within the response, never created. This holds at any finite input (float32
     distances from subnormal to 3.4e38 included): the built-in schemes normalize overflow-safely
-    (:func:`_mean_normalized`), and the weights of every scheme, registered ones included, are checked to
-    average 1 before they are used; β = 0 (or scheme ``uniform``) gives exactly the
+    (:func:`mean_normalized`), and the weights of every scheme, registered ones included, are checked
+    to average 1 before they are used; β = 0 (or scheme ``uniform``) gives exactly the
     response-level advantage Σ_k Â[j, k] on every valid token.
 
-    Distances with K' = 1 row ([N, 1, T], e.g. ``joint``) are shared by all K rewards. Distance rows of
-    pairs whose advantage is exactly 0 are ignored (replay skips those pairs and may leave 0 or NaN
-    there); with K' = 1 a row is ignored when all of the response's advantages are 0. The result is a
-    constant of the policy loss: no gradient flows (``torch.no_grad``).
+    Distances with K' = 1 row ([N, 1, T], e.g. ``joint``) are shared by all K rewards. Rows that were not
+    replayed (``replayed``; by default the rows that carry no advantage) are ignored: their values may be
+    anything, they weigh 1. The result is a constant of the policy loss: no gradient flows
+    (``torch.no_grad``).
 
-    This public entry point checks its scheme and β (:func:`check_strength`) and then the tensors;
-    :func:`mrtpo.step.credit_step`, whose :class:`~mrtpo.method.MethodConfig` is validated, checks
-    only the tensors.
+    A public entry point: it checks its scheme, β (:func:`check_strength`) and tensors
+    (:func:`mrtpo.checks.check_batch`) once; :func:`mrtpo.step.credit_step` checks an engine's batch alike.
 
     Args:
         advantages: [N, K] float, per-reward response-level advantages Â (any method of
@@ -540,85 +535,30 @@ def allocate(
         credit: a registered credit scheme (``reward``, ``joint``, ``shuffled``, ``uniform``, ``none``,
             ``cort``, or one added with :func:`register_scheme`).
         generator: torch.Generator for ``shuffled``.
+        replayed: [N, K'] bool, the rows replay measured (:attr:`mrtpo.replay.ReplayResult.replayed`);
+            None: the rows that carry an advantage (:func:`~mrtpo.checks.check_batch`).
 
     Returns:
         [N, T] token advantages S in the dtype of ``advantages`` (float32 at least); exactly 0 on padding.
 
     Raises:
         ValueError: β outside [0, 1], unknown scheme, shapes that disagree, non-finite advantages, a
-            non-finite/negative distance on a valid token of a pair with nonzero advantage, or weights of
-            the scheme that are not finite or do not average 1 (:func:`_checked_weights`).
+            non-finite/negative distance on a valid token of a replayed row, or weights of the scheme
+            that are not finite or do not average 1 (:func:`mrtpo.checks.checked_weights`).
 
     Notation:
         N responses, K rewards, T response tokens; Â per-reward advantages; d Jensen–Shannon distances;
         w token weights (mean 1 per response and reward); β allocation strength; S token advantages.
     """
-    fn = _weights_fn(credit)  # validate the name before any other work
-    return _allocate(advantages, distances, mask, check_strength(beta), credit, fn, generator)
-
-
-def _allocate(
-    advantages: Tensor,
-    distances: Tensor | None,
-    mask: Tensor,
-    beta: float,
-    credit: str,
-    fn: WeightsFn,
-    generator: torch.Generator | None,
-) -> Tensor:
-    """:func:`allocate` for a scheme ``credit`` (weights function ``fn``) and a β in [0, 1] that the
-    caller has checked; the tensors are checked here."""
-    if not isinstance(advantages, Tensor):
-        advantages = torch.as_tensor(advantages)
-    if advantages.dim() != 2:
-        raise ValueError(f"advantages has shape {tuple(advantages.shape)}; expected (N, K)")
-    mask = _bool_mask(mask)
-    n, k = advantages.shape
-    if mask.shape[0] != n:
-        raise ValueError(
-            f"mask has shape {tuple(mask.shape)}; expected (N, T) with N = {n} (from advantages)"
-        )
-    t = mask.shape[1]
-    dtype = advantages.dtype if advantages.is_floating_point() else torch.float32
-    dtype = torch.promote_types(dtype, torch.float32)
-    adv = advantages.to(dtype)  # [N, K]
-    if not torch.isfinite(adv).all():
-        j, kk = (int(i) for i in (~torch.isfinite(adv)).nonzero()[0])
-        raise ValueError(
-            f"advantages[{j}, {kk}] = {adv[j, kk].item()} (response {j}, reward {kk}) is not finite"
-        )
-    mask = mask.to(adv.device)
-
-    if distances is not None:
-        if not isinstance(distances, Tensor):
-            distances = torch.as_tensor(distances)
-        shape = tuple(distances.shape)
-        if len(shape) != 3 or shape[0] != n or shape[2] != t or shape[1] not in (k, 1):
-            raise ValueError(
-                f"distances has shape {shape}; expected (N, K, T) = ({n}, {k}, {t}) or ({n}, 1, {t})"
-            )
-        d = distances.to(device=adv.device, dtype=dtype)  # [N, K', T]
-        # Pairs with Â = 0 are ignored: their distances (0 or NaN from a skipped replay) become 0.
-        ignored = adv == 0 if shape[1] == k else (adv == 0).all(dim=1, keepdim=True)  # [N, K']
-        d = _valid_distances(
-            torch.where(ignored[:, :, None], torch.zeros((), dtype=dtype, device=d.device), d), mask, dtype
-        )
-    else:
-        d = None
-
-    trusted = _TRUSTED.set(True)  # a token_weights call inside fn need not check again
-    try:
-        raw = fn(d, mask, generator)
-    finally:
-        _TRUSTED.reset(trusted)
-    w = _checked_weights(credit, raw, mask).to(dtype)  # [N, K', T]
-    m = mask.to(dtype)  # [N, T]
-    base = adv.sum(dim=1, keepdim=True) * m  # [N, T]  Σ_k Â[j, k] on valid tokens
-    if w.shape[1] == 1:
-        weighted = adv.sum(dim=1, keepdim=True) * w[:, 0, :]  # [N, T]
-    else:
-        weighted = torch.einsum("nk,nkt->nt", adv, w)  # [N, T]  Σ_k Â[j, k] w[j, k, t]
-    return (1.0 - beta) * base + beta * weighted  # [N, T]; w and m are 0 on padding
+    s = _weights_scheme(credit)  # validate the name before any other work
+    beta = check_strength(beta)
+    if distances is None and s.kind is not None:
+        raise ValueError(f"credit scheme {credit!r} needs distances [N, K', T]; got None")
+    shared = s.kind is not None and not s.kind.per_reward  # a shared-row kind: K' = 1, else K or 1
+    adv, d, mask, _ = check_batch(
+        advantages, distances, mask, replayed=replayed, rows=1 if shared else None, scheme_name=credit
+    )
+    return _mix(adv, d, mask, beta, s, generator)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -685,6 +625,7 @@ def rlsd_token_advantages(
     lam: float,
     eps: float = RLSD_EPS,
     negative_only: bool = False,
+    replayed: Tensor | None = None,
 ) -> Tensor:
     """RLSD's token advantages on the response advantage A_j = Σ_k Â[j, k].
 
@@ -695,80 +636,81 @@ def rlsd_token_advantages(
     Unlike the mean-1 schemes of :func:`allocate`, the weights are clipped ratios: credit is moved
     within a response and may also grow or shrink, mean_t S[j, t] ∈ A_j · [1 − λε, 1 + λε].
 
+    A public entry point: λ, ε and the tensors are checked here, once (:func:`~mrtpo.checks.check_batch`).
+
     Args:
         advantages: [N, K] float, response-level per-reward advantages (any method).
         gap: [N, 1, T] or [N, T] float, ``log π(y_t | C) − log π(y_t | rollout prompt)`` (replay
-            ``teacher_gap``); rows of responses with A_j = 0 are ignored (may be 0 or NaN). None:
-            every gap is 0.
+            ``teacher_gap``); rows not replayed are ignored (may be 0 or NaN). None: every gap is 0.
         mask: [N, T] bool or 0/1.
         lam: λ in [0, 1].
         eps: ε >= 0, the clip range of w.
         negative_only: reweight only responses with a negative advantage.
+        replayed: [N, 1] bool, the responses replay measured; None: those with A_j ≠ 0.
 
     Returns:
         [N, T] float, in the dtype of ``advantages`` (float32 at least).
 
     Raises:
         ValueError: λ outside [0, 1], a negative ε, shapes that disagree, non-finite advantages or a
-            non-finite gap on a valid token of a response with A_j ≠ 0.
+            non-finite gap on a valid token of a replayed response.
     """
     lam = check_strength(lam, "lam")
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not (math.isfinite(eps) and eps >= 0):
         raise ValueError(f"eps={eps!r} (RLSD's clip range) must be a finite number >= 0")
-    return _rlsd_token_advantages(advantages, gap, mask, lam, float(eps), negative_only)
+    if gap is not None:
+        gap = gap if isinstance(gap, Tensor) else torch.as_tensor(gap)
+        gap = gap[:, None, :] if gap.dim() == 2 else gap
+    adv, g, m, _ = check_batch(
+        advantages, gap, mask, replayed=replayed, rows=1, signed=True, scheme_name="rlsd", what="gap"
+    )
+    return _rlsd(adv, g, m, lam, float(eps), negative_only)
 
 
-def _rlsd_token_advantages(
-    advantages: Tensor, gap: Tensor | None, mask: Tensor, lam: float, eps: float, negative_only: bool
+def _rlsd(
+    adv: Tensor, gap: Tensor | None, mask: Tensor, lam: float, eps: float, negative_only: bool
 ) -> Tensor:
-    """:func:`rlsd_token_advantages` for a λ and an ε the caller has checked (the tensors are checked
-    here)."""
-    adv = torch.as_tensor(advantages)
-    if adv.dim() != 2:
-        raise ValueError(f"advantages has shape {tuple(adv.shape)}; expected (N, K)")
-    m = _bool_mask(mask)
-    n, t = m.shape
-    if adv.shape[0] != n:
-        raise ValueError(f"mask has shape {tuple(m.shape)}; expected (N, T) with N = {n} (from advantages)")
-    dtype = torch.promote_types(adv.dtype if adv.is_floating_point() else torch.float32, torch.float32)
-    resp = adv.to(dtype).sum(1)  # [N]
-    if not torch.isfinite(resp).all():
-        j = int((~torch.isfinite(resp)).nonzero()[0, 0])
-        raise ValueError(f"advantages of response {j} are not finite (row sum {resp[j].item()})")
-    m = m.to(resp.device)
-    if gap is None:
-        g = torch.zeros(n, t, dtype=dtype, device=resp.device)
-    else:
-        g = torch.as_tensor(gap).to(resp.device)
-        g = g[:, 0, :] if g.dim() == 3 and g.shape[1] == 1 else g
-        if tuple(g.shape) != (n, t):
-            raise ValueError(
-                f"gap has shape {tuple(torch.as_tensor(gap).shape)}; expected (N, 1, T) = ({n}, 1, {t})"
-            )
-        live = (resp != 0)[:, None] & m  # [N, T]
-        bad = live & ~torch.isfinite(g)
-        if bad.any():
-            j, tt = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"gap[{j}, {tt}] = {g[j, tt].item()} on a valid token of a response with A != 0")
-        g = torch.where(live, g.to(dtype), torch.zeros((), dtype=dtype, device=g.device))
-    w = rlsd_weights(g, torch.sign(resp), m, eps).to(dtype)  # [N, T]
+    """RLSD's token advantages from checked inputs (:mod:`mrtpo.checks`: the gap ``[N, 1, T]`` is 0 on
+    padding and on responses not replayed)."""
+    dtype = adv.dtype
+    resp = adv.sum(1)  # [N]
+    g = torch.zeros(mask.shape, dtype=dtype, device=adv.device) if gap is None else gap[:, 0, :]  # [N, T]
+    w = rlsd_weights(g, torch.sign(resp), mask, eps).to(dtype)  # [N, T]
     factor = (1.0 - lam) + lam * w  # [N, T]
     if negative_only:
         factor = torch.where((resp < 0)[:, None], factor, torch.ones_like(factor))
-    return resp[:, None] * factor * m.to(dtype)  # [N, T]
+    return resp[:, None] * factor * mask.to(dtype)  # [N, T]
 
 
 def _rlsd_scheme_advantages(
     advantages: Tensor, distances: Tensor | None, mask: Tensor, strength: float, options: Mapping[str, Any]
 ) -> Tensor:
-    # options resolved and strength scheduled from a validated MethodConfig: no checks again
-    return _rlsd_token_advantages(
+    # inputs checked by credit_step, options resolved and strength scheduled by a validated MethodConfig
+    return _rlsd(
         advantages, distances, mask, float(strength), float(options["eps"]), bool(options["negative_only"])
     )
 
 
 def _rlsd_strength(step: int, beta: float, options: Mapping[str, Any]) -> float:
     return rlsd_lambda(step, beta, options["warmup_steps"], options["decay_steps"])
+
+
+def _rlsd_metrics(
+    advantages: Tensor,
+    gap: Tensor | None,
+    replayed: Tensor | None,
+    mask: Tensor,
+    strength: float,
+    options: Mapping[str, Any],
+) -> dict[str, tuple[Tensor | float, Tensor | float]]:
+    """``rlsd/lambda`` (the step's λ) and ``rlsd/weight_mean`` (the clipped weight over the replayed
+    responses' valid tokens)."""
+    out: dict[str, tuple[Tensor | float, Tensor | float]] = {"rlsd/lambda": (float(strength), 1.0)}
+    if gap is not None and replayed is not None:
+        valid = mask.to(gap.dtype) * replayed[:, :1].to(gap.dtype)  # [B, T]
+        w = rlsd_weights(gap, torch.sign(advantages.sum(1)), mask, float(options["eps"]))  # [B, T]
+        out["rlsd/weight_mean"] = ((w * valid).sum(), valid.sum())
+    return out
 
 
 def _no_weights(distances: Tensor | None, mask: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -781,4 +723,5 @@ register_scheme(
     token_advantages=_rlsd_scheme_advantages,
     strength=_rlsd_strength,
     options={"eps": RLSD_EPS, "negative_only": False, "warmup_steps": 0, "decay_steps": 0},
+    metrics=_rlsd_metrics,
 )(_no_weights)

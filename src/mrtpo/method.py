@@ -154,13 +154,42 @@ class MethodConfig:
         against that method)."""
         return self if method == self.method else dataclasses.replace(self, method=method)
 
-    def check_rewards(self, num_rewards: int, names: Sequence[str] | None = None) -> None:
-        """ValueError naming ``weights`` unless it has one entry per reward (K = ``num_rewards``)."""
+    def check_rewards(
+        self,
+        num_rewards: int,
+        names: Sequence[str] | None = None,
+        bounds: Sequence[Sequence[float]] | None = None,
+    ) -> None:
+        """What the configuration can be checked against once an engine knows its rewards, at construction:
+        ``weights`` has one entry per reward (K = ``num_rewards``), and the rewards' declared ``bounds``
+        (``[K]`` pairs ``(min, max)``) give what the method reads of them (:attr:`AdvantageMethod.needs
+        <mrtpo.advantages.AdvantageMethod>`: finite, and ``max > min`` when it reads both).
+
+        Raises:
+            ValueError: naming the field (``weights``, or ``method`` and the reward whose bounds do not
+                serve it).
+        """
+        which = f" ({list(names)})" if names is not None else ""
         if self.weights is not None and len(self.weights) != num_rewards:
-            which = f" ({list(names)})" if names is not None else ""
             raise ValueError(
                 f"{self._label('weights')} has {len(self.weights)} entries; expected K={num_rewards}{which}"
             )
+        from mrtpo import advantages as adv_mod
+
+        needs = adv_mod.get(self.method).needs if self.method is not None else ()
+        if not needs or bounds is None:
+            return
+        for k, (lo, hi) in enumerate(bounds):
+            name = names[k] if names is not None else str(k)
+            read = [v for side, v in (("reward_min", lo), ("reward_max", hi)) if side in needs]
+            if not all(math.isfinite(float(v)) for v in read) or (
+                len(needs) == 2 and not float(hi) > float(lo)
+            ):
+                raise ValueError(
+                    f"{self._label('method')}={self.method!r} reads {' and '.join(needs)} of every reward, but reward "
+                    f"{name!r} declares bounds ({lo}, {hi}): they must be finite"
+                    + (" with max > min" if len(needs) == 2 else "")
+                )
 
     def _label(self, name: str) -> str:
         return self.labels.get(name, name)

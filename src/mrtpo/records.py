@@ -91,13 +91,19 @@ class SampleRecord:
         tokens: [T] token strings of the response.
         reward_names: [K].
         advantages: [K] response-level advantages Â of the run's method.
-        distances: None (no replay: response-level credit) or [K'] rows of [T] distances; a None row is
-            a pair replay skipped (|Â[k]| <= 1e-8); one row is shared by all rewards (joint, CoRT).
+        distances: None (no replay, or a replay kind whose measure is signed: no distances to show) or
+            [K'] rows of [T] values of the replay kind's measure; a None row is a row replay did not run
+            (the kind's rule, e.g. |Â[k]| <= 1e-8 for ``reward``): it weighs 1. One row is shared by all
+            rewards (joint, CoRT, a user's shared-row kind).
         step: optimizer step (None for a record of ``mrtpo explain``'s live mode).
         prompt, response: texts.
         rewards: [K] reward values.
         method, credit, credit_beta: the run's advantage method, credit scheme and allocation strength β
             (``"credit_beta"`` in the JSON; records of earlier versions have ``"beta"``, read the same).
+        replay: the replay kind of the credit scheme (None: no replay, or a record of an earlier version).
+        rows: [K'] the names of the distance rows (the kind's :meth:`~mrtpo.replay.ReplayKind.row_names`:
+            the reward names, or the name of the shared row); None in records of earlier versions
+            (:attr:`row_names` infers them).
         token_advantages: [T] S under the run's credit.
         checked_tokens: reward name -> [T] 0/1 tokens its verifier reads.
         information: reward name -> character spans ``[start, end)`` of ``prompt`` holding the
@@ -118,6 +124,8 @@ class SampleRecord:
     method: str | None = None
     credit: str | None = None
     credit_beta: float | None = None
+    replay: str | None = None
+    rows: list[str] | None = None
     token_advantages: list[float] | None = None
     checked_tokens: dict[str, list[int]] | None = None
     information: dict[str, list[list[int]]] | None = None
@@ -126,9 +134,19 @@ class SampleRecord:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def shared_row(self) -> bool:
-        """One distance row for all rewards (joint replay or CoRT's relevance)."""
-        return self.distances is not None and len(self.distances) == 1 and len(self.reward_names) != 1
+    def row_names(self) -> list[str]:
+        """The names of the distance rows: ``rows``, or for a record of an earlier version the reward
+        names (K rows) or ``["joint"]`` (one shared row); [] without distances."""
+        if self.distances is None:
+            return list(self.rows or [])
+        if self.rows is not None:
+            return list(self.rows)
+        return list(self.reward_names) if len(self.distances) == len(self.reward_names) else ["joint"]
+
+    @property
+    def per_reward(self) -> bool:
+        """One distance row per reward (row k belongs to reward k); else one row shared by all rewards."""
+        return self.row_names == list(self.reward_names)
 
     def to_json(self) -> dict[str, Any]:
         """The samples.jsonl object: the format's keys in order; optional keys only when not None."""
@@ -143,6 +161,8 @@ class SampleRecord:
             "method": self.method,
             "credit": self.credit,
             "credit_beta": self.credit_beta,
+            "replay": self.replay,
+            "rows": self.rows,
             "distances": self.distances,
             "token_advantages": self.token_advantages,
         }
@@ -184,12 +204,20 @@ class SampleRecord:
             if not isinstance(rows, list) or len(rows) not in (k, 1):
                 got = len(rows) if isinstance(rows, list) else type(rows).__name__
                 raise ValueError(
-                    f"{where}: distances has {got} rows; expected K={k} (one per reward) or 1 (joint)"
+                    f"{where}: distances has {got} rows; expected K={k} (one per reward) or 1 (one shared row)"
                 )
             rows = [
                 None if row is None else _numbers(row, f"{where}: distances[{i}]", t_len, nonnegative=True)
                 for i, row in enumerate(rows)
             ]
+        row_names = obj.get("rows")
+        if row_names is not None:
+            if not isinstance(row_names, list) or not all(isinstance(r, str) for r in row_names):
+                raise ValueError(f"{where}: rows must be a list of row names (strings) or null")
+            if rows is not None and len(row_names) != len(rows):
+                raise ValueError(
+                    f"{where}: rows names {len(row_names)} rows but distances has {len(rows)}; expected one name per row"
+                )
         checked = obj.get("checked_tokens")
         if checked is not None and not isinstance(checked, dict):
             raise ValueError(f"{where}: checked_tokens must be an object of reward name -> [T] 0/1 list")
@@ -231,6 +259,8 @@ class SampleRecord:
             method=text("method"),
             credit=text("credit"),
             credit_beta=None if beta is None else float(beta),
+            replay=text("replay"),
+            rows=None if row_names is None else list(row_names),
             token_advantages=opt_numbers["token_advantages"],
             checked_tokens=checked_out,
             information=information,

@@ -2,11 +2,16 @@
 
 One function, :func:`credit_step`, does what every training engine needs after scoring a batch
 (docs/design.md §3 and §5), for a validated :class:`mrtpo.method.MethodConfig`: the response-level
-advantages ``Â = advantages.compute(method, r, groups)`` ``[N, K]``; the pairs worth replaying
-(``|Â[j, k]| > ACTIVE_TOL``); the replay the credit scheme asks for, through a callable the engine
-supplies (:data:`mrtpo.replay.DistanceFn`, which calls :func:`mrtpo.replay.for_scheme`); and the token
-advantages ``S = credit.allocate(Â, d, mask, β, credit)`` ``[B, T]``. The TRL trainer and the verl adapter only translate their data into this call and
-back, so a credit scheme registered with :func:`mrtpo.credit.register_scheme` works in both.
+advantages ``Â = advantages.compute(method, r, groups)`` ``[N, K]``; the replay the credit scheme asks
+for, through a callable the engine supplies (:data:`mrtpo.replay.DistanceFn`, which calls
+:func:`mrtpo.replay.for_scheme` and answers with the distances and which rows ran); and the token
+advantages of the scheme (``S = credit.allocate(Â, d, mask, β, credit)`` ``[B, T]`` for the weight
+schemes). The TRL trainer and the verl adapter only translate their data into this call and back, so a
+credit scheme registered with :func:`mrtpo.credit.register_scheme` works in both.
+
+Checks: the configuration was checked when it was built; the batch's tensors are checked here, once
+(:func:`mrtpo.advantages.compute`'s batch check for the rewards, :func:`mrtpo.checks.check_batch` for the
+mask and the replay's answer); what runs after that trusts them.
 
 Core module: torch and the standard library only.
 
@@ -25,40 +30,57 @@ from torch import Tensor
 
 from mrtpo import advantages as adv_mod
 from mrtpo import credit
+from mrtpo.checks import check_batch
 from mrtpo.losses import linear_ramp
 from mrtpo.method import MethodConfig
-from mrtpo.replay import DistanceFn
+from mrtpo.replay import DistanceFn, ReplayResult, ReplayStats
 
 
 @dataclass
 class CreditResult:
-    """What :func:`credit_step` computed.
+    """What :func:`credit_step` computed, and what it decided.
 
     Attributes:
         advantages: [N, K] float32, response-level advantages Â of the whole batch.
         local: [B, K] float32, the rows handled here, on the mask's device.
-        active: [B, K] bool, ``|local| > ACTIVE_TOL`` (pairs worth replaying).
-        distances: [B, K', T] from the scheme's replay, or None (no replay).
+        distances: [B, K', T] the replay's measure (0 on padding and on rows not replayed), or None (no
+            replay).
+        replayed: [B, K'] bool, the rows replay measured (its answer, :class:`mrtpo.replay.ReplayResult`),
+            or None (no replay). The allocation, the metrics and the saved samples read this; nobody
+            re-derives it.
         token_advantages: [B, T] token advantages S (0 on padding).
         credit_beta: the strength used: β, ramped for a ramped scheme, scheduled for a scheme with
             a strength schedule (RLSD's λ).
         scheme: the credit scheme.
         credit_options: the scheme's options (defaults filled in).
+        replay_stats: what the replay cost (None: no replay, or distances given as a tensor).
     """
 
     advantages: Tensor
     local: Tensor
-    active: Tensor
     distances: Tensor | None
+    replayed: Tensor | None
     token_advantages: Tensor
     credit_beta: float
     scheme: credit.CreditScheme
     credit_options: dict[str, Any] = field(default_factory=dict)
+    replay_stats: ReplayStats | None = None
 
     @property
     def response_advantages(self) -> Tensor:
         """[B] the row sums Σ_k Â[j, k] (what a response-level loss takes)."""
         return self.local.sum(1)
+
+    def metrics(self, mask: Tensor) -> dict[str, tuple[Tensor | float, Tensor | float]]:
+        """The scheme's own metrics of this step (:attr:`mrtpo.credit.CreditScheme.metrics`): ``{name:
+        (sum, count)}``, to be summed over processes and logged as ``sum / count``; {} for a scheme
+        without. ``mask``: [B, T] the tokens that took credit."""
+        if self.scheme.metrics is None:
+            return {}
+        m = torch.as_tensor(mask).to(self.local.device) != 0
+        return self.scheme.metrics(
+            self.local, self.distances, self.replayed, m, self.credit_beta, self.credit_options
+        )
 
 
 def credit_step(
@@ -70,7 +92,7 @@ def credit_step(
     reward_min: Tensor | Sequence[float] | None = None,
     reward_max: Tensor | Sequence[float] | None = None,
     lengths: Tensor | Sequence[float] | None = None,
-    distances: Tensor | DistanceFn | None = None,
+    distances: Tensor | ReplayResult | DistanceFn | None = None,
     rows: slice | None = None,
     generator: torch.Generator | None = None,
     step: int = 0,
@@ -78,7 +100,7 @@ def credit_step(
     """Response-level advantages, replay and token advantages of one batch.
 
     ``config`` was validated when it was built (method, options, weights, credit scheme, β, ramp):
-    nothing of it is checked again here; the batch's tensors are.
+    nothing of it is checked again here; the batch's tensors are, once.
 
     Args:
         config: the run's :class:`~mrtpo.method.MethodConfig` (its ``method`` set).
@@ -87,7 +109,10 @@ def credit_step(
         mask: [B, T] bool or 0/1, the response tokens that take credit (rows ``rows`` of the batch).
         reward_min, reward_max: [K] as :func:`mrtpo.advantages.compute`.
         lengths: [N] token counts (used by ``whiten="token"``).
-        distances: [B, K', T] precomputed, or a :data:`DistanceFn` called when the scheme needs replay.
+        distances: a :data:`~mrtpo.replay.DistanceFn` called with the scheme's replay kind and the local
+            advantages when the scheme replays (an engine's replay); or its answer given beforehand (a
+            :class:`~mrtpo.replay.ReplayResult`, or a bare ``[B, K', T]`` tensor whose rows carrying an
+            advantage count as replayed).
         rows: the rows of the batch handled here (one process's share); None: all N.
         generator: random numbers of schemes that draw them (``shuffled``).
         step: optimizer step (of a ramped or scheduled scheme).
@@ -96,12 +121,14 @@ def credit_step(
         :class:`CreditResult`.
 
     Raises:
-        ValueError: a configuration without a method, bad input (see :func:`mrtpo.advantages.compute`),
-            or a scheme that needs replay without ``distances``.
+        ValueError: a configuration without a method, bad input (see :func:`mrtpo.advantages.compute`
+            and :func:`mrtpo.checks.check_batch`), a scheme that needs replay without ``distances``, or
+            a replay answer that is not a :class:`~mrtpo.replay.ReplayResult`.
     """
     if config.method is None:
         raise ValueError("credit_step needs a MethodConfig with its method set (MethodConfig.with_method)")
     scheme = config.scheme
+    kind = scheme.kind
     opts = dict(config.credit_options)
     adv_all = adv_mod._compute(
         config.method,
@@ -112,25 +139,36 @@ def credit_step(
         reward_max,
         lengths,
         config.options,
-    ).float()  # [N, K]
-    local = adv_all[rows if rows is not None else slice(None)].to(mask.device)  # [B, K]
-    active = local.abs() > adv_mod.ACTIVE_TOL  # [B, K]
-    d = None
-    if scheme.replay != "none":
+    ).float()  # [N, K]  (the rewards' check)
+    device = mask.device if isinstance(mask, Tensor) else torch.device("cpu")
+    local = adv_all[rows if rows is not None else slice(None)].to(device)  # [B, K]
+    answer: ReplayResult | Tensor | None = None
+    if kind is not None:
         if distances is None:
             raise ValueError(
-                f"credit scheme {scheme.name!r} needs {scheme.replay!r} replay distances [B, K', T]; none were given"
+                f"credit scheme {scheme.name!r} needs {kind.name!r} replay distances [B, K', T]; none were given"
             )
-        d = distances(scheme.replay, local) if callable(distances) else distances
+        answer = distances(kind.name, local) if callable(distances) else distances
+        if callable(distances) and not isinstance(answer, ReplayResult):
+            raise ValueError(
+                f"the replay callable returned {type(answer).__name__}; expected a mrtpo.replay.ReplayResult "
+                "(distances [B, K', T] and replayed [B, K'], what mrtpo.replay.for_scheme returns)"
+            )
+    res = answer if isinstance(answer, ReplayResult) else None
+    local, d, mask, replayed = check_batch(
+        local,
+        res.distances if res is not None else answer,
+        mask,
+        replayed=None if res is None else res.replayed,
+        rows=None if kind is None else kind.rows(local.shape[1]),
+        signed=kind is not None and kind.signed,
+        scheme_name=scheme.name,
+    )  # the tensors' one check
     beta = config.credit_beta
     if scheme.strength is not None:
         strength = scheme.strength(step, beta, opts)
     else:
         strength = linear_ramp(step, beta, config.ramp_steps) if scheme.ramped else beta
-    if scheme.token_advantages is not None:
-        token_adv = scheme.token_advantages(local, d, mask, strength, opts)
-    elif scheme.token_level:
-        token_adv = credit._allocate(local, d, mask, float(strength), scheme.name, scheme.weights, generator)
-    else:  # the response level: Σ_k Â[j, k] on every valid token
-        token_adv = local.sum(1, keepdim=True) * (torch.as_tensor(mask).to(local.device) != 0).to(local.dtype)
-    return CreditResult(adv_all, local, active, d, token_adv, strength, scheme, opts)
+    token_adv = scheme.apply(local, d, mask, strength, opts, generator)
+    stats = None if res is None else res.stats
+    return CreditResult(adv_all, local, d, replayed, token_adv, strength, scheme, opts, stats)

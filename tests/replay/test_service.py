@@ -199,7 +199,7 @@ def test_a_new_replay_kind_is_one_function_and_one_registration(tiny_model, tiny
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
 
     def distances(kind, adv):  # what an engine hands the credit step (mrtpo.replay.DistanceFn)
-        return replay.for_scheme(tiny_model, [ctx] * 3, RESPONSES, adv, kind, width=4).distances
+        return replay.for_scheme(tiny_model, [ctx] * 3, RESPONSES, adv, kind, width=4)
 
     config = MethodConfig(method="grpo", credit="first_reward", credit_beta=0.6)  # validates the new scheme
     res = credit_step(config, rewards, [0] * 3, mask, distances=distances)
@@ -299,5 +299,11 @@ def test_explain_shows_a_users_scheme_through_its_replay_kind(user_kind):
     view = credit_view(rec, credit_beta=0.5)
     assert view.token_total.tolist() == pytest.approx(rec["token_advantages"], abs=1e-6)
     assert view.logged_note.startswith("logged token advantages: max |logged − S|")
-    with pytest.raises(ValueError, match="credit 'rlsd' does not redistribute"):
-        live_record(model, tok, ex, verifiers, response, adv, credit="rlsd")
+    # a scheme without replay has nothing to show beyond the response level: named, refused
+    with pytest.raises(ValueError, match="credit 'none' does not replay"):
+        live_record(model, tok, ex, verifiers, response, adv, credit="none")
+    # RLSD's kind measures a signed gap: the record keeps no rows, and its token advantages are RLSD's
+    # (no privileged segment here: teacher = student, so S is the response level exactly)
+    rlsd = live_record(model, tok, ex, verifiers, response, adv, credit_beta=0.5, credit="rlsd")
+    assert rlsd["replay"] == "teacher_gap" and rlsd["rows"] == ["teacher_gap"] and rlsd["distances"] is None
+    assert rlsd["token_advantages"] == pytest.approx([sum(adv)] * 6, abs=1e-6)

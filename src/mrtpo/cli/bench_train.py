@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 with section:  # CUDA: replay's peak above what was allocated when it started
                     res = super()._replay(out, *a, **kw)
-                self.limit_fpe.append(res[1]["limit_fpe"])
+                self.limit_fpe.append(res.stats.limit_fpe_per_response)
                 self.prompt_tokens.append(out["prompt_mask"].sum(1).float().mean().item())
                 return res
             finally:

@@ -21,6 +21,10 @@ distributions ("js", MRTPO), the sampled token's log-probability gap ("logprob",
 absolute) or the same gap with its sign ("signed_logprob": log pi(y_t | C) - log pi(y_t | C_k); RLSD's
 teacher minus student when C_k is the rollout prompt)."""
 
+SIGNED_MEASURES = frozenset({"signed_logprob"})
+"""The measures of :data:`MEASURES` that are signed gaps, not distances (>= 0): a credit scheme reads
+them as they are, the token-weight schemes and the distance views (samples.jsonl) do not take them."""
+
 
 @contextlib.contextmanager
 def _matmul_precision(projection_dtype: str) -> Iterator[None]:

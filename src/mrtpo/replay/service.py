@@ -3,22 +3,32 @@
 A credit scheme names the replay it needs (:attr:`mrtpo.credit.CreditScheme.replay`); that name is a
 *replay kind*, registered here. A kind is one function, ``others(contexts, advantages [K]) -> [K']``,
 which gives, for one response, the contexts compared with its full context ``C`` (``None`` skips the
-pair: its row stays 0 and runs nothing), and a measure of :data:`mrtpo.replay.measures.MEASURES`. The
+row: it stays 0 and runs nothing), and a measure of :data:`mrtpo.replay.measures.MEASURES`. The
 built-in kinds:
 
-========================  ======================================  ==============================  =====
-kind                      compared with ``C``                     runs when                       K'
-========================  ======================================  ==============================  =====
-``reward`` (MRTPO)        ``C_-k`` for each reward k, JS          ``|Â[j, k]| > ACTIVE_TOL``      K
-``joint``                 ``C_-all``, JS                          some ``|Â[j, k]| > ACTIVE_TOL``  1
-``logprob`` (CoRT)        ``C_-all``, ``|log-prob gap|``          ``|Σ_k Â[j, k]| > ACTIVE_TOL``  1
-``teacher_gap`` (RLSD)    the rollout prompt, signed gap          ``|Σ_k Â[j, k]| > ACTIVE_TOL``  1
-========================  ======================================  ==============================  =====
+========================  ======================================  ==============================  ===============
+kind                      compared with ``C``                     runs when                       rows (K')
+========================  ======================================  ==============================  ===============
+``reward`` (MRTPO)        ``C_-k`` for each reward k, JS          ``|Â[j, k]| > ACTIVE_TOL``      the K rewards
+``joint``                 ``C_-all``, JS                          some ``|Â[j, k]| > ACTIVE_TOL``  ``joint``
+``logprob`` (CoRT)        ``C_-all``, ``|log-prob gap|``          ``|Σ_k Â[j, k]| > ACTIVE_TOL``  ``relevance``
+``teacher_gap`` (RLSD)    the rollout prompt, signed gap          ``|Σ_k Â[j, k]| > ACTIVE_TOL``  ``teacher_gap``
+========================  ======================================  ==============================  ===============
 
-:func:`for_scheme` owns everything between a batch and :func:`mrtpo.replay.replay`: which pairs run, the
-requests and measure of the kind, the reuse of the rollout pass's hidden states (checked: same prompt
-ids, no privileged segment, same precision), and the padding of the distances to the batch's response
-width. A new kind is one function and one :func:`register_replay`; every engine then runs it.
+A kind answers what the engines ask of it (:class:`ReplayKind`), so that no engine names one: its rows
+and their names (:meth:`ReplayKind.row_names`: the reward names, or the name of its one shared row; the
+metrics ``distance/<row>/mean`` and the records of samples.jsonl use them), whether its measure is
+signed (:attr:`ReplayKind.signed`: a gap, not a distance; samples keep no rows for it) and whether the
+engine's rollout pass can stand in for its ``C`` (:attr:`ReplayKind.reuses_rollout`).
+
+:func:`for_scheme` owns everything between a batch and :func:`mrtpo.replay.replay`: which rows run (the
+kind's ``None``), the requests and measure of the kind, the reuse of the rollout pass's hidden states
+(checked: same prompt ids, no privileged segment, same precision), and the padding of the distances to
+the batch's response width. It answers with the distances and which rows ran
+(:class:`~mrtpo.replay.requests.ReplayResult`), and that answer travels on: through
+:data:`DistanceFn` into :func:`mrtpo.step.credit_step`, whose result carries it
+(``CreditResult.replayed``), into the allocation, the metrics and the saved samples; nobody re-derives
+which rows ran. A new kind is one function and one :func:`register_replay`; every engine then runs it.
 
 Core module: torch, the standard library and mrtpo core modules only.
 
@@ -40,7 +50,7 @@ from mrtpo.head import autocast_dtype
 from mrtpo.registry import Registry
 from mrtpo.replay.contexts import Contexts
 from mrtpo.replay.engine import replay
-from mrtpo.replay.measures import MEASURES
+from mrtpo.replay.measures import MEASURES, SIGNED_MEASURES
 from mrtpo.replay.options import ReplayOptions
 from mrtpo.replay.requests import ReplayRequest, ReplayResult
 from mrtpo.replay.sharding import compute_dtype
@@ -52,44 +62,72 @@ OthersFn = Callable[[Contexts, Tensor], list[Sequence[int] | None]]
 context (``None``: skip that row), from its prompt's :class:`~mrtpo.replay.contexts.Contexts` and its
 response-level advantages ``[K]`` float32."""
 
-DistanceFn = Callable[[str, Tensor], Tensor]
-"""``distances(kind, advantages [B, K]) -> [B, K', T]``: what an engine gives :func:`mrtpo.step.credit_step`
-(and verl's hook) so that a scheme's replay runs when the advantages are known. ``kind`` is the scheme's
-replay kind; an engine's function calls :func:`for_scheme` with its model and batch."""
+DistanceFn = Callable[[str, Tensor], ReplayResult]
+"""``distances(kind, advantages [B, K]) -> ReplayResult``: what an engine gives
+:func:`mrtpo.step.credit_step` (and verl's hook) so that a scheme's replay runs when the advantages are
+known. ``kind`` is the scheme's replay kind; an engine's function calls :func:`for_scheme` with its model
+and batch and returns its answer: ``distances [B, K', T]`` and ``replayed [B, K']`` (the rows measured),
+with the stats."""
 
 
 @dataclass(frozen=True)
 class ReplayKind:
-    """A registered replay kind.
+    """A registered replay kind, and what engines ask of it.
 
     Attributes:
         name: what a credit scheme's ``replay`` names.
         others: :data:`OthersFn`.
         measure: what is compared per token (:data:`mrtpo.replay.measures.MEASURES`).
-        per_reward: K' = K rows per response (else 1).
+        per_reward: K' = K rows per response, one per reward (else one shared row).
+        row: the name of the shared row (metrics ``distance/<row>/mean``, samples.jsonl's ``rows``);
+            None: the kind's name. Unused when ``per_reward`` (the rows are the rewards').
+        reuses_rollout: the engine's rollout pass may stand in for the full context ``C`` (where ``C``
+            is the rollout prompt, :func:`for_scheme` checks it per response), so an engine keeps that
+            pass's hidden states for it. False for a kind whose compared context is the rollout prompt
+            itself (``teacher_gap``): where ``C`` is the rollout prompt its row is 0 without any pass.
     """
 
     name: str
     others: OthersFn
     measure: str = "js"
     per_reward: bool = False
+    row: str | None = None
+    reuses_rollout: bool = True
 
     def rows(self, k: int) -> int:
         """K' for K rewards."""
         return k if self.per_reward else 1
+
+    def row_names(self, reward_names: Sequence[str]) -> list[str]:
+        """The names of the K' rows: the reward names of a per-reward kind, else ``[row]``."""
+        return list(reward_names) if self.per_reward else [self.row or self.name]
+
+    @property
+    def signed(self) -> bool:
+        """The measure is a signed gap, not a distance (>= 0): weights schemes and the distance views
+        of samples.jsonl do not take it (RLSD's ``teacher_gap``)."""
+        return self.measure in SIGNED_MEASURES
 
 
 REPLAY_KINDS: Registry[ReplayKind] = Registry("replay kind")
 
 
 def register_replay(
-    name: str, *, measure: str = "js", per_reward: bool = False
+    name: str,
+    *,
+    measure: str = "js",
+    per_reward: bool = False,
+    row: str | None = None,
+    reuses_rollout: bool = True,
 ) -> Callable[[OthersFn], OthersFn]:
     """Decorator: register ``others`` as the replay kind ``name`` (then a credit scheme may name it).
 
+    The keywords are the :class:`ReplayKind`'s answers to the engines (its measure, rows, the name of
+    its shared row, whether the rollout pass may stand in for ``C``).
+
     Example (JS distances to the rollout prompt for the responses whose response advantage is not 0)::
 
-        @register_replay("rollout_js")
+        @register_replay("rollout_js", row="rollout")
         def rollout_js(ctx, adv):  # Contexts, [K] -> [1]
             return [ctx.rollout if abs(float(adv.sum())) > ACTIVE_TOL else None]
 
@@ -100,7 +138,7 @@ def register_replay(
         raise ValueError(f"measure={measure!r} must be one of {', '.join(MEASURES)}")
 
     def deco(fn: OthersFn) -> OthersFn:
-        REPLAY_KINDS.register(name)(ReplayKind(name, fn, measure, per_reward))
+        REPLAY_KINDS.register(name)(ReplayKind(name, fn, measure, per_reward, row, reuses_rollout))
         return fn
 
     return deco
@@ -126,12 +164,12 @@ def _joint(ctx: Contexts, adv: Tensor) -> list[Sequence[int] | None]:
     return [ctx.joint if any(_runs(a) for a in adv.tolist()) else None]
 
 
-@register_replay("logprob", measure="logprob")
+@register_replay("logprob", measure="logprob", row="relevance")
 def _cort(ctx: Contexts, adv: Tensor) -> list[Sequence[int] | None]:
     return [ctx.joint if _runs(float(adv.sum())) else None]
 
 
-@register_replay("teacher_gap", measure="signed_logprob")
+@register_replay("teacher_gap", measure="signed_logprob", reuses_rollout=False)
 def _teacher_gap(ctx: Contexts, adv: Tensor) -> list[Sequence[int] | None]:
     return [ctx.rollout if _runs(float(adv.sum())) else None]
 

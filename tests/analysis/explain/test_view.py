@@ -9,9 +9,7 @@ import pytest
 import torch
 
 from mrtpo import credit
-from mrtpo.analysis.explain import (
-    credit_view,
-)
+from mrtpo.analysis.explain import credit_view, render_html
 from mrtpo.records import SampleRecord
 from tests.analysis.explain.common import START, WRAP, S, _record
 
@@ -76,9 +74,38 @@ def test_skipped_and_joint_rows():
     # joint: one distance row shared by both rewards; w = [0.4, 1.2, 0.8, 1.6] for both, so
     # S = ΣÂ·(0.5 + 0.5·w) = 0.5·[0.7, 1.1, 0.9, 1.3]
     j = credit_view(_record(distances=[[0.1, 0.3, 0.2, 0.4]], credit="joint"), credit_beta=0.5)
-    assert j.credit == "joint"
+    assert j.credit == "joint" and j.rows == ["joint"] and not j.per_reward  # a record of an earlier version
     assert j.token_total.tolist() == pytest.approx([0.35, 0.55, 0.45, 0.65])
     assert j.token_level[1].tolist() == pytest.approx([-0.5 * x for x in START])
+
+
+def test_null_rows_are_taken_as_the_record_says():
+    """A null row is a row the replay kind did not run, whatever Â: it weighs 1 (the response level of
+    that row). CoRT skips a response whose Â cancel (Σ_k Â = 0); a user's kind has its own rule."""
+    # a per-reward row left out although Â = -0.5 (a kind's rule, not |Â| <= 1e-8): wrap keeps -0.5 per token
+    v = credit_view(_record(distances=[[0.1, 0.3, 0.2, 0.4], None]), credit_beta=0.5)
+    assert v.skipped == [False, True] and v.token_level[1].tolist() == [-0.5] * 4
+    assert v.token_total.tolist() == pytest.approx([x - 0.5 for x in START])
+    # CoRT with cancelling Â: the record's one row ("relevance") is null; S = Σ Â = 0 on every token
+    cort = _record(
+        advantages=[0.5, -0.5], distances=[None], credit="cort", replay="logprob", rows=["relevance"]
+    )
+    c = credit_view(cort, credit_beta=0.5)
+    assert (c.rows, c.per_reward, c.skipped, c.credit) == (["relevance"], False, [True], "cort")
+    assert c.token_total.tolist() == [0.0] * 4 and c.token_level.tolist() == [[0.5] * 4, [-0.5] * 4]
+    # a user's kind not imported here (its scheme unknown): the row's name is the record's, w = d / mean d
+    user = _record(
+        advantages=[0.0, 1.0],
+        distances=[None],
+        credit="first_reward",
+        replay="first_reward",
+        rows=["first_reward"],
+    )
+    u = credit_view(user, credit_beta=0.5)
+    assert u.rows == ["first_reward"] and u.credit == "reward" and u.token_total.tolist() == [1.0] * 4
+    page = render_html([c, u])
+    assert "relevance: one replay row shared by every reward" in page and "first_reward" in page
+    assert "joint" not in page
 
 
 def test_display_tokens_spell_the_response():
@@ -99,8 +126,8 @@ def test_display_tokens_spell_the_response():
     ("over", "message"),
     [
         (
-            {"distances": [[0.1, 0.3, 0.2, 0.4], None]},
-            r"distances\[1\] is null but advantages\[1\] = -0.5 is not 0",
+            {"distances": [[0.1, 0.3, 0.2, 0.4], None], "rows": ["start"]},
+            r"rows names 1 rows but distances has 2; expected one name per row",
         ),
         ({"distances": [[0.1, 0.3, 0.2]] * 2}, r"distances\[0\] has 3 entries; expected 4"),
         ({"distances": [[0.1] * 4] * 3}, r"distances has 3 rows; expected K=2"),

@@ -73,16 +73,17 @@ def main() -> None:
         body_calls, root_calls = count_calls(tr.model.model), count_calls(tr.model)
 
         # replay (credit="reward") in both modes
-        want, _ = ref._replay(out, scored, adv, None, "reward")
+        want = ref._replay(out, scored, adv, None, "reward").distances
         for mode in ("gather", "lockstep"):
             tr.args.replay_sharding, tr._sharding = mode, None
             before = body_calls[0]
-            got, stats = tr._replay(out, scored, adv, None, "reward")
+            got_res = tr._replay(out, scored, adv, None, "reward")
+            got, st = got_res.distances, got_res.stats
             res[f"replay/{mode}"] = {
                 "max_diff": float((got - want).abs().max()),
                 "max_distance": float(want.max()),
                 "body_calls": body_calls[0] - before,
-                "forwards": stats["forwards"],
+                "forwards": st.forward_passes + st.padding_passes,
             }
 
         # CoRT: relevance of the sampled tokens, C vs C_-all, through the replay engine (lockstep: rank 1,
@@ -90,8 +91,8 @@ def main() -> None:
         tr.args.replay_sharding, tr._sharding = "lockstep", None
         before, before_body = root_calls[0], body_calls[0]
         # (the allocation of the relevance is local arithmetic of mrtpo.step, the same on both)
-        rel, _ = tr._replay(out, scored, adv, None, "logprob")
-        rel_r, _ = ref._replay(out, scored, adv, None, "logprob")
+        rel = tr._replay(out, scored, adv, None, "logprob").distances
+        rel_r = ref._replay(out, scored, adv, None, "logprob").distances
         res["cort"] = {
             "rel_diff": float((rel - rel_r).abs().max()),
             "max_rel": float(rel_r.max()),

@@ -97,8 +97,12 @@ def test_cort_relevance_ramp_and_allocation(tmp_path):
     assert sorted({(s["step"], s["credit_beta"]) for s in samples}) == [(1, 0.0), (2, 0.15), (3, 0.3)]
     moved = 0.0
     for s in samples:
+        # the record names its replay kind and row; a null row is a response replay skipped (Σ_k Â = 0)
+        assert s["replay"] == "logprob" and s["rows"] == ["relevance"] and len(s["distances"]) == 1
+        assert (s["distances"][0] is None) == (abs(sum(s["advantages"])) <= 1e-8)
         a = torch.tensor([[sum(s["advantages"])]], dtype=torch.float64)  # [1, 1]
-        d = torch.tensor([s["distances"]], dtype=torch.float64)  # [1, 1, T]
+        row = s["distances"][0] or [0.0] * len(s["token_advantages"])  # not replayed: zeros, w = 1
+        d = torch.tensor([[row]], dtype=torch.float64)  # [1, 1, T]
         mask = torch.ones(1, d.shape[-1], dtype=torch.bool)
         expect = credit.allocate(a, d, mask, beta=s["credit_beta"])[0]
         torch.testing.assert_close(

@@ -37,9 +37,9 @@ SCRIPT = textwrap.dedent(
     replay = tr._replay
 
     def counted(*a, **kw):
-        d, stats = replay(*a, **kw)
-        forwards.append(stats["forwards"])
-        return d, stats
+        res = replay(*a, **kw)
+        forwards.append(res.stats.forward_passes + res.stats.padding_passes)
+        return res
 
     tr._replay = counted
     tr.train()

@@ -166,12 +166,12 @@ def test_replay_shard_equals_replay_in_order(tok, model, mode):
 def test_replay_shard_bad_input(tok, model):
     data = toy_batch(tok)
     with pytest.raises(ValueError, match=r"advantages has shape \(8, 2\)"):
-        vw.replay_shard(model, tok, data, advantages=torch.zeros(8, 2))
+        vw.replay_shard(model, tok, data, kind="reward", advantages=torch.zeros(8, 2))
     with pytest.raises(TypeError, match="needs a verl DataProto"):
-        vw.replay_shard(model, tok, data.batch)
+        vw.replay_shard(model, tok, data.batch, kind="reward")
     data.batch.pop("prompts")
     with pytest.raises(ValueError, match=r"batch has no \['prompts'\]"):
-        vw.replay_shard(model, tok, data)
+        vw.replay_shard(model, tok, data, kind="reward")
 
 
 def test_ulysses_group_unset_during_replay_and_restored(tok, model):
@@ -185,7 +185,9 @@ def test_ulysses_group_unset_during_replay_and_restored(tok, model):
     try:
         ulysses.set_ulysses_sequence_parallel_group(sentinel)  # what the engine's eval mode does
         data = toy_batch(tok)
-        vw.replay_shard(model, tok, data, advantages=gdpo_advantages(data), split_over_sp=False)
+        vw.replay_shard(
+            model, tok, data, kind="reward", advantages=gdpo_advantages(data), split_over_sp=False
+        )
         assert seen and all(g is None for g in seen)
         assert ulysses.get_ulysses_sequence_parallel_group() is sentinel
         with pytest.raises(RuntimeError, match="boom"), vw.ulysses_unset() as prev:
@@ -232,9 +234,10 @@ SP_SCRIPT = textwrap.dedent(
         data, adv = sp_case(tok, rows)
         ulysses.set_ulysses_sequence_parallel_group(group)
         calls.clear()
-        res = vw.replay_shard(model, tok, data, advantages=adv)
+        res = vw.replay_shard(model, tok, data, kind="reward", advantages=adv)
         assert ulysses.get_ulysses_sequence_parallel_group() is group
-        out[name] = {{"d": res.distances.tolist(), "forwards": len(calls), "pairs_run": res.stats.pairs_run}}
+        out[name] = {{"d": res.distances.tolist(), "replayed": res.replayed.tolist(), "forwards": len(calls),
+                      "pairs_run": res.stats.pairs_run}}
     # an FSDP2-sharded copy (each decoder layer and the root, as verl's fsdp2 strategy wraps it)
     import inspect
     from torch.distributed.fsdp import fully_shard
@@ -250,7 +253,7 @@ SP_SCRIPT = textwrap.dedent(
         data, adv = sp_case(tok, SP_CASES[0][1])
         ulysses.set_ulysses_sequence_parallel_group(group)
         res = vw.replay_shard(
-            sharded, tok, data, advantages=adv, options=replay_mod.ReplayOptions(sharding=out["resolved"])
+            sharded, tok, data, kind="reward", advantages=adv, options=replay_mod.ReplayOptions(sharding=out["resolved"])
         )
         out["fsdp2"] = res.distances.tolist()
     with open(os.path.join(sys.argv[1], f"rank{{rank}}.json"), "w") as f:
@@ -280,9 +283,10 @@ def test_sp_split_over_two_gloo_processes_matches_one_process(tmp_path, tok, mod
     r = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in (0, 1)]
     for name, rows in SP_CASES:
         data, adv = sp_case(tok, rows)
-        single = vw.replay_shard(model, tok, data, advantages=adv)
+        single = vw.replay_shard(model, tok, data, kind="reward", advantages=adv)
         for i in (0, 1):  # every peer returns all rows, in order, equal to one process
             torch.testing.assert_close(torch.tensor(r[i][name]["d"]), single.distances, atol=1e-5, rtol=1e-5)
+            assert r[i][name]["replayed"] == single.replayed.tolist()  # the answer is gathered whole
             # the stats are summed over the peers: the pairs of one process
             assert r[i][name]["pairs_run"] == single.stats.pairs_run
         assert single.distances.abs().sum() > 0
@@ -291,7 +295,7 @@ def test_sp_split_over_two_gloo_processes_matches_one_process(tmp_path, tok, mod
     assert r[0]["resolved"] == r[1]["resolved"] == "gather"
     if "fsdp2" in r[0]:
         data, adv = sp_case(tok, SP_CASES[0][1])
-        single = vw.replay_shard(model, tok, data, advantages=adv)
+        single = vw.replay_shard(model, tok, data, kind="reward", advantages=adv)
         for i in (0, 1):
             torch.testing.assert_close(torch.tensor(r[i]["fsdp2"]), single.distances, atol=1e-5, rtol=1e-5)
     # the work is shared: rank 0 replays rows 0-2, rank 1 rows 3-4; with one row, rank 1 runs nothing
@@ -396,8 +400,11 @@ def test_row_order_through_balance_dispatch_and_collect(tok, model, monkeypatch,
     wg = fake_worker_group(model, tok, dp, sp, monkeypatch)
     adv = gdpo_advantages(data)
     distances_for = vw.make_worker_distances_for(wg, {"token_budget": 64})
-    d = distances_for(data)("reward", adv)
+    res = distances_for(data)("reward", adv)  # the answer: distances and the rows replayed
+    d = res.distances
     assert wg.shards == [8 // dp] * (dp * sp)  # each SP peer got its DP rank's chunk
+    assert torch.equal(res.replayed, adv.abs() > adv_mod.ACTIVE_TOL)  # the kind's rule, as the workers ran it
+    assert res.stats.responses == 8 and res.stats.pairs_run == int(res.replayed.sum())
     ref = reference_distances(model, tok, data, adv)
     torch.testing.assert_close(d, ref, atol=1e-6, rtol=1e-6)
     # row identity: the distances of batch row i are those of original row perm[i]
@@ -560,12 +567,12 @@ def test_entry_point_runs_recipe_through_verl_validation(name, monkeypatch, tmp_
 
 def test_replay_shard_without_rows(tok, model):
     data = toy_batch(tok).select_idxs(torch.arange(0))  # a DP rank with an empty chunk
-    res = vw.replay_shard(model, tok, data, advantages=torch.zeros(0, 5), reward_names=KEYS)
+    res = vw.replay_shard(model, tok, data, kind="reward", advantages=torch.zeros(0, 5), reward_names=KEYS)
     assert res.distances.shape == (0, 5, data.batch["responses"].shape[1]) and res.stats.forward_passes == 0
     res = vw.replay_shard(model, tok, data, kind="joint", reward_names=KEYS)
     assert res.distances.shape == (0, 1, data.batch["responses"].shape[1])
     with pytest.raises(ValueError, match="needs reward_names"):
-        vw.replay_shard(model, tok, data)
+        vw.replay_shard(model, tok, data, kind="reward")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -654,9 +661,9 @@ def test_cort_through_the_hook_on_workers_equals_the_core(tok, model, monkeypatc
     flat = a.sum(1, keepdim=True) * mask
     assert (data.batch["advantages"] - flat).abs().max() > 1e-3  # redistributed within responses
     # an explicit option overrides the batch's temperature; the in-process replay agrees
-    d_opt = vw.make_worker_distances_for(wg, {"temperature": 1.0})(data)("logprob", a)
+    d_opt = vw.make_worker_distances_for(wg, {"temperature": 1.0})(data)("logprob", a).distances
     torch.testing.assert_close(d_opt, naive_cort(model, tok, data, a, 1.0), atol=1e-5, rtol=0)
-    d_local = va.make_distances_for(model, tok)(data)("logprob", a)
+    d_local = va.make_distances_for(model, tok)(data)("logprob", a).distances
     torch.testing.assert_close(d_local, rel, atol=1e-5, rtol=0)
 
 

@@ -196,8 +196,8 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
         )
         d_labels = []
         for r in range(v.distances.shape[0]):
-            name = "joint" if v.credit == "joint" else v.reward_names[r]
-            if v.credit == "none":
+            name = v.rows[r]
+            if not v.has_rows:
                 d_labels.append(f"{name}  d (not replayed)")
             else:
                 d_labels.append(
@@ -208,7 +208,7 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
                 cx = [t for t in x if chk[t]]
                 ax_d.plot(cx, [r + 0.22] * len(cx), ls="none", marker="^", ms=3.2, color="black", mew=0)
         ax_d.set_yticks(range(len(d_labels)), d_labels, fontsize=8)
-        if v.credit != "joint":
+        if v.per_reward:  # one row per reward: each row's label in its reward's colour
             for tick, name in zip(ax_d.get_yticklabels(), v.reward_names):
                 tick.set_color(colors[name])
         rows, scales = advantage_rows(v)  # [2K + 2, T], [K + 1]
@@ -254,7 +254,7 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
         cb.set_label("advantage / its reward's scale", fontsize=7)
     fig.suptitle(
         "distance strips: d / max d per reward; ▲ in a row: a token that reward's verifier reads; "
-        "gray: pair skipped (Â = 0)\n"
+        "gray: row skipped by replay (its rule)\n"
         "advantage strips: per reward the response level and MRTPO on that reward's scale (in the label),\n"
         "then both totals on theirs; an advantage of at most 1e-8 in absolute value is drawn as 0",
         fontsize=7.5,

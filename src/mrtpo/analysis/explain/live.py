@@ -63,8 +63,10 @@ def live_record(
 
     The response is tokenized without special tokens (offsets give the display pieces and the checked
     tokens); contexts come from :func:`mrtpo.replay.build_contexts` (the tokenizer's chat template);
-    the replay is the credit scheme's, through :func:`mrtpo.replay.for_scheme` as in training (the
-    rows its replay kind skips are null distance rows).
+    the replay is the credit scheme's, through :func:`mrtpo.replay.for_scheme` as in training, and so are
+    the token advantages (the scheme's own, :meth:`mrtpo.credit.CreditScheme.apply`, at ``credit_beta``
+    and the scheme's default options). The record carries the replay kind and its row names; the rows
+    the kind did not run are null, and a kind whose measure is signed keeps no rows (as in training).
 
     Args:
         model, tokenizer: a Hugging Face causal LM and its tokenizer.
@@ -74,9 +76,8 @@ def live_record(
         advantages: [K] response-level advantages Â.
         method: name of the method that gave ``advantages`` (shown).
         credit_beta: β for the record's ``token_advantages``.
-        credit: a credit scheme of :data:`mrtpo.credit.CREDIT_SCHEMES` whose weights mix with β (built-in
-            or a plug-in's): its replay kind gives the distances, :func:`mrtpo.credit.allocate` the token
-            advantages.
+        credit: a credit scheme of :data:`mrtpo.credit.CREDIT_SCHEMES` that replays (built-in or a
+            plug-in's): its replay kind gives the rows, the scheme the token advantages.
         rewards: [K] reward values (default: scored by the verifiers).
         progress: tqdm bar over replay micro-batches.
         replay_options: :class:`mrtpo.replay.ReplayOptions` (None: the defaults).
@@ -86,6 +87,7 @@ def live_record(
     from mrtpo import credit as credit_mod
     from mrtpo import replay
     from mrtpo.analysis.localization import checked_token_mask, token_pieces, tokenize_with_offsets
+    from mrtpo.checks import check_batch
 
     names = [v.name for v in verifiers]
     adv = [float(a) for a in advantages]
@@ -95,10 +97,11 @@ def live_record(
     if not ids:
         raise ValueError("the response is empty after tokenization; nothing to explain")
     scheme = credit_mod.scheme(credit)
-    if scheme.replay == "none" or scheme.token_advantages is not None:
+    kind = scheme.kind
+    if kind is None:
         raise ValueError(
-            f"credit {credit!r} does not redistribute Â with replay weights and β (its replay is "
-            f"{scheme.replay!r}); explain shows schemes whose weights come from a replay, e.g. reward, joint"
+            f"credit {credit!r} does not replay: its token advantages are the response level; explain shows "
+            "schemes that replay, e.g. reward, joint, cort, rlsd"
         )
     ctx = replay.build_contexts(tokenizer, example.segments, names)
     a = torch.tensor([adv], dtype=torch.float32)  # [1, K]
@@ -106,11 +109,15 @@ def live_record(
     res = replay.for_scheme(
         model, [ctx], [ids], a, scheme, options=replay_options, pad_id=pad, progress=progress
     )
-    d = res.distances.float().cpu()  # [1, K', T]
     ones = torch.ones(1, len(ids), dtype=torch.bool)  # [1, T]
-    s = credit_mod.allocate(a, d, ones, beta=credit_beta, credit=scheme.name)[0]  # [T]
-    skipped = [not bool(r) for r in res.replayed[0]]
-    rows = [None if skip else d[0, i].tolist() for i, skip in enumerate(skipped)]
+    a, d, ones, ran = check_batch(
+        a, res.distances.float().cpu(), ones, replayed=res.replayed.cpu(), rows=kind.rows(len(names)),
+        signed=kind.signed, scheme_name=scheme.name,
+    )  # fmt: skip
+    s = scheme.apply(
+        a, d, ones, float(credit_beta), scheme.resolve_options(), torch.Generator().manual_seed(0)
+    )[0]
+    rows = None if kind.signed else [d[0, i].tolist() if r else None for i, r in enumerate(ran[0].tolist())]
     checked = {}
     for v in verifiers:
         spans = v.checked_spans(example, response)
@@ -138,10 +145,12 @@ def live_record(
         method=method,
         credit=scheme.name,
         credit_beta=float(credit_beta),
+        replay=kind.name,
+        rows=kind.row_names(names),
         distances=rows,
         token_advantages=s.tolist(),
         checked_tokens=checked,
         information=information_spans(prompt, example.segments, names) or None,
         notes=notes,
-        extra={"replay": res.stats.as_dict()},
+        extra={"replay_stats": res.stats.as_dict()},
     ).to_json()

@@ -138,10 +138,10 @@ def _view_html(view: CreditView, index: int) -> str:
         "<th>mean d</th><th>checked tokens</th></tr>"
     )
     for j, name in enumerate(view.reward_names):
-        drow = 0 if view.credit == "joint" else j
+        drow = j if view.per_reward else 0
         r = "" if view.rewards is None else _fmt(view.rewards[j])
         if view.skipped[drow]:
-            dmax = dmean = "not replayed" if view.credit == "none" else "skipped"
+            dmax = dmean = "skipped" if view.has_rows else "not replayed"
         else:
             dmax, dmean = _fmt(view.distances[drow].max()), _fmt(view.distances[drow].mean())
         chk = str(sum(view.checked[name])) + f" / {len(pieces)}" if name in view.checked else "—"
@@ -157,20 +157,22 @@ def _view_html(view: CreditView, index: int) -> str:
     out.append('<div class="grid">')
     out.append('<div class="colhead"></div>')
     dist_head = (
-        "joint replay distance d" if view.credit == "joint" else "replay distance d (shade: d / row max)"
+        "replay distance d (shade: d / row max)"
+        if view.per_reward
+        else f"{html.escape(view.rows[0])}: one replay row shared by every reward"
     )
     out.append(f'<div class="colhead">{dist_head}</div>')
     out.append(f'<div class="colhead">{html.escape(method)}: response level, Â[k] on every token</div>')
-    if view.credit == "none":
+    if not view.has_rows:
         out.append('<div class="colhead">token level: no distances, w = 1 (= response level)</div>')
     else:
         out.append(f'<div class="colhead">MRTPO: Â[k]·((1−β)+β·w[k,t]), β={view.credit_beta:g}</div>')
 
     def dist_cell(drow: int, row_name: str, checked: list[int] | None) -> str:
-        if view.credit == "none":
+        if not view.has_rows:
             return '<div class="cell na">not replayed (response-level run)</div>'
         if view.skipped[drow]:
-            return '<div class="cell na">skipped by replay (Â = 0): no distance</div>'
+            return '<div class="cell na">skipped by replay (its rule, e.g. Â = 0): no distance, w = 1</div>'
         d, w = view.distances[drow], view.weights[drow]
         top = float(d.max())
         spans = []
@@ -207,21 +209,17 @@ def _view_html(view: CreditView, index: int) -> str:
         return "".join(cells)
 
     for j, name in enumerate(view.reward_names):
-        drow = 0 if view.credit == "joint" else j
+        drow = j if view.per_reward else 0
         checked = view.checked.get(name)
         r = "" if view.rewards is None else f"r = {_fmt(view.rewards[j])}<br>"
-        skip = (
-            '<br><span class="dim">replay skipped</span>'
-            if view.skipped[drow] and view.credit != "none"
-            else ""
-        )
+        skip = '<br><span class="dim">replay skipped</span>' if view.skipped[drow] and view.has_rows else ""
         out.append(
             f'<div class="label"><b>{html.escape(name)}</b><br>{r}Â = {signed_label(view.advantages[j])}{skip}</div>'
         )
-        if view.credit != "joint" or j == 0:
-            out.append(dist_cell(drow, "joint" if view.credit == "joint" else name, checked))
+        if view.per_reward or j == 0:
+            out.append(dist_cell(drow, view.rows[drow], checked))
         else:
-            out.append('<div class="cell na">(joint: one distance row, shown above)</div>')
+            out.append(f'<div class="cell na">({html.escape(view.rows[0])}: one row, shown above)</div>')
         out.append(adv_cells(name, view.response_level[j], view.token_level[j], checked))
     out.append(
         '<div class="label total"><b>total</b><br>Σ Â = '

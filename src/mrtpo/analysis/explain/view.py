@@ -27,13 +27,20 @@ class CreditView:
         reward_names: [K].
         rewards: [K] reward values (None when the record has none).
         advantages: [K] float64, the response-level advantages Â.
-        distances: [K', T] float64 (K' = K, or 1 for joint replay); 0 in skipped rows.
-        skipped: [K'] True where the record's row is null (replay skipped the pair: Â = 0).
+        distances: [K', T] float64 (K' = K, or 1 for a shared row); 0 in skipped rows.
+        skipped: [K'] True where the record's row is null (replay did not run it, the kind's rule).
         weights: [K', T] token weights w = d / mean_t d (:func:`mrtpo.credit.token_weights`; 1 in
             skipped rows).
         method: the response-level method's name (``gdpo``).
         credit_beta: β used for the MRTPO columns.
-        credit: credit scheme of the MRTPO columns, ``reward`` or ``joint`` (from K'); ``none`` without replay.
+        credit: credit scheme of the MRTPO columns: the record's own when its weights come from these
+            rows (a shuffled scheme's unshuffled counterpart), else ``reward`` (w = d / mean d); ``none``
+            without distances.
+        rows: [K'] the names of the distance rows (the record's ``rows``: the reward names, or one shared
+            row such as ``joint`` or ``relevance``).
+        per_reward: row k belongs to reward k (else one row is shared by every reward).
+        has_rows: the record has distance rows (False: a run without replay, or a replay kind whose
+            measure is signed).
         response_level: [K, T] Â[k] on every token.
         response_total: [T] Σ_k Â[k] on every token.
         token_level: [K, T] Â[k] · ((1 − β) + β · w[k, t]).
@@ -62,6 +69,9 @@ class CreditView:
     method: str
     credit_beta: float
     credit: str
+    rows: list[str]
+    per_reward: bool
+    has_rows: bool
     response_level: np.ndarray
     response_total: np.ndarray
     token_level: np.ndarray
@@ -134,35 +144,27 @@ def credit_view(
             when ``run`` is None.
         run: the run's name (its folder) for the title: ``run · step · method vs MRTPO · Â per reward``.
 
+    A null distance row is taken as the record says: a row replay did not run (the replay kind's rule,
+    which the record's ``replay`` names), weighing 1.
+
     Raises:
-        ValueError: a missing or malformed field, naming it; a null distance row whose advantage is not 0.
+        ValueError: a missing or malformed field, naming it.
     """
     import torch
 
     from mrtpo import credit
-    from mrtpo.advantages import ACTIVE_TOL
 
     rec = record if isinstance(record, SampleRecord) else SampleRecord.from_json(record, where)
     names, tokens, adv = rec.reward_names, rec.tokens, rec.advantages
     k, t_len = len(names), len(tokens)
-    rows = rec.distances
-    if rows is None:  # a run without replay (response-level credit): nothing to redistribute
-        rows, credit_name = [None] * k, "none"
-    else:
-        credit_name = "reward" if len(rows) == k else "joint"
+    has_rows = rec.distances is not None  # False: no replay, or a signed measure (no distances kept)
+    rows = rec.distances if has_rows else [None] * k
+    row_names = rec.row_names if has_rows else list(names)
     dist = np.zeros((len(rows), t_len), dtype=np.float64)  # [K', T]
-    skipped = []
     for i, row in enumerate(rows):
-        if row is None and credit_name != "none":  # replay skips pairs with |Â| <= ACTIVE_TOL
-            needed = (
-                abs(adv[i]) > ACTIVE_TOL if credit_name == "reward" else any(abs(a) > ACTIVE_TOL for a in adv)
-            )
-            if needed:
-                which = f"advantages[{i}] = {adv[i]}" if credit_name == "reward" else f"advantages = {adv}"
-                raise ValueError(f"{where}: distances[{i}] is null but {which} is not 0")
         if row is not None:
             dist[i] = row
-        skipped.append(row is None)
+    skipped = [row is None for row in rows]
     rewards = rec.rewards
     if credit_beta is None:
         credit_beta = DEFAULT_BETA if rec.credit_beta is None else rec.credit_beta
@@ -170,35 +172,38 @@ def credit_view(
 
     a = torch.tensor([adv], dtype=torch.float64)  # [1, K]
     d = torch.from_numpy(dist)[None]  # [1, K', T]
+    replayed = torch.tensor([[not skip for skip in skipped]])  # [1, K'] the record's rows, trusted
     mask = torch.ones(1, t_len, dtype=torch.bool)  # [1, T]
-    weights_credit = "uniform" if credit_name == "none" else credit_name  # no distances: w = 1
-    # the record's own scheme (a plug-in's too) when its weights come from these rows; a shuffled scheme's
-    # random permutation cannot be redrawn, so its unshuffled counterpart is shown
-    own_name = _UNSHUFFLED.get(rec.credit, rec.credit)
-    if credit_name != "none" and own_name in credit.CREDIT_SCHEMES:
-        own = credit.scheme(own_name)
-        if (
-            own.token_advantages is None
-            and own.replay != "none"
-            and (own.replay == "reward") == (credit_name == "reward")
-        ):
-            weights_credit = own.name
-    total = credit.allocate(a, d, mask, beta=beta, credit=weights_credit)[0]  # [T]
+    weights_credit = "uniform"  # no distances: w = 1
+    if has_rows:
+        weights_credit = "reward"  # w = d / mean d, for K rows or one shared row
+        # the record's own scheme (a plug-in's too) when its weights come from these rows; a shuffled
+        # scheme's random permutation cannot be redrawn, so its unshuffled counterpart is shown
+        own_name = _UNSHUFFLED.get(rec.credit, rec.credit)
+        if own_name in credit.CREDIT_SCHEMES:
+            own = credit.scheme(own_name)
+            if own.token_advantages is None and own.kind is not None and own.kind.rows(k) == len(rows):
+                weights_credit = own.name
+    kw = dict(beta=beta, credit=weights_credit, replayed=replayed)
+    total = credit.allocate(a, d, mask, **kw)[0]  # [T]
     per_reward = torch.zeros(k, t_len, dtype=torch.float64)  # [K, T]
     for j in range(k):
         only = torch.zeros_like(a)
         only[0, j] = a[0, j]
-        per_reward[j] = credit.allocate(only, d, mask, beta=beta, credit=weights_credit)[0]
+        per_reward[j] = credit.allocate(only, d, mask, **kw)[0]
     resp_total = credit.allocate(a, None, mask, beta=beta, credit="uniform")[0]  # [T]  Σ_k Â[k]
-    weights = credit.token_weights(d, mask, credit=weights_credit)[0]  # [K', T]
+    weights = credit.token_weights(d, mask, credit=weights_credit, replayed=replayed)[0]  # [K', T]
+    credit_name = weights_credit if has_rows else "none"
 
     logged, note = None, ""
     if rec.token_advantages is not None:
         logged = np.asarray(rec.token_advantages)
         rec_beta, rec_credit = rec.credit_beta, rec.credit
         diff = float(np.abs(logged - total.numpy()).max())
-        if credit_name == "none":
-            same_setting = rec_credit in (None, "none", "uniform")
+        if not has_rows:  # the same when the record's scheme does not replay either
+            same_setting = rec_credit is None or (
+                rec_credit in credit.CREDIT_SCHEMES and credit.scheme(rec_credit).kind is None
+            )
         else:
             same_setting = (rec_beta is None or float(rec_beta) == beta) and rec_credit in (
                 None,
@@ -231,6 +236,9 @@ def credit_view(
         method=method,
         credit_beta=beta,
         credit=credit_name,
+        rows=row_names,
+        per_reward=rec.per_reward if has_rows else True,
+        has_rows=has_rows,
         response_level=np.repeat(np.asarray(adv, dtype=np.float64)[:, None], t_len, axis=1),
         response_total=resp_total.numpy(),
         token_level=per_reward.numpy(),
@@ -240,19 +248,23 @@ def credit_view(
         checked=dict(rec.checked_tokens or {}),
         prompt=rec.prompt,
         response=rec.response,
-        notes=list(rec.notes or [])
-        + (
-            [
-                f"no replay distances in this record (credit {rec.credit!r}): the token-level column "
-                "equals the response level"
-            ]
-            if credit_name == "none"
-            else []
-        ),
+        notes=list(rec.notes or []) + ([] if has_rows else [_no_rows_note(rec)]),
         information={n: [list(sp) for sp in v] for n, v in (rec.information or {}).items()},
         all_reward_names=list(names),
         advantage_sum=float(sum(adv)),
         step=step,
+    )
+
+
+def _no_rows_note(rec: SampleRecord) -> str:
+    if rec.replay is not None:  # a kind whose measure is signed keeps no rows
+        return (
+            f"replay kind {rec.replay!r} measures a signed gap, not a distance: the record keeps no rows, so the "
+            "token-level column equals the response level (the logged token advantages are the scheme's own)"
+        )
+    return (
+        f"no replay distances in this record (credit {rec.credit!r}): the token-level column equals the "
+        "response level"
     )
 
 
@@ -292,8 +304,7 @@ def restrict(view: CreditView, rewards: Sequence[str]) -> CreditView:
     keep = [j for j, n in enumerate(view.reward_names) if n in rewards]
     if len(keep) == len(view.reward_names):
         return view
-    per_reward_rows = view.distances.shape[0] == len(view.reward_names)
-    drow = keep if per_reward_rows else list(range(view.distances.shape[0]))
+    drow = keep if view.per_reward else list(range(view.distances.shape[0]))
     left_out = [n for n in view.reward_names if n not in rewards]
     import copy
 
@@ -302,11 +313,12 @@ def restrict(view: CreditView, rewards: Sequence[str]) -> CreditView:
     out.rewards = None if view.rewards is None else [view.rewards[j] for j in keep]
     out.advantages = view.advantages[keep]
     out.distances = view.distances[drow]
+    out.rows = [view.rows[r] for r in drow]
     out.skipped = [view.skipped[j] for j in drow]
     out.weights = view.weights[drow]
     out.response_level = view.response_level[keep]
     out.token_level = view.token_level[keep]
-    out.checked = {n: v for n, v in view.checked.items() if n in out.reward_names or n == "joint"}
+    out.checked = {n: v for n, v in view.checked.items() if n in out.reward_names}
     out.information = {n: v for n, v in view.information.items() if n in out.reward_names}
     out.notes = [
         *view.notes,

@@ -333,10 +333,10 @@ class _Checker:
     def _record(self, kind: str, err: float, bound: float, delta: float) -> None:
         self.records.append({"kind": kind, "err": err, "bound": bound, "delta": delta})
 
-    def _check_distances(self, scored, d, stats, mode: str) -> None:
+    def _check_distances(self, scored, d, replayed, mode: str) -> None:
         exact, cell = self._reference()
         contexts = self.tr._contexts(scored.examples)
-        replayed = stats["replayed"].cpu()
+        replayed = replayed.cpu()
         for j, ctx in enumerate(contexts):
             resp = scored.completion_ids[j]
             if not resp:
@@ -352,13 +352,13 @@ class _Checker:
                 got = d[j, k, : len(resp)].double().cpu()
                 self._record(mode, (got - ref).abs().max().item(), self._bound(delta) + SLACK, delta)
 
-    def _check_cort(self, scored, rel, stats) -> None:
+    def _check_cort(self, scored, rel, replayed) -> None:
         import torch
 
         exact, cell = self._reference()
         tau = float(self.tr.temperature)
         contexts = self.tr._contexts(scored.examples)
-        replayed = stats["replayed"].cpu()
+        replayed = replayed.cpu()
         for j, ctx in enumerate(contexts):
             resp = scored.completion_ids[j]
             if not resp or not replayed[j, 0]:
@@ -406,15 +406,15 @@ class _Checker:
         replay, loss = tr._replay, tr._compute_loss
 
         def checked_replay(out, scored, adv_local, captured, kind):
-            d, stats = replay(out, scored, adv_local, captured, kind)
+            res = replay(out, scored, adv_local, captured, kind)
             self.replays += 1
             if kind == "logprob":
-                self._check_cort(scored, d, stats)
+                self._check_cort(scored, res.distances, res.replayed)
             elif kind in ("reward", "joint"):
-                self._check_distances(scored, d, stats, kind)
+                self._check_distances(scored, res.distances, res.replayed, kind)
             else:
                 raise ValueError(f"the matrix has no float32 reference for replay kind {kind!r}")
-            return d, stats
+            return res
 
         def checked_loss(model, inputs):
             value = loss(model, inputs)

@@ -34,8 +34,8 @@ Baselines (docs/design.md §6; the papers' code is not public, these are this pr
   ``method.method`` (use ``grpo`` for the paper's setting): ``S = A ((1 - b_s) + b_s rel / mean rel)``
   with ``b_s = credit_beta * min(1, step / ramp_steps)`` (linear ramp from 0; ``method.ramp_steps``).
 - **RLSD** (``credit="rlsd"``, :func:`mrtpo.credit.rlsd_token_advantages`): teacher = the policy on
-  ``C``, student = the policy as it sampled (TRL's old log-probabilities when TRL computed them and its
-  prompt is the rollout prompt, else a pass on the rollout prompt); gap ``log pi(y_t | C) - log pi(y_t |
+  ``C``, student = the policy on the rollout prompt (both passes run by replay, replay kind
+  ``teacher_gap``; TRL's old log-probabilities are not read); gap ``log pi(y_t | C) - log pi(y_t |
   rollout)`` of the sampled tokens at the sampling temperature, only for responses whose response
   advantage is not 0 and whose C has privileged segments (elsewhere teacher = student: weight 1);
   ``S = A ((1 - l) + l clip(exp(sign(A) gap), 1 - eps, 1 + eps))`` with ``l`` the ``credit_beta``
@@ -47,10 +47,12 @@ Conditioned rewards (GDPO Eq. 8): a task wrapped by :class:`mrtpo.tasks.conditio
 advantage; ``conditions/<reward>/{raw, conditioned, met}`` are logged beside TRL's ``rewards/*``.
 
 Reuse of the rollout pass: when TRL runs its old-log-probability pass (``gradient_accumulation_steps``
-not a multiple of ``steps_per_generation * num_iterations``, or vLLM importance sampling) a forward
-hook on the decoder body keeps its last hidden states, and replay does not run ``C`` again for
-responses whose full context equals the rollout prompt (CoRT then reuses TRL's log-probabilities
-instead). Otherwise replay runs ``C`` itself (1 FPE). The hidden states are reused only when that pass
+not a multiple of ``steps_per_generation * num_iterations``, or vLLM importance sampling) and the
+replay kind can use it (:attr:`mrtpo.replay.ReplayKind.reuses_rollout`: every kind whose compared
+context is not the rollout prompt itself, a user's kind included), a forward hook on the decoder body
+keeps its last hidden states, and replay does not run ``C`` again for responses whose full context
+equals the rollout prompt (CoRT's log-probabilities under ``C`` come from those hidden states too).
+Otherwise replay runs ``C`` itself (1 FPE). The hidden states are reused only when that pass
 is deterministic (no dropout; TRL runs it in training mode) and in the precision replay computes in
 (the parameters' dtype, or FSDP2's mixed-precision ``param_dtype`` whose master weights stay float32; an
 autocast to another dtype turns reuse off), so they equal what replay would compute.
@@ -85,7 +87,6 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from mrtpo import advantages as adv_mod
-from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
 from mrtpo.head import autocast_dtype, head_of
 from mrtpo.integrations.trl import checkpoints as checkpoints_mod
@@ -211,8 +212,9 @@ class MRTPOTrainer(GRPOTrainer):
 
     After each generation, :attr:`last_batch` holds the batch's rewards ``[N, K]``, the advantages
     ``[N, K]``, TRL's own local advantages ``[B]`` (from its ``multi_objective_aggregation``), the local
-    token advantages ``[B, T]``, distances ``[B, K', T]`` and the local examples, response texts and
-    response token ids: the hook the demo and tests inspect.
+    token advantages ``[B, T]``, distances ``[B, K', T]`` and the rows replayed ``[B, K']`` (tensors where
+    the step left them: on the accelerator's device), and the local examples, response texts and response
+    token ids: the hook the demo and tests inspect.
     """
 
     def __init__(
@@ -249,7 +251,9 @@ class MRTPOTrainer(GRPOTrainer):
         self.conditions = task_conditions(task)  # GDPO's conditioned rewards (mrtpo.tasks.conditions)
         if self.conditions:
             self.reward_bounds = task.bounds(self.reward_bounds)
-        self._check_advantage_options(args)
+        self._bounds = torch.tensor(self.reward_bounds, dtype=torch.float32)  # [K, 2]
+        # what the configuration alone cannot check, checked now against the task, naming the field
+        args.method.check_rewards(len(self.reward_names), self.reward_names, self.reward_bounds)
         if args.method.credit == "rlsd" and not has_privileged(first.segments):
             logger.warning(
                 "RLSD: example %r has no privileged segment, so the teacher context equals the rollout prompt "
@@ -275,6 +279,7 @@ class MRTPOTrainer(GRPOTrainer):
         self._captured: list[torch.Tensor] | None = None
         self._reuse_ok = not _has_dropout(self._unwrapped())
         self._sharding: str | None = None  # resolved at the first replay (the model is wrapped by then)
+        self._warned_identical = False
         self.last_batch: dict[str, Any] = {}
         self.last_loss_terms: dict[str, torch.Tensor] = {}
         self.run_info = dict(run_info or {})
@@ -286,31 +291,14 @@ class MRTPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ setup helpers
 
-    def _check_advantage_options(self, args: MRTPOConfig) -> None:
-        """The weights against K, then the method once on a tiny batch, so that what the configuration
-        alone cannot check (the bounds a method needs) fails at construction, naming it."""
-        mc = args.method
-        mc.check_rewards(len(self.reward_names), self.reward_names)
-        lo = torch.tensor([b[0] for b in self.reward_bounds])
-        hi = torch.tensor([b[1] for b in self.reward_bounds])
-        credit_step(
-            replace(mc, credit="none", credit_options={}),
-            torch.stack([lo, hi]),  # [2, K]
-            [0, 0],
-            torch.ones(2, 1, dtype=torch.bool),
-            reward_min=lo,
-            reward_max=hi,
-            lengths=torch.ones(2),
-        )
-
     def _run_json(self) -> dict[str, Any]:
-        a = self.args
+        a, mc = self.args, self.args.method
         model = getattr(getattr(self.model, "config", None), "_name_or_path", None)
         info = {
             "task": getattr(self.task, "name", type(self.task).__name__),
             "model": model,
-            "method": a.method.to_dict(),
-            "method_label": adv_mod.ADVANTAGES.get(a.method.method).label,  # the registry's display name
+            "method": mc.to_dict(),
+            "method_label": adv_mod.ADVANTAGES.get(mc.method).label,  # the registry's display name
             "loss": a.loss,
             "seed": a.seed,
             "reward_names": self.reward_names,
@@ -414,8 +402,10 @@ class MRTPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         a = self.args
-        scheme = a.method.scheme
-        self._captured = [] if self._reuse_ok and scheme.replay in ("reward", "joint", "logprob") else None
+        mc = a.method
+        scheme = mc.scheme
+        kind = scheme.kind  # None: the scheme does not replay (no capture, no replay, no replay logging)
+        self._captured = [] if kind is not None and kind.reuses_rollout and self._reuse_ok else None
         try:
             out = super()._generate_and_score_completions(inputs)
         finally:
@@ -433,17 +423,14 @@ class MRTPOTrainer(GRPOTrainer):
         if "tool_mask" in out:
             mask = mask * out["tool_mask"]
         mask = mask.bool()  # [B, T]
-        bounds = torch.tensor(self.reward_bounds, dtype=torch.float32)  # [K, 2]
-        stats: list[dict[str, Any]] = []
+        bounds = self._bounds  # [K, 2]
 
-        def distances(kind: str, adv_local: torch.Tensor) -> torch.Tensor:  # mrtpo.replay.DistanceFn
-            d, st = self._replay(out, scored, adv_local, captured, kind)
-            stats.append(st)
-            return d
+        def distances(kind_name: str, adv_local: torch.Tensor) -> replay_mod.ReplayResult:  # DistanceFn
+            return self._replay(out, scored, adv_local, captured, kind_name)
 
         # the one credit step of mrtpo.step: Â [N, K] of the gathered batch, replay, token advantages [B, T]
         res = credit_step(
-            a.method,  # validated once, by MRTPOConfig (loss='opsd' has credit='none')
+            mc,  # validated once, by MRTPOConfig (loss='opsd' has credit='none')
             scored.rewards.cpu(),
             torch.arange(n) // g,
             mask,
@@ -453,17 +440,19 @@ class MRTPOTrainer(GRPOTrainer):
             distances=distances,
             rows=rows,
             generator=torch.Generator(device=device).manual_seed(
-                a.method.seed * 1_000_003 + self.state.global_step * 1009 + pi
-            ),
+                mc.seed * 1_000_003 + self.state.global_step * 1009 + pi
+            )
+            if kind is not None
+            else None,
             step=self.state.global_step,
         )
-        adv_all, adv_local, active, distances = res.advantages, res.local, res.active, res.distances
+        adv_all = res.advantages
 
-        trl_adv_local = out["advantages"].detach().cpu()  # [B], TRL's own aggregation (kept for comparison)
+        trl_adv_local = out["advantages"].detach()  # [B], TRL's own aggregation (kept for comparison)
         for _ in range(min(n, len(self._logs["advantages"]))):  # the completions table shows ours
             self._logs["advantages"].pop()
         self._logs["advantages"].extend(adv_all.sum(1).tolist())
-        self._log_batch_metrics(mode, scored, adv_all, lengths_local)
+        self._log_batch_metrics(mode, scored, adv_all)
 
         token_adv = res.token_advantages if scheme.token_level and a.loss != "opsd" else None
         if a.loss == "opsd":
@@ -471,20 +460,20 @@ class MRTPOTrainer(GRPOTrainer):
             out["opsd_full_ids"] = [self._full_ids(ex) for ex in scored.examples]
         else:
             out["advantages"] = res.token_advantages if scheme.token_level else res.response_advantages
-        if scheme.ramped:
-            self._metrics[mode]["cort/credit_beta"].append(res.credit_beta)
-        if stats and scheme.replay == "teacher_gap":
-            self._log_rlsd_metrics(mode, res, stats[0], mask)
-        elif stats:
-            self._log_replay_metrics(mode, scored, distances, stats[0], mask)
+        if res.replayed is not None:
+            self._log_replay_metrics(mode, scored, res, mask)
+            self._warn_if_nothing_differs(res)
+        if scheme.metrics is not None:
+            self._log_scheme_metrics(mode, res, mask)
 
         self.last_batch = {
-            "rewards": scored.rewards.detach().cpu(),
+            "rewards": scored.rewards,
             "advantages": adv_all,
             "trl_advantages": trl_adv_local,
-            "token_advantages": None if token_adv is None else token_adv.detach().cpu(),
-            "distances": None if distances is None else distances.detach().cpu(),
-            "completion_mask": mask.cpu(),
+            "token_advantages": None if token_adv is None else token_adv.detach(),
+            "distances": None if res.distances is None else res.distances.detach(),
+            "replayed": res.replayed,
+            "completion_mask": mask,
             "process_rows": (rows.start, rows.stop),
             "examples": scored.examples,
             "texts": scored.texts,
@@ -494,9 +483,7 @@ class MRTPOTrainer(GRPOTrainer):
         if mode == "train" and a.run_files and self.accelerator.is_main_process and a.log_samples:
             step = self.state.global_step + 1
             if step == 1 or step % max(1, int(self.args.logging_steps)) == 0:
-                self._write_samples(
-                    step, scored, adv_local, active, distances, token_adv, mask, res.credit_beta
-                )
+                self._write_samples(step, scored, res, token_adv, mask)
         return out
 
     # ------------------------------------------------------------------ replay
@@ -516,10 +503,11 @@ class MRTPOTrainer(GRPOTrainer):
             self.processing_class, ex.messages(privileged=True), **(self.chat_template_kwargs or {})
         )
 
-    def _replay(self, out, scored, adv_local, captured, kind):
-        """The replay kind ``kind`` of the local responses through :func:`mrtpo.replay.for_scheme`:
-        ``[B, K', T]`` (T: TRL's completion width) and the stats the trainer logs. The rollout pass's
-        hidden states (captured in :meth:`_get_per_token_logps_and_entropies`) are offered for reuse."""
+    def _replay(self, out, scored, adv_local, captured, kind: str) -> replay_mod.ReplayResult:
+        """The replay kind ``kind`` of the local responses through :func:`mrtpo.replay.for_scheme`: its
+        answer (distances ``[B, K', T]`` on the accelerator's device, T TRL's completion width; which rows
+        ran; the stats). The rollout pass's hidden states (captured in
+        :meth:`_get_per_token_logps_and_entropies`) are offered for reuse."""
         wrapped = getattr(self, "model_wrapped", None) or self.model
         rollout = None
         amp = {a for _, a in captured or []}  # the autocast dtype of each captured micro-batch
@@ -530,7 +518,6 @@ class MRTPOTrainer(GRPOTrainer):
                 [out["prompt_ids"][j][pm[j]].tolist() for j in range(pm.shape[0])],
                 amp.pop(),
             )
-        a = self.args
         # the forwards run in the policy's own precision (accelerate's autocast for TRL's bf16 / fp16, as
         # its own forwards); the projection and distances are float32 (mrtpo.replay)
         with (
@@ -545,55 +532,42 @@ class MRTPOTrainer(GRPOTrainer):
                 kind,
                 width=out["completion_ids"].shape[1],
                 rollout=rollout,
-                options=a.replay_options(sharding),
+                options=self.args.replay_options(sharding),
                 temperature=self.temperature,
                 pad_id=self._tokenizer.pad_token_id or 0,
             )
-        d = res.distances.to(self.accelerator.device)  # [B, K', T]
-        st = res.stats
-        stats = {
-            "fpe": st.fpe_per_response,
-            "limit_fpe": st.limit_fpe_per_response,
-            "seconds": st.seconds,
-            "skipped": st.pairs_skipped,
-            "pairs": d.shape[0] * d.shape[1],
-            "replayed": res.replayed.to(d.device),
-            "full_reused": st.full_reused,
-            "full_total": st.full_reused + st.full_run,
-            "forwards": st.forward_passes + st.padding_passes,
-        }
-        return d, stats
-
-    def _log_rlsd_metrics(self, mode, res, stats, mask):
-        """replay/{fpe, seconds, skipped}; rlsd/lambda, rlsd/gap_mean, rlsd/weight_mean over the replayed
-        responses' valid tokens (reduced over processes)."""
         dev = self.accelerator.device
-        m = self._metrics[mode]
-        gap = res.distances[:, 0, :].float()  # [B, T]
-        valid = mask.float() * stats["replayed"].float()  # [B, T]
-        sign = torch.sign(res.local.sum(1))  # [B]
-        w = credit_mod.rlsd_weights(gap, sign, mask, res.credit_options["eps"])  # [B, T]
-        b = gap.shape[0]
-        flat = torch.stack(
-            [
-                torch.tensor(stats["fpe"] * b, device=dev),
-                torch.tensor(stats["seconds"], device=dev),
-                torch.tensor(float(stats["skipped"]), device=dev),
-                torch.tensor(float(stats["pairs"]), device=dev),
-                torch.tensor(float(b), device=dev),
-                (gap * valid).sum().to(dev),
-                (w * valid).sum().to(dev),
-                valid.sum().to(dev),
-            ]
+        return replace(res, distances=res.distances.to(dev), replayed=res.replayed.to(dev))
+
+    def _warn_if_nothing_differs(self, res) -> None:
+        """Once: a warning when every context the replay kind compared was identical to ``C`` (RLSD
+        without a privileged segment: teacher = student), so the token credit equals the response level."""
+        st = res.replay_stats
+        if self._warned_identical or st is None or st.pairs_run or not st.pairs_identical:
+            return
+        self._warned_identical = True
+        logger.warning(
+            "replay kind %r compared only contexts identical to the full context C in this batch (no "
+            "privileged segment?): its token credit equals the response level",
+            res.scheme.replay,
         )
-        tot = self.accelerator.reduce(flat, "sum")
-        m["replay/fpe"].append((tot[0] / tot[4].clamp(min=1)).item())
-        m["replay/seconds"].append((tot[1] / self.accelerator.num_processes).item())
-        m["replay/skipped"].append((tot[2] / tot[3].clamp(min=1)).item())
-        m["rlsd/lambda"].append(res.credit_beta)
-        if tot[7] > 0:
-            m["rlsd/gap_mean"].append((tot[5] / tot[7]).item())
-            m["rlsd/weight_mean"].append((tot[6] / tot[7]).item())
+
+    def _log_scheme_metrics(self, mode, res, mask):
+        """The credit scheme's own metrics (:attr:`mrtpo.credit.CreditScheme.metrics`: CoRT's ramped β,
+        RLSD's λ and mean weight): each ``(sum, count)`` reduced over processes, logged as their ratio."""
+        parts = res.metrics(mask)
+        if not parts:
+            return
+        dev = self.accelerator.device
+        names = sorted(parts)
+        flat = torch.tensor(
+            [float(x) for name in names for x in parts[name]], dtype=torch.float64, device=dev
+        )  # [2 M]: sum, count per metric
+        tot = self.accelerator.reduce(flat, "sum").view(-1, 2)
+        m = self._metrics[mode]
+        for name, (total, count) in zip(names, tot.tolist()):
+            if count > 0:
+                m[name].append(total / count)
 
     # ------------------------------------------------------------------ seam 3: OPSD loss
 
@@ -667,10 +641,11 @@ class MRTPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ logging
 
-    def _log_batch_metrics(self, mode, scored, adv_all, lengths_local):
+    def _log_batch_metrics(self, mode, scored, adv_all):
         m = self._metrics[mode]
-        for k, name in enumerate(self.reward_names):
-            m[f"advantage/{name}/std"].append(adv_all[:, k].std().item() if adv_all.shape[0] > 1 else 0.0)
+        stds = adv_all.std(0).tolist() if adv_all.shape[0] > 1 else [0.0] * adv_all.shape[1]  # one reduction
+        for name, std in zip(self.reward_names, stds):
+            m[f"advantage/{name}/std"].append(std)
         b = len(scored.examples)
         pi = self.accelerator.process_index
         raw = scored.raw if scored.raw is not None else scored.rewards  # task metrics: the raw rewards
@@ -701,20 +676,23 @@ class MRTPOTrainer(GRPOTrainer):
         )
         return {k: torch.tensor(m, dtype=torch.float32) for k, m in masks.items()}
 
-    def _log_replay_metrics(self, mode, scored, distances, stats, mask):
-        """replay/{fpe, seconds, skipped}, distance/<name>/mean, localization/<name>/* (reduced over processes)."""
+    def _log_replay_metrics(self, mode, scored, res, mask):
+        """replay/{fpe, seconds, skipped, full_reused}, ``distance/<row>/mean`` for each row of the replay
+        kind (its :meth:`~mrtpo.replay.ReplayKind.row_names`: the reward names, or its shared row's name) and,
+        for a per-reward kind, ``localization/<reward>/*`` (reduced over processes)."""
         dev = self.accelerator.device
         m = self._metrics[mode]
+        kind = res.scheme.kind
+        distances, replayed, st = res.distances, res.replayed, res.replay_stats  # [B, K', T], [B, K']
+        names = kind.row_names(self.reward_names)
         kk = distances.shape[1]
-        names = self.reward_names if kk == len(self.reward_names) else ["joint"]
         b = distances.shape[0]
-        replayed = stats["replayed"]  # [B, K'] bool: pairs whose distance was computed
         valid = mask[:, None, :].float() * replayed[:, :, None].float()  # [B, K', T]
         dsum = (distances * valid).sum(dim=(0, 2))  # [K']
         dcnt = valid.sum(dim=(0, 2))  # [K']
         # localization sums per reward: distance on checked tokens, distance, checked tokens, tokens
         loc = torch.zeros(kk, 4, device=dev)
-        if self.args.log_localization and kk == len(self.reward_names):
+        if self.args.log_localization and kind.per_reward:
             for j in range(b):
                 if not replayed[j].any():
                     continue
@@ -727,18 +705,18 @@ class MRTPOTrainer(GRPOTrainer):
                     loc[k] += torch.stack([(d * cm).sum(), d.sum(), cm.sum(), mask[j, :t].float().sum()])
         head = torch.tensor(
             [
-                stats["fpe"] * b,
-                stats["seconds"],
-                stats["skipped"],
-                stats["pairs"],
+                st.fpe_per_response * b,
+                st.seconds,
+                st.pairs_skipped,
+                b * kk,
                 b,
-                stats.get("full_reused", 0),
-                stats.get("full_total", 0),
+                st.full_reused,
+                st.full_reused + st.full_run,
             ],
             device=dev,
         )
         nh = head.numel()
-        flat = torch.cat([head, dsum, dcnt, loc.reshape(-1)])
+        flat = torch.cat([head, dsum.to(dev), dcnt.to(dev), loc.reshape(-1)])
         tot = self.accelerator.reduce(flat, "sum")
         nproc = self.accelerator.num_processes
         m["replay/fpe"].append((tot[0] / tot[4].clamp(min=1)).item())
@@ -757,25 +735,26 @@ class MRTPOTrainer(GRPOTrainer):
                 m[f"localization/{name}/token_share"].append(ts)
                 m[f"localization/{name}/ratio"].append(ds / ts)
 
-    def _write_samples(self, step, scored, adv_local, active, distances, token_adv, mask, credit_beta):
-        """``credit_beta``: the strength this step used (CoRT's ramped β, RLSD's scheduled λ), not the
-        configured one, so that a record's token advantages follow from its own fields."""
+    def _write_samples(self, step, scored, res, token_adv, mask):
+        """A few local responses with their credit (samples.jsonl). The record carries the replay kind, the
+        names of its rows and the rows it ran (a null row: not replayed), and ``credit_beta`` the strength
+        this step used (CoRT's ramped β, RLSD's scheduled λ), so that its token advantages follow from its
+        own fields. A kind whose measure is signed (RLSD's gap) keeps no rows."""
         tok = self.processing_class
         a = self.args
+        mc = a.method
+        kind = res.scheme.kind
+        adv_local, distances, replayed = res.local, res.distances, res.replayed
         records = []
         for j in range(min(a.log_samples, len(scored.examples))):
             ids = scored.completion_ids[j]
             t = int(mask[j].sum().item()) if token_adv is not None else len(ids)
             rows = None
-            if distances is not None and a.method.scheme.replay != "teacher_gap":
-                # (RLSD's signed gaps are not distances: samples.jsonl keeps its token advantages only)
-                if distances.shape[1] == len(self.reward_names):
-                    rows = [
-                        distances[j, k, :t].tolist() if active[j, k] else None
-                        for k in range(distances.shape[1])
-                    ]
-                else:
-                    rows = [distances[j, 0, :t].tolist()]
+            if kind is not None and not kind.signed:
+                rows = [
+                    distances[j, r, :t].tolist() if replayed[j, r] else None
+                    for r in range(distances.shape[1])
+                ]
             checked = self._checked_masks(scored, j)
             prompt = "\n\n".join(msg["content"] for msg in scored.examples[j].messages())
             rec = SampleRecord(
@@ -786,9 +765,11 @@ class MRTPOTrainer(GRPOTrainer):
                 reward_names=self.reward_names,
                 rewards=scored.rewards[self.accelerator.process_index * len(scored.examples) + j].tolist(),
                 advantages=adv_local[j].tolist(),
-                method=a.method.method,
-                credit=a.method.credit,
-                credit_beta=float(credit_beta),
+                method=mc.method,
+                credit=mc.credit,
+                credit_beta=float(res.credit_beta),
+                replay=None if kind is None else kind.name,
+                rows=None if kind is None else kind.row_names(self.reward_names),
                 distances=rows,
                 token_advantages=(
                     token_adv[j, :t] if token_adv is not None else adv_local[j].sum().expand(t)

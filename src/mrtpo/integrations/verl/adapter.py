@@ -35,7 +35,7 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
    CoRT's relevance ``[N, 1, T]`` for ``credit=cort`` (kind ``logprob``), RLSD's signed gap for
    ``credit=rlsd`` (kind ``teacher_gap``). In verl's loop it runs after the old log-probs (the policy that
    sampled) and before ``compute_advantage``; the hook calls the ``distances_for`` given to :func:`install`
-   and stores the result as ``batch["mrtpo_distances"]``. :func:`make_distances_for` builds one for a model held by the
+   and stores its answer as ``batch["mrtpo_distances"]`` and ``batch["mrtpo_replayed"]`` (the rows run). :func:`make_distances_for` builds one for a model held by the
    calling process; :mod:`mrtpo.integrations.verl.worker` one that replays on verl's actor workers
    (installed by :mod:`mrtpo.integrations.verl.main`); see docs/verl.md.
 
@@ -74,6 +74,7 @@ from mrtpo.integrations.verl.config import (
     DISTANCES_KEY,
     ESTIMATOR_PREFIX,
     RENAMED_KEYS,
+    REPLAYED_KEY,
     VERL_VERSION,
     VerlMRTPOConfig,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "EXAMPLE_KEY",
     "HOOKED_MODULES",
     "RENAMED_KEYS",
+    "REPLAYED_KEY",
     "RESERVED_KEYS",
     "TASK_KEY",
     "TASK_KWARGS_KEY",

@@ -27,6 +27,11 @@ that names the new one)."""
 DISTANCES_KEY = "mrtpo_distances"
 """``batch[DISTANCES_KEY]``: replay distances [N, K', T] float32 read by credit schemes that need them."""
 
+REPLAYED_KEY = "mrtpo_replayed"
+"""``batch[REPLAYED_KEY]``: [N, K'] bool, the rows of ``batch[DISTANCES_KEY]`` that replay measured (the
+rest of the replay's answer, :attr:`mrtpo.replay.ReplayResult.replayed`); without it every row that
+carries an advantage counts as measured."""
+
 
 def _default(name: str) -> Any:
     """The default of a method-block key: :class:`MethodConfig`'s (one default for every engine)."""

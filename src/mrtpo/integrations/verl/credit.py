@@ -13,9 +13,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from mrtpo import replay as replay_mod
 from mrtpo import step as step_mod
 from mrtpo.integrations.verl.config import DISTANCES_KEY, VerlMRTPOConfig
 from mrtpo.integrations.verl.reward import TASK_KEY, example_from_extra_info, task_from_extra_info
+from mrtpo.method import MethodConfig
 from mrtpo.tasks.conditions import task_conditions
 
 
@@ -98,7 +100,7 @@ def batch_credit(
     index: Sequence[Any] | None,
     non_tensor_batch: Mapping[str, Any] | None,
     config: Any = None,
-    distances: Tensor | step_mod.DistanceFn | None = None,
+    distances: Tensor | replay_mod.ReplayResult | replay_mod.DistanceFn | None = None,
     step: int = 0,
 ) -> step_mod.CreditResult:
     """:func:`mrtpo.step.credit_step` on verl's batch: rewards from ``non_tensor_batch``, groups ``index``.
@@ -110,7 +112,9 @@ def batch_credit(
         non_tensor_batch: holds the per-reward scores (see :func:`reward_matrix`) and ``extra_info``.
         config: verl's algorithm config (its ``mrtpo`` node, :class:`VerlMRTPOConfig`), or a
             :class:`VerlMRTPOConfig`.
-        distances: [N, K', T] replay distances, or a :data:`mrtpo.step.DistanceFn` (schemes that replay).
+        distances: the replay's answer (a :class:`mrtpo.replay.ReplayResult`: distances [N, K', T] and
+            the rows replayed; or bare [N, K', T] distances), or a :data:`mrtpo.replay.DistanceFn` that
+            replays when the advantages are known (schemes that replay).
         step: the optimizer step (0-based) of a ramped or scheduled scheme (CoRT's β, RLSD's λ).
 
     Returns:
@@ -140,8 +144,8 @@ def batch_credit(
             f"algorithm.adv_estimator=mrtpo_{cfg.method}"
         )
     mc = cfg.method_config.with_method(method)  # validated once per (configuration, method)
-    if mc.scheme.replay != "none" and distances is None:
-        default = " (the default)" if cfg.credit == "reward" else ""
+    if mc.scheme.kind is not None and distances is None:
+        default = " (the default)" if cfg.credit == MethodConfig.credit else ""
         raise ValueError(
             f"algorithm.mrtpo.credit={cfg.credit!r}{default} needs batch['{DISTANCES_KEY}'] ([N, K', T] replay "
             "distances): launch with python -m mrtpo.integrations.verl.main (it replays on the actor workers), give "

@@ -9,7 +9,15 @@ from typing import Any
 from torch import Tensor
 
 from mrtpo import advantages as adv_registry
-from mrtpo.integrations.verl.config import DISTANCES_KEY, ESTIMATOR_PREFIX, VERL_VERSION, _get, _method_of
+from mrtpo import replay as replay_mod
+from mrtpo.integrations.verl.config import (
+    DISTANCES_KEY,
+    ESTIMATOR_PREFIX,
+    REPLAYED_KEY,
+    VERL_VERSION,
+    _get,
+    _method_of,
+)
 from mrtpo.integrations.verl.credit import batch_credit
 
 EstimatorFn = Callable[..., tuple[Tensor, Tensor]]
@@ -32,7 +40,8 @@ def make_estimator(method: str) -> EstimatorFn:
     - index: (bs,) group ids (``uid``);
     - config: verl's algorithm config; its ``mrtpo`` node is :class:`VerlMRTPOConfig`;
     - non_tensor_batch: per-reward score arrays and ``extra_info``;
-    - batch: tensors; ``batch["mrtpo_distances"]`` (bs, K', response_length) for credit schemes that replay.
+    - batch: tensors; ``batch["mrtpo_distances"]`` (bs, K', response_length) for credit schemes that replay,
+      with ``batch["mrtpo_replayed"]`` (bs, K') the rows replay measured.
 
     Returns ``advantages == returns``, (bs, response_length) in the dtype of ``token_level_rewards``,
     exactly 0 where ``response_mask`` is 0.
@@ -62,8 +71,11 @@ def make_estimator(method: str) -> EstimatorFn:
                 f"{tuple(response_mask.shape)}; expected both (bs, response_length)"
             )
         distances = kwargs.get("distance_fn")  # from compute_advantage: replays when the scheme asks
-        if batch is not None and DISTANCES_KEY in batch:
+        if batch is not None and DISTANCES_KEY in batch:  # the answer of an earlier replay, as stored
             distances = batch[DISTANCES_KEY]
+            if REPLAYED_KEY in batch:
+                lengths = response_mask.sum(1)
+                distances = replay_mod.ReplayResult(distances, lengths, replayed=batch[REPLAYED_KEY])
         step = int(kwargs.get("mrtpo_step") or 0)  # from compute_advantage: verl's global step - 1
         res = batch_credit(method, response_mask, index, non_tensor_batch, config, distances, step)
         tok = res.token_advantages.to(device=token_level_rewards.device, dtype=token_level_rewards.dtype)

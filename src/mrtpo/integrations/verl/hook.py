@@ -9,13 +9,15 @@ import importlib.abc
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from enum import Enum
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from mrtpo.integrations.verl.config import DISTANCES_KEY, VerlMRTPOConfig, _method_of
+from mrtpo import replay as replay_mod
+from mrtpo.integrations.verl.config import DISTANCES_KEY, REPLAYED_KEY, VerlMRTPOConfig, _method_of
 from mrtpo.integrations.verl.estimators import make_estimator, register_estimators
 from mrtpo.integrations.verl.replay import DistancesFor
 
@@ -36,8 +38,9 @@ def compute_advantage(
     """verl's ``ray_trainer.compute_advantage`` with the DataProto passed on to ``mrtpo_*`` estimators.
 
     For an ``mrtpo_*`` name: when the credit scheme needs distances, ``batch["mrtpo_distances"]`` is absent
-    and ``distances_for`` is given, the hook computes Â (to skip pairs with Â = 0) and stores
-    ``distances_for(data)(kind, Â)``; then it calls the estimator with ``non_tensor_batch`` and ``batch``
+    and ``distances_for`` is given, the hook computes Â (to skip pairs with Â = 0) and stores the answer of
+    ``distances_for(data)(kind, Â)`` (``batch["mrtpo_distances"]`` and ``batch["mrtpo_replayed"]``, the rows
+    replayed); then it calls the estimator with ``non_tensor_batch`` and ``batch``
     and writes ``batch["advantages"]`` and ``batch["returns"]`` ((bs, response_length)). Every other
     name goes to ``original`` (verl's own function) with the same arguments.
 
@@ -84,10 +87,12 @@ def compute_advantage(
     if DISTANCES_KEY not in batch and distances_for is not None:
         of_batch = distances_for(data)
 
-        def fetch(kind: str, adv: Tensor) -> Tensor:  # mrtpo.replay.DistanceFn
-            d = of_batch(kind, adv)  # [N, K', T]
-            batch[DISTANCES_KEY] = d.to(device=batch["response_mask"].device, dtype=torch.float32)
-            return batch[DISTANCES_KEY]
+        def fetch(kind: str, adv: Tensor) -> replay_mod.ReplayResult:  # mrtpo.replay.DistanceFn
+            res = of_batch(kind, adv)  # distances [N, K', T], replayed [N, K']
+            dev = batch["response_mask"].device
+            batch[DISTANCES_KEY] = res.distances.to(device=dev, dtype=torch.float32)
+            batch[REPLAYED_KEY] = res.replayed.to(dev)  # the answer is kept whole
+            return replace(res, distances=batch[DISTANCES_KEY], replayed=batch[REPLAYED_KEY])
 
     fn = make_estimator(method)
     step = _optimizer_step(data, config, step_fn)

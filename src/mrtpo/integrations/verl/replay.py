@@ -16,8 +16,8 @@ logger = logging.getLogger(__name__)
 
 DistancesFor = Callable[[Any], replay_mod.DistanceFn]
 """``distances_for(data) -> DistanceFn``: the replay of one verl batch (a ``DataProto``), as the core's
-:data:`mrtpo.replay.DistanceFn` ``(kind, advantages [N, K]) -> [N, K', T]`` (kind: the credit scheme's
-replay kind, :data:`mrtpo.replay.REPLAY_KINDS`)."""
+:data:`mrtpo.replay.DistanceFn` ``(kind, advantages [N, K]) -> ReplayResult`` (distances [N, K', T] and
+the rows replayed; kind: the credit scheme's replay kind, :data:`mrtpo.replay.REPLAY_KINDS`)."""
 
 
 def _response_ids(batch: Mapping[str, Any]) -> tuple[list[list[int]], int]:
@@ -42,7 +42,7 @@ def replay_distances(
     tokenizer: Any,
     data: Any,
     *,
-    kind: str = "reward",
+    kind: str,
     reward_names: Sequence[str] | None = None,
     advantages: Tensor | None = None,
     options: replay_mod.ReplayOptions | None = None,
@@ -51,7 +51,8 @@ def replay_distances(
     progress: bool = False,
 ) -> replay_mod.ReplayResult:
     """The replay kind ``kind`` of a DataProto's responses through :func:`mrtpo.replay.for_scheme`:
-    ``[N, K', T]`` (K' = K for "reward", 1 for the shared-row kinds), T the batch's response width.
+    ``[N, K', T]`` (K' = K for a per-reward kind, 1 for a shared-row kind), T the batch's response width,
+    and which rows ran.
 
     Contexts come from the examples in ``non_tensor_batch["extra_info"]`` (tokenized with ``tokenizer``'s
     chat template and ``template_kwargs``, which must match verl's ``data.apply_chat_template_kwargs``);
@@ -141,7 +142,7 @@ def make_distances_for(
     def distances_for(data: Any) -> replay_mod.DistanceFn:
         tau = temperature if temperature is not None else batch_temperature(data)
 
-        def distances(kind: str, advantages: Tensor) -> Tensor:
+        def distances(kind: str, advantages: Tensor) -> replay_mod.ReplayResult:
             res = replay_distances(
                 model, tokenizer, data, kind=kind, advantages=advantages, options=options,
                 template_kwargs=template_kwargs, temperature=tau, progress=progress,
@@ -149,7 +150,7 @@ def make_distances_for(
             meta = getattr(data, "meta_info", None)
             if isinstance(meta, dict):
                 meta["mrtpo/replay"] = res.stats.as_dict()
-            return res.distances
+            return res
 
         return distances
 

@@ -9,15 +9,15 @@ workers, sharded by the FSDP engine. This module runs replay where the weights a
   split into one contiguous chunk per data-parallel rank, every sequence-parallel peer of a rank gets the
   same chunk, and the outputs of the SP-rank-0 workers are concatenated in DP order). It replays its
   chunk with the weights that sampled it (it is called inside ``compute_advantage``, after the old
-  log-probs and before ``update_actor``) and returns ``batch["mrtpo_distances"]`` [n, K', T]: JS
-  distances (``reward``, ``joint``) or CoRT's relevance (``logprob``: the sampled tokens' log-probability
-  gap between C and C_-all at the sampling temperature).
+  log-probs and before ``update_actor``) and returns the replay's answer: ``batch["mrtpo_distances"]``
+  [n, K', T], the kind's measure (JS distances, CoRT's relevance, RLSD's gap, a user's kind's), and
+  ``batch["mrtpo_replayed"]`` [n, K'], the rows it ran.
 - :func:`replay_shard`: the pure part, testable without Ray or a GPU: one chunk's distances with
   :func:`mrtpo.integrations.verl.adapter.replay_distances` (the core's :func:`mrtpo.replay.for_scheme`,
   as the TRL path).
 - :func:`make_worker_distances_for`: the driver side, a ``distances_for`` for
   :func:`mrtpo.integrations.verl.adapter.install` that sends the rows to a worker group and returns the
-  distances in the batch's row order.
+  answer (:class:`mrtpo.replay.ReplayResult`) in the batch's row order.
 
 Alignment hazards and how they are handled:
 
@@ -57,7 +57,7 @@ from verl.single_controller.base.decorator import make_nd_compute_dataproto_disp
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
 from mrtpo import replay as replay_mod
-from mrtpo.integrations.verl.config import DISTANCES_KEY, VerlMRTPOConfig, _get, _plain
+from mrtpo.integrations.verl.config import DISTANCES_KEY, REPLAYED_KEY, VerlMRTPOConfig, _get, _plain
 from mrtpo.integrations.verl.replay import DistancesFor, batch_temperature, replay_distances
 from mrtpo.integrations.verl.reward import _extra_infos, task_from_extra_info
 
@@ -263,7 +263,7 @@ def replay_shard(
     tokenizer: Any,
     data: DataProto,
     *,
-    kind: str = "reward",
+    kind: str,
     advantages: Tensor | None = None,
     reward_names: list[str] | None = None,
     options: replay_mod.ReplayOptions | None = None,
@@ -271,7 +271,8 @@ def replay_shard(
     template_kwargs: Mapping[str, Any] | None = None,
     temperature: float = 1.0,
 ) -> replay_mod.ReplayResult:
-    """Distances ``[n, K', T]`` of one dispatch chunk of a verl batch, rows in the chunk's order.
+    """Distances ``[n, K', T]`` and the rows replayed ``[n, K']`` of one dispatch chunk of a verl batch, rows
+    in the chunk's order.
 
     The Ulysses SP group that is set on entry (verl's eval mode sets it) is unset while the model runs
     and restored afterwards. With ``split_over_sp`` and a group of size S > 1, this rank replays only
@@ -297,8 +298,8 @@ def replay_shard(
         template_kwargs, temperature: as :func:`mrtpo.integrations.verl.adapter.replay_distances`.
 
     Returns:
-        :class:`mrtpo.replay.ReplayResult` with ``distances: [n, K', T] float32`` on the CPU and
-        ``lengths: [n]`` the valid response lengths.
+        :class:`mrtpo.replay.ReplayResult` with ``distances: [n, K', T] float32`` and ``replayed: [n, K']``
+        on the CPU and ``lengths: [n]`` the valid response lengths.
     """
     if not isinstance(data, DataProto):
         raise TypeError(
@@ -341,14 +342,15 @@ def replay_shard(
         adv = None if advantages is None else advantages[lo:hi]
         res = replay_distances(model, tokenizer, part, advantages=adv, **kw)
         dev = _group_device(group)
-        buf = torch.zeros(m, kk, t, dtype=torch.float32, device=dev)  # [m, K', T]
+        buf = torch.zeros(m, kk, t + 1, dtype=torch.float32, device=dev)  # [m, K', T | replayed]
         if hi > lo:
-            buf[: hi - lo] = res.distances.to(dev)
+            buf[: hi - lo, :, :t] = res.distances.to(dev)
+            buf[: hi - lo, :, t] = res.replayed.to(dev).float()
         parts = [torch.empty_like(buf) for _ in range(size)]
         dist.all_gather(parts, buf, group=group)
-        d = torch.cat(parts)[:n].cpu()  # [n, K', T]: part r holds rows r*m .. r*m + m - 1
+        both = torch.cat(parts)[:n].cpu()  # [n, K', T + 1]: part r holds rows r*m .. r*m + m - 1
         stats = _all_reduce_stats(res.stats, group)
-        return replay_mod.ReplayResult(d, lengths, stats)
+        return replay_mod.ReplayResult(both[:, :, :t].contiguous(), lengths, stats, both[:, :, t] != 0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -373,7 +375,8 @@ class MRTPOActorRolloutRefWorker(ActorRolloutRefWorker):
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def mrtpo_replay(self, data: DataProto) -> DataProto | None:
-        """Replay this DP rank's chunk with the actor's current weights; ``batch["mrtpo_distances"]``.
+        """Replay this DP rank's chunk with the actor's current weights; ``batch["mrtpo_distances"]`` and
+        ``batch["mrtpo_replayed"]`` (the rows replayed).
 
         ``data`` (from :func:`make_worker_distances_for`): ``prompts``, ``responses``, ``attention_mask``,
         ``mrtpo_advantages`` [n, K]; ``non_tensor_batch["extra_info"]``; ``meta_info`` with the replay
@@ -391,7 +394,7 @@ class MRTPOActorRolloutRefWorker(ActorRolloutRefWorker):
                 module,
                 tokenizer,
                 data,
-                kind=data.meta_info.get(KIND_KEY, "reward"),
+                kind=data.meta_info[KIND_KEY],
                 options=cfg.options(resolve_sharding(module, cfg.sharding)),
                 template_kwargs=cfg.template_kwargs,
                 temperature=float(data.meta_info.get(TEMPERATURE_KEY) or cfg.temperature or 1.0),
@@ -399,7 +402,9 @@ class MRTPOActorRolloutRefWorker(ActorRolloutRefWorker):
         if not engine.is_mp_src_rank_with_outputs():
             return None
         metrics = {METRIC_PREFIX + k: float(v) for k, v in res.stats.as_dict().items()}
-        return DataProto.from_dict(tensors={DISTANCES_KEY: res.distances}, meta_info={"metrics": metrics})
+        return DataProto.from_dict(
+            tensors={DISTANCES_KEY: res.distances, REPLAYED_KEY: res.replayed}, meta_info={"metrics": metrics}
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -449,6 +454,16 @@ def sum_metrics(meta_info: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def _stats_of(summed: Mapping[str, float]) -> replay_mod.ReplayStats:
+    """:class:`mrtpo.replay.ReplayStats` of :func:`sum_metrics`' sums (counts as integers)."""
+    out = replay_mod.ReplayStats()
+    for f in fields(out):
+        if f.name in summed:
+            v = summed[f.name]
+            setattr(out, f.name, round(v) if isinstance(getattr(out, f.name), int) else float(v))
+    return out
+
+
 def make_worker_distances_for(
     worker_group: Any, options: ReplayConfig | Mapping[str, Any] | None = None
 ) -> DistancesFor:
@@ -462,14 +477,17 @@ def make_worker_distances_for(
     opts = options if isinstance(options, ReplayConfig) else ReplayConfig.from_mapping(options)
 
     def distances_for(data: Any) -> replay_mod.DistanceFn:
-        def distances(kind: str, advantages: Tensor) -> Tensor:
+        def distances(kind: str, advantages: Tensor) -> replay_mod.ReplayResult:
             out = worker_group.mrtpo_replay(worker_batch(data, advantages, kind, opts))
             d = out.batch[DISTANCES_KEY]
             if d.shape[0] != len(data):
                 raise RuntimeError(f"mrtpo_replay returned {d.shape[0]} rows for a batch of {len(data)}")
+            stats = sum_metrics(out.meta_info)
             if isinstance(getattr(data, "meta_info", None), dict):
-                data.meta_info["mrtpo/replay"] = sum_metrics(out.meta_info)
-            return d
+                data.meta_info["mrtpo/replay"] = stats
+            p = data.batch["prompts"].shape[1]
+            lengths = data.batch["attention_mask"][:, p:].sum(1).long().cpu()  # [N]
+            return replay_mod.ReplayResult(d, lengths, _stats_of(stats), out.batch[REPLAYED_KEY].bool())
 
         return distances
 
