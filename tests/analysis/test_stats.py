@@ -212,12 +212,34 @@ def test_method_table_compare_claims_and_aim_by_hand():
         "design": {"warm_starts": [0, 1, 2], "seeds": [0, 1]},
     }
     cl = claims(summary)
-    assert [(x["method"], x["part"], x["row"]) for x in cl][:2] == [
+    # the primary family: every pre-named comparison that was run, holding or not, first
+    primary = [(x["method"], x["part"], x["row"]) for x in cl if x["family"] == "primary"]
+    assert primary == [
         ("mrtpo", "steps", "overall"),
+        ("mrtpo", "heldout", "overall"),
         ("mrtpo", "steps", "localizable"),
+        ("mrtpo", "heldout", "localizable"),
+        ("shuffled", "steps", "localizable"),
     ]
-    assert all(x["method"] != "shuffled" for x in cl)  # equal to GDPO: no claim
-    assert cl[0]["text"].startswith("MRTPO reaches 0.9 on all constraints sooner than GDPO: -25.0 steps [")
+    assert all(x["tests"] == 5 for x in cl if x["family"] == "primary")
+    steps_all = cl[0]
+    assert steps_all["holds"] and steps_all["p_holm"] < 0.05
+    assert steps_all["text"].startswith(
+        "MRTPO reaches 0.9 on all constraints sooner than GDPO: -25.0 steps ["
+    )
+    # Holm over the family: the adjusted p-values follow from the raw ones
+    from mrtpo.analysis.stats import holm
+
+    fam = [x for x in cl if x["family"] == "primary"]
+    assert [x["p_holm"] for x in fam] == pytest.approx(holm([x["p_value"] for x in fam]))
+    # the shuffled control equals GDPO: its primary comparison does not hold and is worded neutrally
+    sh_claim = next(x for x in cl if x["method"] == "shuffled")
+    assert not sh_claim["holds"] and sh_claim["p_value"] == 1.0
+    assert sh_claim["text"].startswith(
+        "MRTPO (shuffled) − GDPO, steps to 0.9 on localizable constraints: +0.0"
+    )
+    # exploratory entries: only those whose uncorrected interval excludes 0 are listed
+    assert all(not (x["low"] <= 0 <= x["high"]) for x in cl if x["family"] == "exploratory")
     a = aim(summary)
     assert a["met"] is True  # 0.71 <= 0.85, interval below 0, the shuffled control without the gain
     summary["aim"], summary["claims"] = a, cl
@@ -236,4 +258,42 @@ def test_method_table_compare_claims_and_aim_by_hand():
         "design": {"warm_starts": [0, 1]},
     }
     assert claims(small) == []
+    text = format_table({**summary, "aim": a, "claims": cl})
+    assert "Primary claims (named before the runs; Holm's correction over 5 tests" in text
+    assert "[holds] MRTPO reaches 0.9 on all constraints sooner" in text
+    assert "[not shown] MRTPO (shuffled)" in text
     assert "claims need at least 3 warm starts" in format_table({**small, "aim": None, "claims": []})
+
+
+def test_holm_by_hand():
+    from mrtpo.analysis.stats import holm
+
+    # m = 4: sorted 0.01 0.02 0.03 0.04 -> 4 x 0.01 = 0.04, 3 x 0.02 = 0.06, 2 x 0.03 = 0.06, 1 x 0.04 = 0.04
+    # -> running max 0.04 0.06 0.06 0.06, returned in the input order
+    assert holm([0.03, 0.01, 0.04, 0.02]) == pytest.approx([0.06, 0.04, 0.06, 0.06])
+    # capped at 1; one p-value is its own adjustment
+    assert holm([0.5, 0.4, 0.001]) == pytest.approx([0.8, 0.8, 0.003])
+    assert holm([0.2]) == [0.2]
+    assert holm([]) == []
+    # at alpha 0.05: 0.01 (x3 = 0.03) holds, 0.04 (x2 = 0.08) does not, and neither does anything after it
+    adj = holm([0.01, 0.04, 0.045])
+    assert [p < 0.05 for p in adj] == [True, False, False]
+    with pytest.raises(ValueError, match=r"p-value 1 = 1\.5 is not in"):
+        holm([0.1, 1.5])
+    with pytest.raises(ValueError, match="not in"):
+        holm([math.nan])
+
+
+def test_bootstrap_p_value_by_hand_and_with_the_interval():
+    from mrtpo.analysis.stats import bootstrap_p_value
+
+    # 9 draws, 2 at or below 0 and 7 at or above: p = 2 (2 + 1) / 10
+    assert bootstrap_p_value([-2, -1, 1, 2, 3, 4, 5, 6, 7], 0.0) == pytest.approx(0.6)
+    # every draw above: the smallest p of 9 draws, 2 / 10
+    assert bootstrap_p_value([1.0] * 9, 0.0) == pytest.approx(0.2)
+    assert bootstrap_p_value([0.0] * 9, 0.0) == 1.0
+    # the two-level bootstrap's p-value agrees with its interval
+    far = two_level_bootstrap({0: [(5.0, 1.0), (6.0, 1.0)], 1: [(7.0, 2.0)], 2: [(4.0, 0.5)]})
+    assert not far["within_noise"] and far["p_value"] < 0.05
+    near = two_level_bootstrap({0: [(1.0, 2.0)], 1: [(3.0, 1.0)], 2: [(0.0, 0.5)]})
+    assert near["within_noise"] and near["p_value"] > 0.05

@@ -30,15 +30,6 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.fixture(scope="module")
-def quick(tmp_path_factory):
-    from mrtpo.cli.main import main
-
-    out = tmp_path_factory.mktemp("demo") / "quick"
-    assert main(["demo", "--quick", "--output", str(out), "--no-progress"]) == 0
-    return out
-
-
 def test_quick_demo_files(quick):
     for rel in (
         "index.html",
@@ -51,6 +42,7 @@ def test_quick_demo_files(quick):
         "report/position.png",
         "report/curves.png",
         "report/curves_main.png",
+        "report/dynamics.png",
         "report/report.json",
         "report/explain/explain.html",
         "report/explain/explain.png",
@@ -235,9 +227,16 @@ def test_quick_demo_index_and_printed_table(quick, capsys):
         he = m["heldout"]["overall"]
         assert f"{he['median']:.3f}" in page and f"{he['median']:.3f}" in text
         # each warm start's median (summary.json's keys are strings): in the method's line and row
-        (line,) = [x for x in text.splitlines() if x.startswith(m["label"] + "  ") and "[" not in x]
+        # (the headline table's line comes first; the curve table below repeats the label)
+        line, curve_line = [x for x in text.splitlines() if x.startswith(m["label"] + "  ") and "[" not in x]
         per = "".join(f"{he['per_warm_start'][str(w)]:>7.3f}" for w in WARM_STARTS)
         assert line.endswith(per)
+        key = next(k for k, v in s["methods"].items() if v is m)
+        cur = s["curves"][key]["heldout/satisfaction"]
+        assert curve_line.split()[-2:] == [
+            f"{cur['median'][0]:.3f}",
+            f"{cur['median'][-1]:.3f}",
+        ]  # steps 0, 6
         assert "".join(f"<td>{he['per_warm_start'][str(w)]:.3f}</td>" for w in WARM_STARTS) in page
     b = s["comparisons"]["mrtpo"]["heldout"]["overall"]
     interval = f"{b['estimate']:+.3f} [{b['low']:+.3f}, {b['high']:+.3f}]"
@@ -309,7 +308,19 @@ def test_quick_demo_reuses_warm_starts(quick, tmp_path):
         main(["demo", "--quick", "--output", str(tmp_path / "x"), "--warm-start", str(tmp_path / "none")])
         == 2
     )
-    assert main([*args, "--warm-starts", "7"]) == 2  # the folder holds ws0 and ws1 only
+    # a warm start the folder lacks is trained from its shared copy phase
+    seven = tmp_path / "seven"
+    assert main([*args[:3], str(seven), *args[4:], "--warm-starts", "0", "7", "--methods", "gdpo"]) == 0
+    s7 = json.loads((seven / "summary.json").read_text())
+    assert [(w["warm_start"], w["reused"]) for w in s7["warm_starts"]] == [(0, True), (7, False)]
+    assert s7["warm_starts"][0]["heldout"] == first["warm_starts"][0]["heldout"]
+    assert json.loads((seven / "warmstart" / "ws7" / "warmstart.json").read_text())["warm_start"] == 7
+    # without a copy phase, a warm start the folder lacks is an error
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "ws0").symlink_to(quick / "warmstart" / "ws0")
+    (bare / "ws1").symlink_to(quick / "warmstart" / "ws1")
+    assert main([*args[:5], "--warm-start", str(bare), "--warm-starts", "7"]) == 2
 
 
 def test_beta_sweep_methods():

@@ -38,7 +38,7 @@ def add_arguments(parser) -> None:
         nargs="+",
         default=None,
         help="methods (default: grpo gdpo mrtpo shuffled joint; also mrtpo-beta0 mrtpo-beta0.25 mrtpo-beta1 "
-        "mrtpo-scaled scaled-shuffled rdpo rdpo-mrtpo rlsd)",
+        "mrtpo-scaled scaled-shuffled mrtpo-capped rdpo rdpo-mrtpo rlsd)",
     )
     parser.add_argument(
         "--beta-sweep",
@@ -51,7 +51,29 @@ def add_arguments(parser) -> None:
         help="add MRTPO with scaled weights (mrtpo-scaled) and its shuffled control (scaled-shuffled) to the "
         "methods (with gdpo, the baseline)",
     )
+    parser.add_argument(
+        "--pool",
+        nargs="+",
+        default=None,
+        metavar="SUMMARY",
+        help="train nothing: pool the runs of these summary.json files (e.g. warm starts 0-2, 3-5, 6-8 run "
+        "apart) with the same two-level bootstrap as one run over all of them; --methods picks methods "
+        "(default output: ./mrtpo-demo-pooled)",
+    )
     parser.add_argument("--steps", type=int, default=None, help="RL steps per run (default: see RLConfig)")
+    parser.add_argument(
+        "--num-iterations",
+        type=int,
+        default=None,
+        help="optimizer steps per sampled batch, the same for every method (TRL's num_iterations; default: "
+        "RLConfig, 2)",
+    )
+    parser.add_argument(
+        "--curve-every",
+        type=int,
+        default=None,
+        help="optimizer steps between the points of the held-out curves (0: none; default: RLConfig, 20)",
+    )
     parser.add_argument(
         "--lr",
         type=float,
@@ -70,7 +92,7 @@ def add_arguments(parser) -> None:
         default=None,
         metavar="DIR",
         help="reuse warm starts: DIR/warmstart of an earlier demo (its ws<w> folders; those of --warm-starts "
-        "it holds) or one warm-start folder",
+        "it holds, the others trained from its copy phase) or one warm-start folder",
     )
     parser.add_argument("--threshold", type=float, default=0.9, help="satisfaction threshold (default: 0.9)")
     parser.add_argument(
@@ -95,6 +117,14 @@ def run(args) -> int:
     from mrtpo.demo import DemoConfig, format_table, quick_config, run_demo
     from mrtpo.demo.runs import BETA_SWEEP, SCALED
 
+    if args.pool is not None:
+        from mrtpo.demo.pool import pool_summaries
+
+        out = args.output or "mrtpo-demo-pooled"
+        summary = pool_summaries(args.pool, out, methods=args.methods)
+        print(format_table(summary))
+        print(f"wrote {out}/index.html and {out}/summary.json")
+        return 0
     if args.quick:
         cfg = quick_config(args.output or "mrtpo-demo-quick")
     else:
@@ -121,6 +151,10 @@ def run(args) -> int:
         rl["steps"] = args.steps
     if args.lr is not None:
         rl["learning_rate"] = args.lr
+    if args.num_iterations is not None:
+        rl["num_iterations"] = args.num_iterations
+    if args.curve_every is not None:
+        rl["curve_every"] = args.curve_every
     if rl:
         changes["rl"] = dataclasses.replace(cfg.rl, **rl)
     if args.warm_start_steps is not None:

@@ -17,6 +17,9 @@ from mrtpo.demo.warmstart import WarmStartConfig
 
 SATISFACTION_KEY = "task/satisfaction"
 
+RETEST_SEED = 1_000
+"""The second held-out evaluation of a final policy samples with the RL seed + this."""
+
 
 @dataclass
 class DemoConfig:
@@ -113,7 +116,7 @@ def quick_config(output_dir: str = "mrtpo-demo-quick", **overrides: Any) -> Demo
         "warm_start": WarmStartConfig(
             steps=120, clean_steps=80, batch_size=128, warmup_steps=20, eval_examples=64, eval_every=0
         ),
-        "rl": RLConfig(steps=6, prompts_per_step=4, num_generations=4, log_samples=4),
+        "rl": RLConfig(steps=6, prompts_per_step=4, num_generations=4, log_samples=4, curve_every=3),
         "eval_examples": 64,
         "smooth": 1,
         "explain_records": 2,
@@ -184,12 +187,14 @@ def train_and_evaluate(job: dict[str, Any]) -> dict[str, Any]:
     ``run_dir``, ``eval_examples``, ``threshold``, ``smooth``, ``threads`` (torch threads; None: leave as is).
 
     Returns:
-        ``{"method", "warm_start", "seed", "run_dir", "seconds", "cpu_seconds", "heldout", "train_last",
-        "steps"}``.
+        ``{"method", "warm_start", "seed", "run_dir", "seconds", "curve_seconds", "cpu_seconds",
+        "heldout", "heldout_retest", "heldout_greedy", "retest_seconds", "train_last", "steps", "curves"}``
+        (``curves``: :func:`mrtpo.demo.dynamics.run_curves`, None without them).
     """
     import torch
 
     from mrtpo.analysis.runs import read_jsonl
+    from mrtpo.demo.dynamics import run_curves
     from mrtpo.demo.runs import run_one
     from mrtpo.demo.summary import METRICS, steps_to_threshold
     from mrtpo.demo.warmstart import evaluate_policy, load_warm_start
@@ -198,22 +203,28 @@ def train_and_evaluate(job: dict[str, Any]) -> dict[str, Any]:
         torch.set_num_threads(job["threads"])
     _quiet_loading()
     cpu0 = time.process_time()
-    res = run_one(
-        job["method"], job["seed"], job["rl"], job["warm_start_dir"], job["run_dir"], progress=False
-    )
+    rl = job["rl"]
+    res = run_one(job["method"], job["seed"], rl, job["warm_start_dir"], job["run_dir"], progress=False)
     trainer = res.pop("trainer")
     _, tok, _ = load_warm_start(job["warm_start_dir"])
-    metrics, _ = evaluate_policy(
-        trainer.model, tok, heldout_examples(job["eval_examples"]), temperature=1.0, seed=job["seed"]
-    )
+    examples = heldout_examples(job["eval_examples"])
+    metrics, _ = evaluate_policy(trainer.model, tok, examples, temperature=1.0, seed=job["seed"])
+    res["heldout"] = metrics
+    if job.get("retest", True):  # the end point read twice more: another sampling seed, greedy decoding
+        t0 = time.perf_counter()
+        res["heldout_retest"], _ = evaluate_policy(
+            trainer.model, tok, examples, temperature=1.0, seed=job["seed"] + RETEST_SEED
+        )
+        res["heldout_greedy"], _ = evaluate_policy(trainer.model, tok, examples, temperature=0.0)
+        res["retest_seconds"] = time.perf_counter() - t0
     del trainer
     rows = read_jsonl(Path(job["run_dir"]) / "metrics.jsonl")
     res["warm_start"] = job["warm_start"]
-    res["heldout"] = metrics
     res["train_last"] = _last_metric(rows, SATISFACTION_KEY)
     res["steps"] = {
         row: steps_to_threshold(rows, key, job["threshold"], job["smooth"]) for row, key, _ in METRICS
     }
+    res["curves"] = run_curves(rows, rl.curve_every, rl.steps) if rl.curve_every > 0 else None
     res["cpu_seconds"] = time.process_time() - cpu0
     return {"method": res.pop("method"), "warm_start": res.pop("warm_start"), **res}
 
@@ -317,7 +328,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
 
     import torch
 
-    from mrtpo.demo.summary import AIMS, aim, claims, compare_all, method_label, method_table
+    from mrtpo.demo.summary import method_label
 
     torch.set_num_threads(config.threads)
     out = Path(config.output_dir)
@@ -330,17 +341,43 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     from mrtpo.demo.warmstart import train_copy_phase
 
     if config.warm_start_dir is not None:
-        found = find_warm_starts(config.warm_start_dir)
-        if len(found) > 1:  # an earlier demo's warm starts: those of config.warm_starts it holds
+        root = Path(config.warm_start_dir)
+        copy = root / "copy_phase.pt"
+        try:
+            found = find_warm_starts(root)
+        except FileNotFoundError:
+            if not copy.exists():
+                raise
+            found = {}
+        missing: list[int] = []
+        if len(found) > 1 or copy.exists():  # an earlier demo's warm starts: those of config.warm_starts
             found = {w: d for w, d in found.items() if w in config.warm_starts}
-            if not found:
+            # the ones it lacks: their imperfect phase from its shared copy phase, when it has one
+            missing = [w for w in config.warm_starts if w not in found] if copy.exists() else []
+            if not found and not missing:
                 raise FileNotFoundError(
-                    f"{config.warm_start_dir} holds none of the warm starts {list(config.warm_starts)}"
+                    f"{config.warm_start_dir} holds none of the warm starts {list(config.warm_starts)} (and no "
+                    "copy_phase.pt to train them from)"
                 )
         ws_jobs = [
             {"warm_start": w, "dir": str(d), "reuse": True, "eval_examples": config.eval_examples}
             for w, d in found.items()
         ]
+        ws_jobs += [
+            {
+                "warm_start": w,
+                "config": config.warm_start,
+                "copy_phase": str(copy),
+                "dir": str(out / "warmstart" / f"ws{w}"),
+                "eval_examples": config.eval_examples,
+            }
+            for w in missing
+        ]
+        ws_jobs.sort(
+            key=lambda j: (
+                config.warm_starts.index(j["warm_start"]) if j["warm_start"] in config.warm_starts else -1
+            )
+        )
         copy_seconds = 0.0
     else:
         ws_root = out / "warmstart"
@@ -388,9 +425,19 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
 
     # 3. statistics and report
     t0 = time.perf_counter()
-    cap = config.rl.steps
-    table = method_table(runs, methods, cap)
-    comparisons = compare_all(table, cap, seed=config.bootstrap_seed)
+    from mrtpo.demo.aggregate import build_summary
+
+    summary = build_summary(
+        runs,
+        warm_starts,
+        methods=methods,
+        seeds=config.seeds,
+        steps_cap=config.rl.steps,
+        threshold=config.threshold,
+        smooth=config.smooth,
+        eval_examples=config.eval_examples,
+        bootstrap_seed=config.bootstrap_seed,
+    )
     from mrtpo.demo.report import write_report
 
     main_methods = [m for m in methods if not m.startswith("mrtpo-beta")]
@@ -414,6 +461,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
             ),
         },
         notes=[_smoke_note(config)] if config.smoke else [],
+        summary=summary,
     )
     timings["report"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
@@ -431,35 +479,33 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
             "load_before": load_before,
             "load_after": _load_avg(),
         },
-        "design": {
-            "warm_starts": list(ws_dirs),
-            "seeds": list(config.seeds),
-            "runs_per_method": len(ws_dirs) * len(config.seeds),
-        },
-        "warm_starts": warm_starts,
-        "threshold": config.threshold,
-        "metric": SATISFACTION_KEY,
-        "smooth": config.smooth,
-        "eval_examples": config.eval_examples,
-        "steps_cap": cap,
-        "methods": table,
-        "comparisons": comparisons,
-        "comparison": comparisons.get("mrtpo"),
-        "runs": runs,
+        **summary,
         "timings": timings,
         "cpu_seconds": {
             "imperfect_phases": sum(w["cpu_seconds"] for w in warm_starts),
             "rl_runs": sum(r["cpu_seconds"] for r in runs),
         },
+        "recording": recording_cost(runs),
         "wall_seconds": timings["total"],
         "files": report["files"],
     }
-    summary["claims"] = claims(summary)
-    summary["aims"] = {m: aim(summary, method=m, control=c) for m, c in AIMS.items() if m in comparisons}
-    summary["aim"] = summary["aims"].get("mrtpo")
     (out / "summary.json").write_text(json.dumps(_json_safe(summary), indent=1))
     (out / "index.html").write_text(_index_html(summary))
     return summary
+
+
+def recording_cost(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """What recording the curves and the extra end-point evaluations cost: their seconds and their share
+    of the RL runs' seconds (training and every evaluation; the runs' ``seconds`` include the curves)."""
+    curves = sum(r.get("curve_seconds") or 0.0 for r in runs)
+    extra = sum(r.get("retest_seconds") or 0.0 for r in runs)
+    total = sum(r.get("seconds") or 0.0 for r in runs) + extra
+    return {
+        "curve_seconds": curves,
+        "retest_seconds": extra,
+        "run_seconds": total,
+        "share": (curves + extra) / total if total > 0 else 0.0,
+    }
 
 
 def _smoke_note(config: DemoConfig) -> str:
@@ -474,6 +520,16 @@ def _config_dict(config: DemoConfig) -> dict[str, Any]:
     d["seeds"], d["methods"] = list(config.seeds), list(config.methods)
     d["warm_starts"] = list(config.warm_starts)
     return d
+
+
+def _config_dict_pooled(first: dict[str, Any], summary: dict[str, Any], methods: list[str]) -> dict[str, Any]:
+    """The config of a pooled summary: the first summary's, with the pooled design."""
+    return {
+        **first,
+        "warm_starts": list(summary["design"]["warm_starts"]),
+        "seeds": list(summary["design"]["seeds"]),
+        "methods": list(methods),
+    }
 
 
 def _json_safe(obj: Any) -> Any:

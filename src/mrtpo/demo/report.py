@@ -91,6 +91,88 @@ def plot_method_curves(
     return C.plot_curves(panels, out_path, thresholds=dict.fromkeys(panels, threshold), ncols=4)
 
 
+DYNAMICS_PANELS: tuple[tuple[str, str], ...] = (
+    ("heldout/satisfaction", "held-out satisfaction, all constraints"),
+    ("heldout/local", "held-out satisfaction, localizable"),
+    ("heldout/met/length", "held-out share met, length (non-local)"),
+    ("diff:heldout/satisfaction", "held-out, all: difference from GDPO (95% CI)"),
+    ("entropy", "entropy of the sampled training tokens"),
+    ("grad_norm", "gradient norm before clipping"),
+    ("heldout/kl_warm_start", "KL to the warm start (held-out responses)"),
+    ("heldout/entropy", "policy entropy (held-out responses)"),
+    ("credit/max_abs_token_adv", "largest |token advantage| in a batch"),
+    ("credit/etr", "effective token ratio of |token advantages|"),
+    ("credit/etr/localizable", "effective token ratio of w, localizable rewards"),
+    ("credit/etr/length", "effective token ratio of w, length"),
+)
+"""``(curve key, panel title)`` of ``report/dynamics.png``; ``diff:<key>`` draws each method's mean
+difference from GDPO with its two-level bootstrap interval as the band."""
+
+
+def plot_dynamics(
+    summary: dict[str, Any], out_path: str | Path, *, methods: Sequence[str] | None = None
+) -> Path | None:
+    """``report/dynamics.png`` from a summary's curves (:mod:`mrtpo.demo.aggregate`): per method the median
+    over its runs with the interquartile band (warm starts and seeds together), at every curve step;
+    None when no run recorded curves. Per-step keys show the mean over the steps since the previous
+    point."""
+    import numpy as np
+
+    from mrtpo.analysis import curves as C
+
+    curves = summary.get("curves") or {}
+    diffs = summary.get("curve_comparisons") or {}
+    table = summary["methods"]
+    keep = [m for m in (methods or list(table)) if m in curves]
+    if not keep:
+        return None
+
+    def arr(xs):
+        return np.array([np.nan if x is None else x for x in xs], dtype=np.float64)
+
+    panels: dict[str, dict[str, C.SeedBand]] = {}
+    for key, title in DYNAMICS_PANELS:
+        bands = {}
+        for m in keep:
+            if key.startswith("diff:"):
+                d = (diffs.get(m) or {}).get("curves", {}).get(key[5:])
+                if not d:
+                    continue
+                n = len(table[m]["units"])
+                bands[table[m]["label"]] = C.SeedBand(
+                    np.array(d["steps"]),
+                    arr(d["estimate"]),
+                    arr(d["low"]),
+                    arr(d["high"]),
+                    np.full(len(d["steps"]), n),
+                )
+                continue
+            c = curves[m].get(key)
+            if c is None or not any(v is not None for v in c["median"]):
+                continue
+            ok = [i for i, v in enumerate(c["median"]) if v is not None]
+            bands[table[m]["label"]] = C.SeedBand(
+                np.array([c["steps"][i] for i in ok]),
+                arr([c["median"][i] for i in ok]),
+                arr([c["q25"][i] for i in ok]),
+                arr([c["q75"][i] for i in ok]),
+                np.array([c["n"][i] for i in ok]),
+            )
+        if bands:
+            panels[title] = bands
+    if not panels:
+        return None
+    thr = summary.get("threshold")
+    return C.plot_curves(
+        panels,
+        out_path,
+        thresholds={t: thr for k, t in DYNAMICS_PANELS[:3] if t in panels},
+        reference={t: 0.0 for k, t in DYNAMICS_PANELS if k.startswith("diff:") and t in panels}
+        | {t: 1.0 for k, t in DYNAMICS_PANELS if k.startswith("credit/etr") and t in panels},
+        ncols=4,
+    )
+
+
 def write_report(
     out_dir: str | Path,
     run_dirs: Sequence[str | Path],
@@ -100,10 +182,13 @@ def write_report(
     n_explain: int,
     curve_groups: dict[str, dict[str, list[str]]] | None = None,
     notes: Sequence[str] = (),
+    summary: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``out_dir/report`` (curves, steps to ``threshold`` of the training satisfaction, localization)
     and ``out_dir/report/explain`` (GDPO vs MRTPO per-token credit). ``curve_groups``: ``{name: {method
-    label: run folders}}``, each drawn as ``report/curves_<name>.png`` (:func:`plot_method_curves`).
+    label: run folders}}``, each drawn as ``report/curves_<name>.png`` (:func:`plot_method_curves`);
+    ``summary``: the statistics (:func:`mrtpo.demo.aggregate.build_summary`) whose curves are drawn as
+    ``report/dynamics.png`` (:func:`plot_dynamics`).
 
     Returns:
         ``{"steps_to_threshold": {label: {...}}, "files": {"report", "explain", ...}}`` with paths
@@ -126,6 +211,10 @@ def write_report(
         png = plot_method_curves(groups, rep_dir / f"curves_{name}.png", threshold=threshold, smooth=smooth)
         if png is not None:
             files[f"curves_{name}.png"] = str(png.relative_to(out))
+    if summary is not None:
+        png = plot_dynamics(summary, rep_dir / "dynamics.png")
+        if png is not None:
+            files["dynamics.png"] = str(png.relative_to(out))
     records, names = pick_explain_records(run_dirs, n_explain)
     if records:
         ex_html, ex_png = explain_records(
@@ -223,8 +312,8 @@ def index_html(summary: dict[str, Any]) -> str:
             else ""
         )
         type_rows.append(f"<tr><td>{e(name)}</td>{cells}{extra}</tr>")
-    t = summary["timings"]
-    mach = summary["machine"]
+    t = summary.get("timings") or {}
+    mach = summary.get("machine") or {}
     links = "".join(
         f'<li><a href="{e(files[k])}">{e(label)}</a></li>'
         for k, label in (
@@ -240,10 +329,19 @@ def index_html(summary: dict[str, Any]) -> str:
     )
     img = "".join(
         f'<img src="{e(files[k])}" style="max-width:100%" alt="{k}">'
-        for k in ("curves_main.png", "curves_beta.png", "position.png")
+        for k in ("dynamics.png", "curves_main.png", "curves_beta.png", "position.png")
         if files.get(k)
     )
-    claim_items = "".join(f"<li>{e(c['text'])}</li>" for c in summary.get("claims") or [])
+    from mrtpo.demo.claims import claim_lines
+
+    claim_list = summary.get("claims") or []
+    claim_items = ""
+    if claim_list:
+        for line in claim_lines(summary, claim_list):
+            if line.startswith("  - "):
+                claim_items += f"<li>{e(line[4:])}</li>"
+            elif line.strip():
+                claim_items += f"</ul><p><b>{e(line.strip())}</b></p><ul>"
     aims = summary.get("aims") or ({"mrtpo": summary["aim"]} if summary.get("aim") else {})
     aim_html = ""
     for mk, a in aims.items():
@@ -274,8 +372,14 @@ def index_html(summary: dict[str, Any]) -> str:
         f"<p>{len(wss)} warm starts × {len(seeds)} RL seeds = {len(wss) * len(seeds)} runs per method (every "
         "method from every warm start with every seed). Intervals: two-level bootstrap, resampling warm starts "
         "and then the RL seeds within each, so they cover what changes between warm starts (as between "
-        "machines) as well as between seeds. A claim below is made only when its interval excludes 0.</p>"
-        f"<h2>Steps to a training satisfaction of {thr} and held-out satisfaction, all constraints</h2>"
+        "machines) as well as between seeds. Five comparisons were named primary before any run and are "
+        "corrected together (Holm); every other difference is exploratory, corrected over its own family.</p>"
+        + (
+            "<p>Pooled from: " + ", ".join(e(str(p)) for p in summary["pooled_from"]) + "</p>"
+            if summary.get("pooled_from")
+            else ""
+        )
+        + f"<h2>Steps to a training satisfaction of {thr} and held-out satisfaction, all constraints</h2>"
         "<table><tr><th>method</th><th>median steps</th>"
         f"{ws_head}<th>median held-out</th>{ws_head}</tr>{''.join(head_rows)}</table>"
         "<p><small>ws&lt;w&gt;: median over that warm start's RL seeds; the first columns: medians over all runs."
@@ -285,7 +389,7 @@ def index_html(summary: dict[str, Any]) -> str:
         "<th>steps, localizable</th><th>steps, length</th><th>held-out, all</th>"
         "<th>per warm start (steps, all)</th></tr>"
         f"{''.join(diff_rows)}</table>"
-        f"<h2>Claims</h2><ul>{claim_items or '<li>none: no interval excludes 0</li>'}</ul>{aim_html}"
+        f"<h2>Claims</h2><ul>{claim_items or '<li>none (fewer than 3 warm starts)</li>'}</ul>{aim_html}"
         "<ul>" + "".join(f"<li>{e(x)}</li>" for x in noise_sentences(summary)) + "</ul>"
         f"<p>Steps: first optimizer step at which the trailing mean of {summary['smooth']} logged training "
         f"values (one per sampled batch) reaches {thr} (&gt;{cap}: not reached within the run; counted as {cap} "
@@ -300,10 +404,14 @@ def index_html(summary: dict[str, Any]) -> str:
         + ("<th>MRTPO − GDPO steps</th><th>MRTPO − GDPO held-out</th>" if "mrtpo" in cmps else "")
         + f"</tr>{''.join(type_rows)}</table>"
         f"<ul>{links}</ul>"
-        f"<p>Wall time {t.get('total', 0):.0f} s: shared copy phase {t.get('copy_phase', 0):.0f} s, imperfect "
-        f"phases and RL runs {t.get('jobs', 0):.0f} s, report {t.get('report', 0):.0f} s; {mach['cpus']} CPU "
-        f"cores, {mach['workers']} worker process(es) × {mach['threads']} torch thread(s); load average "
-        f"before / after {e(str(mach.get('load_before')))} / {e(str(mach.get('load_after')))}.</p>"
-        f"<h2>Full table</h2><pre>{e(format_table(summary))}</pre>"
+        + (
+            f"<p>Wall time {t.get('total', 0):.0f} s: shared copy phase {t.get('copy_phase', 0):.0f} s, imperfect "
+            f"phases and RL runs {t.get('jobs', 0):.0f} s, report {t.get('report', 0):.0f} s; {mach['cpus']} CPU "
+            f"cores, {mach['workers']} worker process(es) × {mach['threads']} torch thread(s); load average "
+            f"before / after {e(str(mach.get('load_before')))} / {e(str(mach.get('load_after')))}.</p>"
+            if t and mach
+            else ""
+        )
+        + f"<h2>Full table</h2><pre>{e(format_table(summary))}</pre>"
         "</body></html>"
     )

@@ -28,6 +28,7 @@ METHODS: dict[str, dict[str, Any]] = {
     "rdpo": {"advantage_method": "rdpo", "credit": "none"},
     "rdpo-mrtpo": {"advantage_method": "rdpo", "credit": "reward"},
     "rlsd": {"advantage_method": "gdpo", "credit": "rlsd"},
+    "mrtpo-capped": {"advantage_method": "gdpo", "credit": "capped"},
 }
 """Method sections of the demo's runs. GRPO and GDPO give every token the response advantage
 (``credit="none"``); MRTPO is GDPO's per-reward advantages spread by per-reward replay distances
@@ -41,7 +42,12 @@ non-local length constraint, keeps close to GDPO's credit); ``scaled-shuffled`` 
 Other methods: ``rdpo`` (RDPO's advantages, response level), ``rdpo-mrtpo`` (RDPO's per-reward advantages
 with MRTPO's credit) and ``rlsd`` (RLSD on GDPO's response advantage, λ = β; on the toy task, whose
 prompts have no privileged segment, its teacher is the student, so it gives GDPO's advantages).
-``--methods`` picks them; the default is :data:`DEFAULT_METHODS`."""
+``mrtpo-capped`` shrinks each row's weights towards 1 just enough that no token's weight exceeds 2
+(:func:`mrtpo.demo.schemes.capped_weights`). ``--methods`` picks them; the default is
+:data:`DEFAULT_METHODS`."""
+
+LABELS: dict[str, str] = {"mrtpo-capped": "MRTPO (capped)"}
+"""Display names of the demo's methods whose credit scheme the run labels do not know."""
 
 DEFAULT_METHODS: tuple[str, ...] = ("grpo", "gdpo", "mrtpo", "shuffled", "joint")
 """What ``mrtpo demo`` trains by default."""
@@ -83,6 +89,13 @@ class RLConfig:
     )
     log_samples: int = field(default=4, metadata={"help": "responses saved to samples.jsonl per step"})
     task_size: int = field(default=4096, metadata={"help": "built-in training prompts (3–5 constraints)"})
+    curve_every: int = field(
+        default=20,
+        metadata={
+            "help": "optimizer steps between the points of the held-out curves (mrtpo.demo.dynamics); 0: none"
+        },
+    )
+    curve_examples: int = field(default=128, metadata={"help": "held-out prompts of each curve point"})
 
     def __post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "num_generations", "max_completion_length"):
@@ -97,6 +110,10 @@ class RLConfig:
         if self.steps % self.num_iterations:
             raise ValueError(
                 f"steps ({self.steps}) must be a multiple of num_iterations ({self.num_iterations})"
+            )
+        if self.curve_every < 0 or self.curve_examples < 1:
+            raise ValueError(
+                f"curve_every must be >= 0 and curve_examples >= 1, got {self.curve_every}, {self.curve_examples}"
             )
         if not 0.0 <= self.credit_beta <= 1.0:
             raise ValueError(f"credit_beta must be in [0, 1], got {self.credit_beta}")
@@ -153,11 +170,16 @@ def run_one(
 ) -> dict:
     """Train one method from the warm start (run folder in ``output_dir``).
 
+    With ``rl.curve_every`` > 0 the run records the curves of :mod:`mrtpo.demo.dynamics` (held-out
+    satisfaction, KL to the warm start, entropy, credit concentration) into its metrics.jsonl.
+
     Returns:
-        ``{"method", "seed", "run_dir", "seconds", "trainer"}``; ``trainer.model`` is the trained policy.
+        ``{"method", "seed", "run_dir", "seconds", "curve_seconds", "trainer"}``; ``trainer.model`` is
+        the trained policy; ``curve_seconds``: the part of ``seconds`` spent recording the curves.
     """
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
+    from mrtpo.demo import schemes  # noqa: F401  (registers the demo's credit schemes)
     from mrtpo.integrations.trl.recipe import build_trainer, load_config
 
     t0 = time.perf_counter()
@@ -169,12 +191,27 @@ def run_one(
     trainer.pop_callback(PrinterCallback)
     if progress:
         trainer.add_callback(quiet_progress(f"{method} seed {seed}"))
+    recorder = None
+    if rl.curve_every > 0:
+        from mrtpo.demo.dynamics import dynamics_callback
+        from mrtpo.demo.pipeline import heldout_examples
+
+        recorder = dynamics_callback(
+            trainer,
+            warm_start_dir,
+            heldout_examples(rl.curve_examples),
+            every=rl.curve_every,
+            seed=seed,
+            scheme=cfg["method"]["credit"],
+        )
+        trainer.add_callback(recorder)
     trainer.train()
     return {
         "method": method,
         "seed": seed,
         "run_dir": str(output_dir),
         "seconds": time.perf_counter() - t0,
+        "curve_seconds": recorder.seconds if recorder is not None else 0.0,
         "trainer": trainer,
     }
 

@@ -22,6 +22,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from mrtpo.analysis.stats import median, two_level_bootstrap
+from mrtpo.demo.claims import claim_lines, claims
+
+__all__ = ["claims", "compare", "compare_all", "format_table", "method_table", "steps_to_threshold"]
 
 METRICS: tuple[tuple[str, str, str], ...] = (
     ("overall", "task/satisfaction", "satisfaction"),
@@ -76,8 +79,10 @@ def method_label(method: str) -> str:
     (:func:`mrtpo.analysis.runs.method_label` of its run config), so that a method has one name in every
     table and figure."""
     from mrtpo.analysis.runs import method_label as run_label
-    from mrtpo.demo.runs import METHODS
+    from mrtpo.demo.runs import LABELS, METHODS
 
+    if method in LABELS:
+        return LABELS[method]
     spec = METHODS.get(method)
     if spec is None:
         return method
@@ -258,59 +263,6 @@ def _row_name(row: str) -> str:
     return ROW_NAMES.get(row, f"the {row} constraint")
 
 
-def claims(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The differences from GDPO whose interval over warm starts and RL seeds excludes 0, as sentences:
-    the only statements about the methods the demo makes (everything else is one run on this machine).
-    None is made from fewer than :data:`MIN_WARM_STARTS` warm starts.
-
-    Returns:
-        ``[{"method", "label", "part" ("steps" | "heldout"), "row", "estimate", "low", "high", "text"}]``
-        in the order of the comparisons, the rows and the parts.
-    """
-    out = []
-    cmps = summary.get("comparisons") or {}
-    table = summary["methods"]
-    thr = summary["threshold"]
-    base = table[BASELINE]["label"] if BASELINE in table else BASELINE.upper()
-    for m, c in cmps.items():
-        label = table[m]["label"]
-        n_w, n = len(c["warm_starts"]), len(c["units"])
-        if n_w < MIN_WARM_STARTS:
-            continue
-        for row, _, _ in METRICS:
-            for part in ("steps", "heldout"):
-                b = c[part].get(row)
-                if b is None or b["within_noise"]:
-                    continue
-                if part == "steps":
-                    faster = b["estimate"] < 0
-                    r = c["steps_ratio"][row]
-                    text = (
-                        f"{label} reaches {thr} on {_row_name(row)} {'sooner' if faster else 'later'} than {base}: "
-                        f"{b['estimate']:+.1f} steps [{b['low']:+.1f}, {b['high']:+.1f}] (ratio of median steps "
-                        f"{r['estimate']:.2f} [{r['low']:.2f}, {r['high']:.2f}])"
-                    )
-                else:
-                    text = (
-                        f"{label} ends {'higher' if b['estimate'] > 0 else 'lower'} than {base} in held-out "
-                        f"satisfaction on {_row_name(row)}: {b['estimate']:+.3f} [{b['low']:+.3f}, {b['high']:+.3f}]"
-                    )
-                text += f" ({round(100 * c['level'])}% two-level bootstrap over {n_w} warm starts, {n} runs)"
-                out.append(
-                    {
-                        "method": m,
-                        "label": label,
-                        "part": part,
-                        "row": row,
-                        "estimate": b["estimate"],
-                        "low": b["low"],
-                        "high": b["high"],
-                        "text": text,
-                    }
-                )
-    return out
-
-
 def aim(
     summary: dict[str, Any], *, ratio: float = AIM_RATIO, method: str = "mrtpo", control: str = "shuffled"
 ):
@@ -436,15 +388,15 @@ def format_table(summary: dict[str, Any]) -> str:
         for m, c in cmps.items():
             per = c["steps"]["overall"]["per_cluster"]
             lines.append(f"  {table[m]['label']:<{lw}}" + "  ".join(f"ws{w} {per[w]:+.1f}" for w in per))
-        lines += ["", "Claims (the intervals over warm starts and RL seeds exclude 0):"]
+        lines.append("")
         cl = summary.get("claims")
         cl = claims(summary) if cl is None else cl
         if len(wss) < MIN_WARM_STARTS:
             lines.append(
-                f"  (none: claims need at least {MIN_WARM_STARTS} warm starts; this run has {len(wss)})"
+                f"Claims: none (claims need at least {MIN_WARM_STARTS} warm starts; this run has {len(wss)})"
             )
         else:
-            lines += [f"  - {c['text']}" for c in cl] or ["  (none: no interval excludes 0)"]
+            lines += claim_lines(summary, cl)
         aims = summary.get("aims") or ({"mrtpo": summary["aim"]} if summary.get("aim") else {})
         for m, a in aims.items():
             if a is None:
@@ -477,6 +429,7 @@ def format_table(summary: dict[str, Any]) -> str:
             c = cmps[shown]
             line += f"  {_interval(c['steps'][row], '+.1f'):<30} {_interval(c['heldout'][row], '+.3f')}"
         lines.append(line)
+    lines += curve_lines(summary)
     t = summary.get("timings", {})
     if t:
         lines += [
@@ -489,6 +442,72 @@ def format_table(summary: dict[str, Any]) -> str:
             f"{summary['machine'].get('load_after', '?')}",
         ]
     return "\n".join(lines)
+
+
+CURVE_COLUMNS = 40
+"""Steps between the columns of the printed held-out curve table."""
+
+
+def curve_lines(summary: dict[str, Any]) -> list[str]:
+    """The printed curves: per method the median held-out satisfaction (all constraints) every
+    :data:`CURVE_COLUMNS` steps, each method's difference from GDPO at those steps with its interval,
+    the end point read three ways (the mean of the last curve points, a second sampling seed, greedy
+    decoding), and what recording cost. Empty without curves."""
+    from mrtpo.demo.aggregate import LATE_POINTS
+
+    curves = summary.get("curves") or {}
+    diffs = summary.get("curve_comparisons") or {}
+    table = summary["methods"]
+    key = "heldout/satisfaction"
+    if not any(key in c for c in curves.values()):
+        return []
+    steps = next(c[key]["steps"] for c in curves.values() if key in c)
+    cols = [s for s in steps if s % CURVE_COLUMNS == 0 or s == steps[-1]]
+    lw = max([18, *(len(m["label"]) + 2 for m in table.values())])
+    lines = [
+        "",
+        f"Held-out satisfaction over training, all constraints: median over runs (sampled, "
+        f"{summary.get('config', {}).get('rl', {}).get('curve_examples', '?')} held-out prompts per point)",
+    ]
+    head = f"{'method':<{lw}}" + "".join(f"{'step ' + str(s):>10}" for s in cols)
+    lines += [head, "-" * len(head)]
+    for m, c in curves.items():
+        if key not in c:
+            continue
+        vals = dict(zip(c[key]["steps"], c[key]["median"]))
+        lines.append(f"{table[m]['label']:<{lw}}" + "".join(f"{_fmt3(vals.get(s)):>10}" for s in cols))
+    lines += ["", "Difference from GDPO at those steps [95% two-level bootstrap]:"]
+    for m, d in diffs.items():
+        dc = d["curves"].get(key)
+        if not dc:
+            continue
+        at = {s: i for i, s in enumerate(dc["steps"])}
+        cells = [
+            f"step {s} {dc['estimate'][at[s]]:+.3f} [{dc['low'][at[s]]:+.3f}, {dc['high'][at[s]]:+.3f}]"
+            for s in cols
+            if s in at
+        ]
+        lines.append(f"  {table[m]['label']:<{lw}}" + "; ".join(cells))
+    names = {
+        "late": f"mean of the last {LATE_POINTS} curve points",
+        "retest": "final policy, another sampling seed",
+        "greedy": "final policy, greedy decoding",
+    }
+    lines += [
+        "",
+        "The end point read three more ways: difference from GDPO in held-out satisfaction, all constraints",
+    ]
+    for m, d in diffs.items():
+        cells = [f"{names[w]} {_interval(b, '+.3f')}" for w, b in d["extra"].items() if b is not None]
+        if cells:
+            lines.append(f"  {table[m]['label']:<{lw}}" + "; ".join(cells))
+    rec = summary.get("recording")
+    if rec:
+        lines.append(
+            f"Recording cost: curves {rec['curve_seconds']:.0f} s and end-point re-evaluations "
+            f"{rec['retest_seconds']:.0f} s of {rec['run_seconds']:.0f} s in the RL runs ({100 * rec['share']:.1f}%)"
+        )
+    return lines
 
 
 def per_warm_start(entry: dict[str, Any], w: int) -> Any:

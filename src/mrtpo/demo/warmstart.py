@@ -209,12 +209,8 @@ def evaluate_policy(
 
     Returns ``{"satisfaction": ..., "all_met": ..., "<type>": share met among prompts listing it}``.
     """
-    import torch
-
     from mrtpo.eval.generation import SamplingConfig, TransformersGenerator
-    from mrtpo.tasks.toy import ToyTask, satisfaction
 
-    task = ToyTask()
     cfg = SamplingConfig(max_new_tokens=12, temperature=temperature, batch_size=batch_size, seed=seed)
     was_training = model.training
     model.eval()
@@ -222,6 +218,18 @@ def evaluate_policy(
         [e.messages() for e in examples], progress=False
     )
     model.train(was_training)
+    return score_responses(examples, responses), responses
+
+
+def score_responses(examples, responses) -> dict[str, float]:
+    """Per-constraint satisfaction of ``responses`` to the toy ``examples``: the task's metrics
+    (``local``, ``all_met``, ...), per type the share met among prompts listing it (NaN when none lists
+    it), and ``satisfaction`` (the mean share of a prompt's own constraints met)."""
+    import torch
+
+    from mrtpo.tasks.toy import ToyTask, satisfaction
+
+    task = ToyTask()
     rewards = torch.tensor([[v.score(e, r) for v in task.verifiers(e)] for e, r in zip(examples, responses)])
     out = dict(task.metrics(examples, responses, rewards))
     for k, name in enumerate(task.reward_names):
@@ -229,7 +237,7 @@ def evaluate_policy(
         out[name] = float(rewards[rows, k].mean()) if rows else float("nan")
     sat = satisfaction(examples, rewards)
     out["satisfaction"] = sum(sat) / len(sat)
-    return out, responses
+    return out
 
 
 def _new_model(config: WarmStartConfig, tok):
