@@ -312,12 +312,27 @@ def test_every_reward_constant_gives_finite_zeros(method, opts):
         assert torch.equal(a, torch.zeros_like(a)), (method, opts, kw, a)
 
 
-@pytest.mark.parametrize("method", ["grpo", "gdpo", "saw", "dara", "sa_mrpo"])
-def test_constant_sum_with_varying_rewards_gives_zeros_not_huge(method):
+def test_constant_sum_with_varying_rewards_gives_zeros_not_huge():
     # r = [[1, 0], [0, 1]]: the (weighted) sum is constant, so GRPO's usual advantage is 0; the split must not be
-    # ±0.5 / 1e-6 (documented choice: degenerate denominators give 0)
-    a = call(method, t([[1, 0], [0, 1]]), [0, 0], ([0, 0], [1, 1]))
+    # ±0.5 / 1e-6 (documented choice: GRPO's degenerate group denominator gives 0)
+    a = call("grpo", t([[1, 0], [0, 1]]), [0, 0], ([0, 0], [1, 1]))
     assert torch.equal(a, torch.zeros(2, 2, dtype=torch.float64)), a
+
+
+@pytest.mark.parametrize("method", ["gdpo", "saw", "dara", "sa_mrpo", "rdpo"])
+def test_tied_totals_keep_their_parts_through_the_batch_whitening(method):
+    # every group's totals tie: z = ±1 / (1 + sqrt(2) 1e-6) per reward, opposite in the two columns, so the
+    # batch std of the sum is 0. The fallback scale sqrt(var(t_a) + var(t_b)) = 2 |z| (Bessel over 2
+    # responses) gives ±|z| / (2 |z| + 1e-6) = ±0.5 (SAW's and SA-MRPO's weights are equal for the two
+    # symmetric rewards; RDPO's whitened quantiles are ±0.25 / sqrt 2, scaled the same way); row sums 0
+    a = call(method, t([[1, 0], [0, 1]]), [0, 0], ([0, 0], [1, 1]))
+    close(a, [[0.5, -0.5], [-0.5, 0.5]], tol=2e-6)  # eps moves the 6th digit: 0.5 (1 - 2.8e-6) for RDPO
+    assert a.sum(1).abs().max() < 1e-12
+    # two groups, both with tied totals, unequal variances between the rewards: still finite, row sums 0
+    r = t([[1, 0], [0, 1], [1, 0], [0, 1], [3, 0], [0, 3], [1.5, 1.5], [1.5, 1.5]])
+    b = call(method, r, [0, 0, 0, 0, 1, 1, 1, 1], ([0, 0], [3, 3]))
+    assert torch.isfinite(b).all() and b.abs().max() < 5 and b.sum(1).abs().max() < 1e-9
+    assert (b[:6].abs() > 0.1).all()
 
 
 @pytest.mark.parametrize(("method", "opts"), VARIANTS)

@@ -31,11 +31,18 @@ def test_bench_soak_reports_memory_and_the_run_folder(tmp_path, capsys):
     assert main([*argv, "--run-dir", str(run), "--output", str(out), RECIPE, *SMALL]) == 1
     text = capsys.readouterr().out
     d = json.loads(out.read_text())
-    assert sorted(d["rss_bytes"], key=int) == ["2", "4", "6"]
-    base, last = d["rss_bytes"]["2"], d["rss_bytes"]["6"]
-    assert d["growth_percent"] == 100 * (last - base) / base
-    assert f"step 2 {base / 1e6:.1f} MB, step 6 {last / 1e6:.1f} MB" in text
-    assert "(limit -100%): GROWTH OVER THE LIMIT" in text
+    assert sorted(d["rss_bytes"], key=int) == ["2", "4", "6"] == sorted(d["rss_trimmed_bytes"], key=int)
+    # three equally spaced samples: the least-squares slope is (y6 - y2) / 4 and the line passes through
+    # their mean at step 4
+    y2, y4, y6 = (d["rss_bytes"][s] / 1e6 for s in ("2", "4", "6"))
+    slope, mean = (y6 - y2) / 4, (y2 + y4 + y6) / 3
+    fit = d["fit"]
+    assert fit["mb_per_1000_steps"] == pytest.approx(1000 * slope)
+    assert fit["fitted_start_mb"] == pytest.approx(mean - 2 * slope)
+    assert fit["growth_percent"] == pytest.approx(100 * 4 * slope / (mean - 2 * slope)) == d["growth_percent"]
+    assert fit["interval"][0] <= fit["mb_per_1000_steps"] <= fit["interval"][1]
+    assert f"resident memory: {1000 * slope:+.2f} MB per 1,000 steps [95% interval " in text
+    assert "(limit -100%): GROWTH OVER THE LIMIT" in text and "after malloc_trim: " in text
     # bounded: 2 checkpoints (trl.save_total_limit), each trainer_state.json without the log history
     assert d["checkpoints"] == ["checkpoint-4", "checkpoint-6"]
     assert max(d["trainer_state_bytes"]) < 10_000
@@ -47,6 +54,28 @@ def test_bench_soak_reports_memory_and_the_run_folder(tmp_path, capsys):
     # a non-empty run folder is refused (nothing of it is deleted)
     assert main([*argv, "--run-dir", str(run), RECIPE, *SMALL]) == 2
     assert "is not empty" in capsys.readouterr().err and (run / "checkpoint-6").is_dir()
+
+
+def test_fit_and_its_interval():
+    from mrtpo.cli.bench_soak import fit_line, slope_interval, summarize
+
+    line = [(float(x), 500 + 0.01 * x) for x in range(0, 10_000, 100)]
+    slope, intercept = fit_line(line)
+    assert slope == pytest.approx(0.01) and intercept == pytest.approx(500)
+    lo, hi = slope_interval(line)
+    assert lo == pytest.approx(0.01) and hi == pytest.approx(0.01)  # no noise: every resample agrees
+    # a flat series with an allocator-like step in the middle and alternating noise: the slope is what
+    # least squares gives, the interval holds it and is wider than without the noise
+    noisy = [
+        (float(x), 550 + (20 if x >= 5000 else 0) + (3 if (x // 100) % 2 else -3))
+        for x in range(0, 10_000, 100)
+    ]
+    s, _ = fit_line(noisy)
+    lo, hi = slope_interval(noisy)
+    assert lo < s < hi and hi - lo > 1e-4
+    f = summarize({int(x): int(y * 1e6) for x, y in line}, 1000, 9900)
+    assert f["mb_per_1000_steps"] == pytest.approx(10.0) and f["samples"] == 90
+    assert f["growth_percent"] == pytest.approx(100 * (599 - 510) / 510)
 
 
 def test_run_size_forecast_hand_computed():

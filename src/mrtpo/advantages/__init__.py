@@ -26,7 +26,11 @@ Conventions shared by all methods:
   times the largest term, i.e. only rounding), the affected advantages are exactly 0 instead of
   ``(rounding noise) / eps``. This matters for the per-reward split: with rewards [[1, 0], [0, 1]] in
   one group the summed reward is constant, GRPO's usual advantage is 0, and the split would otherwise
-  be ±0.5 / 1e-6 per column. Row sums are unaffected (they are 0 either way).
+  be ±0.5 / 1e-6 per column. Row sums are unaffected (they are 0 either way). The batch whitening of
+  GDPO, SAW, DARA, SA-MRPO and RDPO keeps the parts instead when only its denominator is degenerate
+  (the summed term is the same for every response: in every group the totals tie while the rewards
+  vary): it divides them by sqrt(Σ_k var_batch(t_k)) (:func:`whiten_columns`), so their row sums stay 0
+  and token credit still sees each reward's advantage.
 - Large rewards: standard deviations are taken of values scaled by a power of two (exact), so rewards
   up to ~1e307 do not overflow their squares; a result that is still not finite raises ValueError.
 - Input checks raise ``ValueError`` naming the field: non-finite rewards name row, column and group

@@ -125,8 +125,14 @@ def whiten_columns(
 
     mean = Σ_j u_j κ_j x_j / Σ_j u_j κ_j; var = Σ_j u_j κ_j (s_j - mean(s))² / Σ_j u_j κ_j · n / (n - 1)
     with n = Σ_{j: κ_j > 0} u_j (Bessel's correction by the number of responses, or of tokens, that
-    take part; the same as verl's for token counts). With n <= 1, no positive weight, or a constant
-    s (std <= 1e-9 · max |t|), the result is 0.
+    take part; the same as verl's for token counts). With n <= 1 or no positive weight the result is 0.
+
+    A constant s (std <= 1e-9 · max |t|: every response's terms cancel, as when the totals of every
+    group tie while the rewards vary) has no std to divide by; GDPO's formula would give
+    (t - mean) / eps. Then Â[j, k] = (t[j, k] - mean(t[:, k])) / (sqrt(Σ_k var(t[:, k])) + eps), the std
+    s would have if the terms were uncorrelated (same weights and correction): the row sums stay 0 (the
+    response-level advantage), and the per-reward parts keep their trade-off for token credit. Terms
+    that are constant too give 0.
 
     Args:
         terms: [N, C] float, t = w_k · (per-reward advantage).
@@ -153,9 +159,18 @@ def whiten_columns(
     sc = _pow2_scale(dev, 0)  # [1], exact rescaling so that the squares cannot overflow
     std = sc[0] * ((weight * (dev / sc) ** 2).sum() / total * n_units / (n_units - 1)).sqrt()
     scale = terms[weight > 0].abs().max()
-    if std <= DEGENERATE_RTOL * scale:
+    if std > DEGENERATE_RTOL * scale:
+        return (terms - mean) / (std + eps)
+    # s is the same for every response: each response's terms cancel (in every group the totals tie
+    # while the parts vary, e.g. rewards (1, 0) and (0, 1)). The parts still carry the trade-off that
+    # token credit spreads: they are scaled by sqrt(Σ_k var(t_k)), the std s would have if they were
+    # uncorrelated; the row sums stay 0, the response-level advantage
+    cen = terms - mean  # [N, C]
+    sc = _pow2_scale(cen.reshape(-1), 0)  # [1]
+    pooled = sc[0] * ((weight[:, None] * (cen / sc) ** 2).sum() / total * n_units / (n_units - 1)).sqrt()
+    if pooled <= DEGENERATE_RTOL * scale:  # the terms are constant too
         return torch.zeros_like(terms)
-    return (terms - mean) / (std + eps)
+    return cen / (pooled + eps)
 
 
 def saw_weights(rewards: Tensor, reward_min: Tensor, delta: float = SAW_DELTA) -> Tensor:

@@ -30,10 +30,13 @@ def group_quantiles(rewards: Tensor, group: Tensor, num_groups: int) -> Tensor:
     |q| < 1/2. A reward constant in a group (and every group of size 1) gets q = 0. Ties are exact
     float equality.
 
+    Ranks come from sorting each column by (group, value), O(N log N) time and O(N K) memory: the rank
+    of a value is the number of smaller values in its group plus the mean position of its run of ties.
+
     Args:
         rewards: [N, K] float.
         group: [N] long, group index in [0, P).
-        num_groups: P (unused; for the shared signature of the group formulas).
+        num_groups: P.
 
     Returns:
         [N, K] float.
@@ -41,16 +44,29 @@ def group_quantiles(rewards: Tensor, group: Tensor, num_groups: int) -> Tensor:
     Notation:
         R average rank within the group, n_g the group size.
     """
-    same = group[:, None] == group[None, :]  # [N, N]
-    n_g = same.sum(1).to(rewards.dtype)  # [N]
-    out = torch.empty_like(rewards)
-    for k in range(rewards.shape[1]):  # [N, N] per column: memory N^2, not N^2 K
-        r = rewards[:, k]
-        less = (same & (r[None, :] < r[:, None])).sum(1).to(rewards.dtype)  # [N]
-        ties = (same & (r[None, :] == r[:, None])).sum(1).to(rewards.dtype)  # [N], itself included
-        rank = less + (ties + 1.0) / 2.0  # [N] average rank, 1-based
-        out[:, k] = (rank - (n_g + 1.0) / 2.0) / n_g
-    return out
+    n, k = rewards.shape
+    # sort every column by (group, value): a stable sort by value, then a stable sort by group
+    by_value = torch.sort(rewards, dim=0, stable=True).indices  # [N, K]
+    order = by_value.gather(0, torch.sort(group[by_value], dim=0, stable=True).indices)  # [N, K]
+    g = group[order]  # [N, K] groups, ascending in each column
+    v = rewards.gather(0, order)  # [N, K] values, ascending within each group
+    pos = torch.arange(n, device=rewards.device)[:, None].expand(n, k)
+    new_group = torch.ones_like(g, dtype=torch.bool)
+    new_group[1:] = g[1:] != g[:-1]
+    new_tie = new_group.clone()  # a run of equal values (exact float equality) within a group starts here
+    new_tie[1:] |= v[1:] != v[:-1]
+    zero = torch.zeros_like(pos)
+    group_start = torch.where(new_group, pos, zero).cummax(0).values  # [N, K] first row of the group
+    tie_start = torch.where(new_tie, pos, zero).cummax(0).values  # first row of the run of ties
+    tie_last = torch.ones_like(new_tie)
+    tie_last[:-1] = new_tie[1:]
+    tie_end = torch.where(tie_last, pos, torch.full_like(pos, n)).flip(0).cummin(0).values.flip(0)
+    less = (tie_start - group_start).to(rewards.dtype)  # [N, K] smaller values in the group
+    ties = (tie_end - tie_start + 1).to(rewards.dtype)  # [N, K] equal values, itself included
+    count = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device)
+    n_g = count.index_add_(0, group, torch.ones_like(rewards[:, 0]))[g]  # [N, K] group sizes
+    rank = less + (ties + 1.0) / 2.0  # average rank, 1-based
+    return torch.empty_like(rewards).scatter_(0, order, (rank - (n_g + 1.0) / 2.0) / n_g)
 
 
 def group_magnitudes(
@@ -135,6 +151,10 @@ def subspace_whitening(q: Tensor, active: Tensor, rtol: float = RDPO_EIG_RTOL) -
     return out
 
 
+CHUNK_ROWS = 8192
+"""Rows whose [K, K] outer products :func:`rdpo_whiten` forms at a time (memory CHUNK_ROWS K² floats)."""
+
+
 def rdpo_whiten(q: Tensor, group: Tensor, num_groups: int, active: Tensor, pool: str = "subspace") -> Tensor:
     """:func:`subspace_whitening` of the quantiles ``q`` [N, K], per active reward subspace.
 
@@ -142,22 +162,54 @@ def rdpo_whiten(q: Tensor, group: Tensor, num_groups: int, active: Tensor, pool:
     ``pool="subspace"`` estimates one correlation matrix per distinct active set, from the rows of
     every group with that set; ``"group"`` one per group, from its own rows; ``"none"`` returns ``q``.
 
+    Linear in N: the covariance of every set is a scatter-sum of the rows' outer products (``q`` is 0 on
+    the rewards a row's group holds constant), the whitening matrices of all sets with the same number
+    of active rewards come from one batched eigendecomposition, and each row is multiplied by its set's
+    matrix; time O(N K² + S K³), memory O(S K² + CHUNK_ROWS K²) for S sets (S <= min(P, 2^K)). The same
+    values as :func:`subspace_whitening` per set, up to rounding.
+
     Returns:
         [N, K] float.
     """
     if pool == "none":
         return q
-    out = torch.zeros_like(q)
-    keys = [tuple(row) for row in active.tolist()]  # [P] active sets
+    n, k = q.shape
     if pool == "group":
-        sets = {(g,): [g] for g in range(num_groups)}
+        sets, of_group = active, torch.arange(num_groups, device=q.device)
     else:
-        sets = {}
-        for g, key in enumerate(keys):
-            sets.setdefault(key, []).append(g)
-    for groups in sets.values():
-        rows = torch.isin(group, torch.tensor(groups, device=group.device)).nonzero(as_tuple=True)[0]
-        out[rows] = subspace_whitening(q[rows], active[groups[0]])
+        sets, of_group = torch.unique(active, dim=0, return_inverse=True)  # [S, K], [P]
+    s = sets.shape[0]
+    sid = of_group[group]  # [N] the set of each row
+    rows = torch.zeros(s, dtype=q.dtype, device=q.device).index_add_(0, sid, torch.ones_like(q[:, 0]))
+    cov = torch.zeros(s, k, k, dtype=q.dtype, device=q.device)
+    for a in range(0, n, CHUNK_ROWS):
+        x = q[a : a + CHUNK_ROWS]
+        cov.index_add_(0, sid[a : a + CHUNK_ROWS], x[:, :, None] * x[:, None, :])
+    cov /= rows.clamp(min=1)[:, None, None]  # C = (1/M) Σ_j q_j q_j^T per set
+    w_full = torch.zeros(s, k, k, dtype=q.dtype, device=q.device)  # D R^{+1/2} D^-1 on the active block
+    size = sets.sum(1)
+    for c in size.unique().tolist():
+        if c == 0:
+            continue
+        which = (size == c).nonzero(as_tuple=True)[0]  # [m] the sets with c active rewards
+        cols = sets[which].nonzero(as_tuple=True)[1].view(-1, c)  # [m, c], ascending
+        at = (which[:, None, None], cols[:, :, None], cols[:, None, :])
+        sub = cov[at]  # [m, c, c]
+        d = sub.diagonal(dim1=1, dim2=2).clamp(min=0).sqrt()  # [m, c]
+        live = d > 0
+        safe = torch.where(live, d, torch.ones_like(d))
+        corr = sub / (safe[:, :, None] * safe[:, None, :])
+        lam, vec = torch.linalg.eigh(corr)  # ascending eigenvalues
+        keep = lam > RDPO_EIG_RTOL * lam.amax(1, keepdim=True).clamp(min=0)
+        inv_sqrt = torch.where(
+            keep, lam.clamp(min=torch.finfo(lam.dtype).tiny).rsqrt(), torch.zeros_like(lam)
+        )
+        root = (vec * inv_sqrt[:, None, :]) @ vec.transpose(1, 2)  # [m, c, c] R^{+1/2}
+        w = safe[:, :, None] * root / safe[:, None, :]
+        w_full[at] = torch.where(live[:, :, None], w, torch.zeros_like(w))
+    out = torch.empty_like(q)
+    for a in range(0, n, CHUNK_ROWS):
+        out[a : a + CHUNK_ROWS] = (w_full[sid[a : a + CHUNK_ROWS]] @ q[a : a + CHUNK_ROWS, :, None])[:, :, 0]
     return out
 
 

@@ -24,6 +24,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
         "train every engine x precision x adapter x credit cell a few steps; replay vs float32",
     ),
     ("bench", "replay"): ("bench_replay", "naive vs chunked replay: time, memory, FPE, max difference"),
+    ("bench", "advantages"): (
+        "bench_advantages",
+        "time and peak memory of every advantage method at N and N/2 responses, against a budget",
+    ),
     ("bench", "train"): ("bench_train", "per-step time of MRTPO vs GDPO vs TRL's GDPO mode"),
     ("bench", "sql"): ("bench_sql", "SQL verifier throughput through the sandbox pool"),
     ("bench", "verifiers"): ("bench_verifiers", "time of one verdict on adversarial responses"),
@@ -100,6 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"{name()}: error: {' '.join(str(msg).split())}", file=sys.stderr)
         return 2
+    except RuntimeError as e:  # a failed verdict that stopped training (mrtpo.tasks.faults): one line
+        from mrtpo.tasks.faults import VerifierError
+
+        if not isinstance(e, VerifierError):
+            raise
+        print(f"{name()}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
     except ModuleNotFoundError as e:  # a package of an extra that this environment does not have
         top = (e.name or "").split(".")[0]
         if not top or top == "mrtpo":

@@ -5,7 +5,9 @@ Trains with :class:`mrtpo.MRTPOTrainer` from a YAML config (see ``recipes/``, do
 samples.jsonl, TRL checkpoints and, at the end, the final model and tokenizer. A non-empty run folder
 is refused unless ``--resume`` (continue from its newest complete checkpoint, or the one named, with its
 optimizer state, scheduler, RNG and data order) or ``--overwrite`` (start again) is given. Ctrl-C saves
-a checkpoint after the current step and prints the command that resumes. ``--plugin MODULE`` (repeatable,
+a checkpoint after the current step and prints the command that resumes; so does a failed verdict that
+the task's policy does not absorb (``task.on_verifier_error``, :mod:`mrtpo.tasks.faults`), in one line
+naming the verifier, the example and the cause (exit code 1). ``--plugin MODULE`` (repeatable,
 before or after the config) imports a module of the user's own before the config is validated, as the
 config's ``plugins:`` list does (:mod:`mrtpo.plugins`).
 """
@@ -192,6 +194,7 @@ def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally) -> int:
 
         torch.set_num_threads(threads)
     from mrtpo.integrations.trl.recipe import TrainingInterrupted, train
+    from mrtpo.tasks.faults import VerifierError
 
     callbacks = []
     if tally is not None:
@@ -208,6 +211,18 @@ def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally) -> int:
     out = cfg.trainer["output_dir"]
     try:
         trainer = train(cfg, resume=resume, overwrite=overwrite, callbacks=callbacks or None)
+    except VerifierError as e:  # a failed verdict (task.on_verifier_error): one line, the checkpoint, resume
+        _close_process_group()
+        _summarize(tally)  # before the stop line, which stays the last line
+        where = (
+            f"saved {e.checkpoint}; resume with: {_resume_command(args, rest, threads, plugins)}"
+            if e.checkpoint
+            else "no checkpoint was written (no step had completed: start again with --overwrite)"
+            if e.step == 0
+            else "no checkpoint could be written"
+        )
+        print(f"mrtpo train: stopped after step {e.step}: {e}; {where}", file=sys.stderr)
+        return 1
     except TrainingInterrupted as e:
         _close_process_group()
         _summarize(tally)  # before the resume command, which stays the last line

@@ -70,10 +70,16 @@ class Verifier(abc.ABC):
 
     A response that cannot be parsed gets ``bounds[0]`` (the reward's minimum) and a reason; a
     verifier never raises on model output.
+
+    ``timeout`` (seconds per verdict, None: no limit) bounds a verifier that may hang (a judge, a network
+    call): a verdict past it is a failed verdict, handled by the run's policy for failing verifiers
+    (``task.on_verifier_error``, :mod:`mrtpo.tasks.faults`), as are None, NaN, ±inf, a value outside
+    ``bounds`` and an exception.
     """
 
     name: str
     bounds: tuple[float, float] = (0.0, 1.0)
+    timeout: float | None = None
 
     @abc.abstractmethod
     def verdict(self, example: Example, response: str) -> Verdict:

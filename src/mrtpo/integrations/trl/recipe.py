@@ -170,11 +170,22 @@ def build_trainer(
         run_info=run_info,
         callbacks=callbacks,
         peft_config=config.peft_config(),
+        verifier_policy=verifier_policy(config),
     )
     from mrtpo.integrations.trl.run_logging import use_compact_progress
 
     use_compact_progress(trainer)  # one short line per logged step; the whole dict is in metrics.jsonl
     return trainer
+
+
+def verifier_policy(config: RunConfig):
+    """The :class:`mrtpo.tasks.faults.VerifierPolicy` of ``task.on_verifier_error`` and
+    ``task.max_verifier_error_rate``."""
+    from mrtpo.tasks.faults import VerifierPolicy
+
+    return VerifierPolicy.from_fields(
+        config.task.get("on_verifier_error"), config.task.get("max_verifier_error_rate")
+    )
 
 
 def _record_peft_base(model, tokenizer, out: Path) -> None:
@@ -302,6 +313,26 @@ def _interrupt_callback():
     return StopOnInterrupt()
 
 
+def _save_after_failure(trainer, out: Path, log) -> str | None:
+    """A checkpoint of the last completed optimizer step after a failure inside a step (the weights have
+    not changed since that step; the RNG states are those of the moment of failure), unless a complete
+    one of that step exists; its folder, or None when no step completed or it could not be written."""
+    from mrtpo.integrations.trl.checkpoints import checkpoint_problems
+
+    if trainer.state.global_step == 0:  # no step completed: nothing to keep
+        return None
+    folder = out / f"checkpoint-{trainer.state.global_step}"
+    if folder.is_dir() and not checkpoint_problems(folder):
+        return str(folder)
+    try:
+        trainer._save_checkpoint(trainer.model, trial=None)
+        trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+    except Exception as e:  # the failure is what the user must see; the save's own error is logged
+        log(f"could not save {folder.name} after the failure: {type(e).__name__}: {e}")
+        return None
+    return str(folder) if folder.is_dir() else None
+
+
 def train(
     config: RunConfig | dict | str | Path,
     overrides: Sequence[tuple[str, Any]] = (),
@@ -319,7 +350,9 @@ def train(
     tokenizer are saved into it (``trainer.save_model()``; loadable with ``from_pretrained``).
 
     Ctrl-C (SIGINT, in the main thread) stops after the current optimizer step, saves a checkpoint and
-    raises :class:`TrainingInterrupted`; a second Ctrl-C stops at once (KeyboardInterrupt).
+    raises :class:`TrainingInterrupted`; a second Ctrl-C stops at once (KeyboardInterrupt). A failed
+    verdict that the task's policy does not absorb (``task.on_verifier_error``) saves a checkpoint of the
+    last completed step and raises :class:`mrtpo.tasks.faults.VerifierError` (``step``, ``checkpoint``).
 
     Args:
         overrides: dotted ``(key, value)`` pairs applied on top of the config.
@@ -332,6 +365,8 @@ def train(
     """
     import signal
     import threading
+
+    from mrtpo.tasks.faults import VerifierError
 
     log = log or (lambda msg: print(f"mrtpo train: {msg}", file=sys.stderr, flush=True))
     if isinstance(config, RunConfig):
@@ -368,6 +403,10 @@ def train(
     previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
     try:
         trainer.train(resume_from_checkpoint=resume or None)
+    except VerifierError as e:  # a failed verdict stopped the run: keep what was trained
+        e.step = trainer.state.global_step
+        e.checkpoint = _save_after_failure(trainer, out, log)
+        raise
     finally:
         if main_thread:
             signal.signal(signal.SIGINT, previous)

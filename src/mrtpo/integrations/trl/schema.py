@@ -83,6 +83,8 @@ __all__ = [
 
 PLUGINS_KEY = "plugins"  # the top-level list of plug-in modules (not a section)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+ON_VERIFIER_ERROR = ("raise", "min")
+"""``task.on_verifier_error``'s values (:data:`mrtpo.tasks.faults.ON_ERROR`, which imports torch)."""
 TRAINER_DEFAULTS = {"save_total_limit": 2}
 """trl fields whose default differs from TRL's in a config: the newest 2 checkpoints are kept (TRL keeps
 every one: 201 checkpoints, 619 MB for 2,000 steps of the tiny recipe); ``trl.save_total_limit: null``
@@ -141,6 +143,12 @@ def _positive(value: Any) -> Any:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"{value!r} is not a positive integer")
     return value
+
+
+def _rate(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{value!r} is not a number in [0, 1]")
+    return float(value)
 
 
 def annotation(desc: Any, *, in_union_with_bool: bool = False) -> Any:
@@ -217,6 +225,14 @@ class TaskSection(_Section):
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="keyword arguments of the task's constructor"
+    )
+    on_verifier_error: Annotated[str, _choices(ON_VERIFIER_ERROR)] = Field(
+        "raise",
+        description="a failed verdict (docs/verifiers.md): 'raise' stops the run after a checkpoint of "
+        "the last completed step; 'min' scores the reward's minimum and counts it",
+    )
+    max_verifier_error_rate: Annotated[float, BeforeValidator(_rate)] = Field(
+        0.1, description="under 'min', the largest share of one batch's verdicts that may fail"
     )
 
 

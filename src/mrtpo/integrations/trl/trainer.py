@@ -4,8 +4,9 @@ Adapted to ``trl>=1.14,<1.17`` (tested with 1.14.2, 1.15.0 and 1.16.0). TRL does
 log-probabilities, the clipped surrogate, gradient accumulation and the processes. The subclass only
 changes three seams:
 
-1. ``_calculate_rewards``: scores each response with the task's verifier objects (docs/design.md §4)
-   and keeps the gathered reward matrix ``[N, K]`` (all processes);
+1. ``_calculate_rewards``: scores each response with the task's verifier objects (docs/design.md §4),
+   applies the policy for failed verdicts (``verifier_policy``, :mod:`mrtpo.tasks.faults`) and keeps
+   the gathered reward matrix ``[N, K]`` (all processes);
 2. ``_generate_and_score_completions``: after TRL's own pass, replaces TRL's advantages with those
    of the core's credit step, ``mrtpo.step.credit_step``: ``Â = mrtpo.advantages.compute(method,
    rewards [N, K], group_ids [N]) -> [N, K]``, this process's rows, the replay the credit scheme asks
@@ -109,6 +110,7 @@ from mrtpo.losses import (
 from mrtpo.prompt import has_privileged
 from mrtpo.records import SampleRecord, information_spans
 from mrtpo.step import credit_step
+from mrtpo.tasks import faults as faults_mod
 from mrtpo.tasks.base import Example, Task
 from mrtpo.tasks.conditions import condition_metrics, task_conditions
 
@@ -207,6 +209,9 @@ class MRTPOTrainer(GRPOTrainer):
         eval_dataset: same forms, optional.
         processing_class: the tokenizer (left padding; a chat template).
         run_info: extra keys for ``run.json`` (model name, config file, ...).
+        verifier_policy: what a failed verdict does (:class:`mrtpo.tasks.faults.VerifierPolicy`; default:
+            stop the run, naming the verifier, the example and the cause). Under ``on_error="min"`` it
+            scores the reward's minimum and is counted in ``verifier_errors/<reward>``.
         **kwargs: passed to ``GRPOTrainer`` (callbacks, optimizers, peft_config, ...); ``reward_funcs``
             is not accepted (the verifiers are the rewards).
 
@@ -226,6 +231,7 @@ class MRTPOTrainer(GRPOTrainer):
         eval_dataset=None,
         processing_class=None,
         run_info: dict[str, Any] | None = None,
+        verifier_policy: faults_mod.VerifierPolicy | None = None,
         **kwargs,
     ):
         if "reward_funcs" in kwargs:
@@ -236,6 +242,7 @@ class MRTPOTrainer(GRPOTrainer):
             raise ValueError(f"task must be a mrtpo Task, got {type(task).__name__}")
         self.task = task
         self.reward_names = list(task.reward_names)
+        self.verifier_policy = verifier_policy or faults_mod.VerifierPolicy()
         train_dataset = data_mod.as_dataset(train_dataset)
         eval_dataset = data_mod.as_dataset(eval_dataset)
         if train_dataset is None:
@@ -350,20 +357,29 @@ class MRTPOTrainer(GRPOTrainer):
         examples = [data_mod.example_from_row(x) for x in inputs]
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         verifiers = [self.task.verifiers(ex) for ex in examples]
-        k = len(self.reward_names)
-        local = torch.zeros(len(examples), k, dtype=torch.float32)
-        for col in range(k):
-            objs = [vs[col] for vs in verifiers]
-            if all(o is objs[0] for o in objs):  # one object for the batch: its batch call (may parallelise)
-                local[:, col] = torch.tensor(objs[0](texts, examples), dtype=torch.float32)
-            else:
-                local[:, col] = torch.tensor([o.score(ex, t) for o, ex, t in zip(objs, examples, texts)])
-        bad = (~torch.isfinite(local)).nonzero()
-        if len(bad):
-            j, c = (int(i) for i in bad[0])
-            raise ValueError(
-                f"verifier {self.reward_names[c]!r} returned {local[j, c].item()} for example {examples[j].id!r}"
-            )
+        b = len(examples)
+        # failed verdicts (None, NaN, inf, out of bounds, an exception, a timeout) hold the reward's
+        # minimum; the policy then stops the run or keeps those minima and counts them
+        local, faults = faults_mod.score_batch(
+            verifiers, examples, texts, self.reward_names, self.accelerator.process_index * b
+        )
+        many = self.accelerator.num_processes > 1
+        if many and int(gather(torch.tensor([len(faults)], device=device)).sum()):  # every process sees all
+            faults = [f for part in gather_object([faults]) for f in part]
+        n_all = b * self.accelerator.num_processes
+        faults_mod.apply_policy(faults, n_all * len(self.reward_names), self.verifier_policy)
+        if self.verifier_policy.on_error == "min":
+            mode = "train" if self.model.training else "eval"
+            counts = faults_mod.error_counts(faults, len(self.reward_names))
+            for name, count in zip(self.reward_names, counts):
+                self._metrics[mode][f"verifier_errors/{name}"].append(float(count))
+            self._metrics[mode]["verifier_error_rate"].append(len(faults) / (n_all * len(self.reward_names)))
+            if faults and self.accelerator.is_main_process:
+                logger.warning(
+                    "%d failed verdict(s) scored as the reward's minimum (task.on_verifier_error=min); first: %s",
+                    len(faults),
+                    faults[0].line(),
+                )
         raw = None
         if self.conditions:  # GDPO Eq. 8, before any advantage; the raw values stay for logging
             raw = gather(local.to(device))  # [N, K]

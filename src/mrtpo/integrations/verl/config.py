@@ -10,6 +10,7 @@ from typing import Any
 
 from mrtpo import advantages as adv_registry
 from mrtpo.method import METHOD_FIELDS, MethodConfig
+from mrtpo.tasks.faults import VerifierPolicy
 
 VERL_VERSION = "0.9.1"
 """The verl release this adapter is written and tested against."""
@@ -48,7 +49,9 @@ class VerlMRTPOConfig:
     checked once, into :attr:`method_config`. Its ``method`` comes from the estimator name
     ``algorithm.adv_estimator=mrtpo_<method>`` (:meth:`from_algorithm`, else the estimator that is
     called); a ``method`` given here must agree with it. verl's own keys: ``reward_keys``,
-    ``reward_min``, ``reward_max`` (the reward columns) and ``replay`` (the workers' replay options).
+    ``reward_min``, ``reward_max`` (the reward columns), ``on_verifier_error`` and
+    ``max_verifier_error_rate`` (failed verdicts: :attr:`verifier_policy`) and ``replay`` (the workers'
+    replay options).
     """
 
     method: str | None = field(
@@ -118,6 +121,18 @@ class VerlMRTPOConfig:
         default=None,
         metadata={"help": "Each reward's maximum (SA-MRPO). None: the task verifiers' declared bounds."},
     )
+    on_verifier_error: str = field(
+        default="raise",
+        metadata={
+            "help": "A failed verdict (None, NaN, inf, out of bounds, an exception, a timeout; "
+            "docs/verifiers.md): 'raise' stops the run (one line; MRTPO's trainer saves the last completed "
+            "step first), 'min' scores it as the reward's minimum and counts it (verifier_errors/<reward>)."
+        },
+    )
+    max_verifier_error_rate: float = field(
+        default=0.1,
+        metadata={"help": "Under 'min', the largest share of a batch's N·K verdicts that may fail."},
+    )
     replay: dict[str, Any] = field(
         default_factory=dict,
         metadata={
@@ -129,8 +144,13 @@ class VerlMRTPOConfig:
 
     method_config: MethodConfig = field(init=False, repr=False, compare=False)
     """The validated method block (``method`` None until an estimator names it)."""
+    verifier_policy: VerifierPolicy = field(init=False, repr=False, compare=False)
+    """The policy for failed verdicts of :attr:`on_verifier_error` and :attr:`max_verifier_error_rate`."""
 
     def __post_init__(self) -> None:
+        self.verifier_policy = VerifierPolicy.from_fields(
+            self.on_verifier_error, self.max_verifier_error_rate, prefix=f"algorithm.{CONFIG_NODE}."
+        )
         if not isinstance(self.replay, dict):
             raise ValueError(
                 f"algorithm.mrtpo.replay must be a mapping of replay options; got {self.replay!r}"

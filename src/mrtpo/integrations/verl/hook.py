@@ -20,6 +20,7 @@ from mrtpo import replay as replay_mod
 from mrtpo.integrations.verl.config import DISTANCES_KEY, REPLAYED_KEY, VerlMRTPOConfig, _method_of
 from mrtpo.integrations.verl.estimators import make_estimator, register_estimators
 from mrtpo.integrations.verl.replay import DistancesFor
+from mrtpo.integrations.verl.reward import apply_verifier_policy
 
 
 def compute_advantage(
@@ -37,6 +38,8 @@ def compute_advantage(
 ) -> Any:
     """verl's ``ray_trainer.compute_advantage`` with the DataProto passed on to ``mrtpo_*`` estimators.
 
+    First, for a batch scored by :func:`~mrtpo.integrations.verl.reward.compute_score`, the policy for
+    failed verdicts (``algorithm.mrtpo.on_verifier_error``: stop, or count under ``min``; every estimator).
     For an ``mrtpo_*`` name: when the credit scheme needs distances, ``batch["mrtpo_distances"]`` is absent
     and ``distances_for`` is given, the hook computes Â (to skip pairs with Â = 0) and stores the answer of
     ``distances_for(data)(kind, Â)`` (``batch["mrtpo_distances"]`` and ``batch["mrtpo_replayed"]``, the rows
@@ -61,6 +64,9 @@ def compute_advantage(
     """
     name = adv_estimator.value if isinstance(adv_estimator, Enum) else str(adv_estimator)
     method = _method_of(name)
+    # failed verdicts of compute_score: stop the run, or count them (algorithm.mrtpo.on_verifier_error)
+    cfg = config if isinstance(config, VerlMRTPOConfig) else VerlMRTPOConfig.from_algorithm(config)
+    apply_verifier_policy(data, cfg.verifier_policy, cfg.reward_keys)
     if method is None:
         if original is None:
             raise ValueError(

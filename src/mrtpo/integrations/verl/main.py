@@ -19,6 +19,12 @@ verl's ``TaskRunner.run`` builds ``RayPPOTrainer`` by its module-level name in
 :class:`MRTPORayPPOTrainer` for the duration of the call (in the TaskRunner's own Ray process) instead of
 copying verl's ``run``.
 
+Failed verdicts (docs/verifiers.md): when the ``compute_advantage`` hook stops the run
+(``algorithm.mrtpo.on_verifier_error``), :meth:`MRTPORayPPOTrainer.fit` saves verl's checkpoint of the last
+completed step, its data loader state taken at that step's actor update (the failed step's batch is
+drawn again on resume), and :func:`run` ends in one line (:func:`stop_line`, exit code 1); under ``min``
+the counts join the step's metrics through the actor update's.
+
 Plug-ins (a user's advantage method, credit scheme or task module, :mod:`mrtpo.plugins`): ``--plugin
 MODULE`` (repeatable; taken out of the arguments before Hydra reads them) or the environment variable
 ``MRTPO_PLUGINS=my_ext,other``. ``--plugin`` adds its modules to ``MRTPO_PLUGINS``, which the Ray
@@ -44,9 +50,11 @@ from verl.trainer.ppo.utils import Role
 
 from mrtpo.integrations.verl.config import VerlMRTPOConfig, _get
 from mrtpo.integrations.verl.hook import install
+from mrtpo.integrations.verl.reward import VERIFIER_ERRORS_META
 from mrtpo.integrations.verl.worker import MRTPOActorRolloutRefWorker, ReplayConfig, make_worker_distances_for
 from mrtpo.plugins import ENV_VAR as PLUGINS_ENV_VAR
 from mrtpo.plugins import env_plugins, import_plugins, split_plugin_args
+from mrtpo.tasks.faults import VerifierError
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +77,57 @@ class MRTPORayPPOTrainer(RayPPOTrainer):
     def _mrtpo_step(self) -> int | None:
         steps = getattr(self, "global_steps", None)
         return None if steps is None else int(steps) - 1
+
+    # ------------------------------------------------------------------ failed verdicts
+
+    def fit(self):
+        """verl's ``fit``; a failed verdict that the policy does not absorb (the ``compute_advantage``
+        hook raises :class:`~mrtpo.tasks.faults.VerifierError` before the step's update) first saves a
+        checkpoint of the last completed step (:meth:`_save_after_failure`), then propagates."""
+        try:
+            return super().fit()
+        except VerifierError as e:
+            e.step = max(0, int(getattr(self, "global_steps", 1) or 1) - 1)
+            e.checkpoint = self._save_after_failure(e.step)
+            raise
+
+    def _save_after_failure(self, step: int) -> str | None:
+        """verl's checkpoint ``global_step_<step>`` (the actor's weights have not moved since that step),
+        whose data loader state is the one after that step (the failed step's batch is drawn again on
+        resume); the folder, or None when no step completed or the save failed."""
+        if step < 1:
+            return None
+        import torch
+
+        current = self.global_steps
+        self.global_steps = step
+        try:
+            self._save_checkpoint()
+            folder = Path(self.config.trainer.default_local_dir) / f"global_step_{step}"
+            state = getattr(self, "_mrtpo_loader_state", None)
+            if state is not None:  # the loader as it was before the failed step's batch was drawn
+                torch.save(state, folder / "data.pt")
+        except Exception as e:  # the failure is what the user must see; the save's own error is logged
+            logger.error(
+                "mrtpo: could not save global_step_%d after the failure: %s: %s", step, type(e).__name__, e
+            )
+            return None
+        finally:
+            self.global_steps = current
+        return str(folder)
+
+    def _update_actor(self, batch):
+        """verl's actor update; adds the batch's failed-verdict counts (``on_verifier_error=min``) to the
+        step's metrics and remembers the data loader's state (the state a failure in the next step saves)."""
+        out = super()._update_actor(batch)
+        counts = batch.meta_info.get(VERIFIER_ERRORS_META) if isinstance(batch.meta_info, dict) else None
+        if counts:
+            metrics = out.meta_info.setdefault("metrics", {})
+            metrics.update({k: [v] for k, v in counts.items()})
+        loader = getattr(self, "train_dataloader", None)
+        if loader is not None and hasattr(loader, "state_dict"):
+            self._mrtpo_loader_state = loader.state_dict()
+        return out
 
 
 @contextlib.contextmanager
@@ -151,7 +210,40 @@ def run(config: Any) -> None:
     validate_config(
         config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
     )
-    run_ppo(config, task_runner_class=MRTPOTaskRunner)
+    try:
+        run_ppo(config, task_runner_class=MRTPOTaskRunner)
+    except Exception as e:  # a failed verdict stopped the run (in the task runner, behind Ray): one line
+        error = verifier_error(e)
+        if error is None:
+            raise
+        print(stop_line(error), file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
+def verifier_error(e: BaseException) -> VerifierError | None:
+    """The :class:`~mrtpo.tasks.faults.VerifierError` behind ``e`` (itself, Ray's ``RayTaskError`` cause,
+    or an exception's ``__cause__`` / ``__context__`` chain), else None."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, VerifierError):
+            return e
+        e = getattr(e, "cause", None) or e.__cause__ or e.__context__
+    return None
+
+
+def stop_line(e: VerifierError) -> str:
+    """The one line a run stopped by a failed verdict ends with."""
+    if e.checkpoint:
+        where = (
+            f"saved {e.checkpoint}; resume with the same command (trainer.resume_mode=auto, verl's default, "
+            "continues from the newest checkpoint of trainer.default_local_dir)"
+        )
+    elif e.step == 0:
+        where = "no checkpoint was written (no step had completed)"
+    else:
+        where = "no checkpoint could be written"
+    return f"mrtpo verl: stopped after step {e.step}: {' '.join(str(e.args[0]).split())}; {where}"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import functools
 import json
-import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from mrtpo.integrations.verl.config import _plain
+from mrtpo.tasks import faults
 from mrtpo.tasks.base import Example, Task
 from mrtpo.tasks.conditions import apply_conditions, task_conditions
 
@@ -26,6 +26,10 @@ TASK_KWARGS_KEY = "mrtpo_task_kwargs"
 
 RESERVED_KEYS = frozenset({"score", "acc"})
 """Reward-info keys verl itself uses; a reward may not be named after one."""
+
+ERRORS_KEY = "mrtpo_verifier_errors"
+"""The reward-info key of the failed verdicts of a response: a JSON list of ``[reward, cause]`` (empty
+text when none; :mod:`mrtpo.tasks.faults`); verl copies it into ``non_tensor_batch``."""
 
 
 @functools.lru_cache(maxsize=32)
@@ -78,7 +82,11 @@ def compute_score(
 ) -> dict[str, float]:
     """verl reward function: the task's verifiers on one response, total plus every reward.
 
-    ``{"score": Σ_k r_k, name_1: r_1, ..., name_K: r_K}`` with the names in ``task.reward_names`` order.
+    ``{"score": Σ_k r_k, name_1: r_1, ..., name_K: r_K, "mrtpo_verifier_errors": ...}`` with the names in
+    ``task.reward_names`` order. A failed verdict (None, NaN, ±inf, out of bounds, an exception, past the
+    verifier's ``timeout``: :mod:`mrtpo.tasks.faults`) never raises here: it scores the reward's minimum
+    and is listed under :data:`ERRORS_KEY`; the ``compute_advantage`` hook applies the run's policy
+    (``algorithm.mrtpo.on_verifier_error``) to the batch.
     verl's reward managers use ``score`` as the response reward and keep every key in
     ``reward_extra_info`` (``non_tensor_batch[name]`` in the trainer), where the ``mrtpo_*``
     estimators read the K columns. ``data_source`` and ``ground_truth`` are not used: the example and
@@ -89,7 +97,7 @@ def compute_score(
 
     Raises:
         ValueError: ``extra_info`` without the example or task; a verifier list that does not match the
-            task's reward names; a reward named ``score`` or ``acc``; a non-finite reward.
+            task's reward names; a reward named ``score``, ``acc`` or ``mrtpo_verifier_errors``.
     """
     task = task_from_extra_info(extra_info)
     ex = example_from_extra_info(extra_info)
@@ -99,23 +107,78 @@ def compute_score(
         raise ValueError(
             f"task.verifiers(example {ex.id!r}) returns {names}; expected the reward columns {list(task.reward_names)}"
         )
-    clash = sorted(RESERVED_KEYS & set(names))
+    clash = sorted((RESERVED_KEYS | {ERRORS_KEY}) & set(names))
     if clash:
         raise ValueError(
-            f"reward name(s) {clash} collide with verl's reward-info keys {sorted(RESERVED_KEYS)}"
+            f"reward name(s) {clash} collide with the reward-info keys {sorted(RESERVED_KEYS | {ERRORS_KEY})}"
         )
     text = solution_str if isinstance(solution_str, str) else str(solution_str)
     out: dict[str, float] = {}
-    for v in verifiers:
-        value = float(v.score(ex, text))
-        if not math.isfinite(value):
-            raise ValueError(f"verifier {v.name!r} returned {value} for example {ex.id!r}")
+    failed: list[list[str]] = []
+    for v in verifiers:  # a failed verdict holds the reward's minimum; the hook applies the policy
+        value, cause = faults.safe_verdict(v, ex, text)
+        if cause is not None:
+            value = float(v.bounds[0])
+            failed.append([v.name, cause])
         out[v.name] = value
+    errors = {ERRORS_KEY: json.dumps(failed) if failed else ""}
     conditions = task_conditions(task)
     if conditions:  # GDPO Eq. 8 before the advantages; the raw values stay as "<name>_raw"
         raw = torch.tensor([[out[n] for n in names]], dtype=torch.float64)
         cond = apply_conditions(raw, conditions)[0].tolist()
         raws = {f"{c.reward}_raw": out[c.reward] for c in conditions}
         out = {**dict(zip(names, cond)), **raws}
-        return {"score": float(sum(out[n] for n in names)), **out}
-    return {"score": float(sum(out.values())), **out}
+        return {"score": float(sum(out[n] for n in names)), **out, **errors}
+    return {"score": float(sum(out.values())), **out, **errors}
+
+
+def batch_faults(non_tensor_batch: Mapping[str, Any], names: Sequence[str]) -> list[faults.Fault]:
+    """The failed verdicts of a scored batch (``non_tensor_batch[ERRORS_KEY]``, one JSON list per
+    response, written by :func:`compute_score`), by row and then column; none when the key is absent."""
+    column = non_tensor_batch.get(ERRORS_KEY) if non_tensor_batch is not None else None
+    if column is None:
+        return []
+    infos = non_tensor_batch.get("extra_info")
+    out: list[faults.Fault] = []
+    for row, text in enumerate(column):
+        if not text:
+            continue
+        try:
+            example = example_from_extra_info(infos[row]).id if infos is not None else f"row {row}"
+        except (ValueError, TypeError, KeyError):
+            example = f"row {row}"
+        for name, cause in json.loads(text):
+            col = list(names).index(name) if name in names else -1
+            out.append(faults.Fault(name, col, row, str(example), cause))
+    return out
+
+
+VERIFIER_ERRORS_META = "mrtpo/verifier_errors"
+"""``data.meta_info[VERIFIER_ERRORS_META]``: under ``on_verifier_error=min``, the batch's
+``{"verifier_errors/<reward>": count, ..., "verifier_error_rate": share}`` (logged with verl's step
+metrics by :class:`mrtpo.integrations.verl.main.MRTPORayPPOTrainer`)."""
+
+
+def apply_verifier_policy(
+    data: Any, policy: faults.VerifierPolicy, names: Sequence[str] | None = None
+) -> None:
+    """The run's policy for the failed verdicts of a scored batch (:func:`batch_faults`): raises
+    :class:`mrtpo.tasks.faults.VerifierError` (``raise``, or more than the allowed share under ``min``),
+    else, under ``min``, puts the counts into ``data.meta_info[VERIFIER_ERRORS_META]``. ``names``: the K
+    reward columns (None: the task's, from the first ``extra_info``). No-op for a batch that
+    :func:`compute_score` did not score."""
+    ntb = getattr(data, "non_tensor_batch", None)
+    if not isinstance(ntb, Mapping) or ERRORS_KEY not in ntb:
+        return
+    if names is None:
+        names = list(
+            task_from_extra_info(_extra_infos(ntb, "the policy for failed verdicts")[0]).reward_names
+        )
+    found = batch_faults(ntb, names)
+    n = len(ntb[ERRORS_KEY])
+    faults.apply_policy(found, n * len(names), policy)
+    if policy.on_error == "min":
+        counts = faults.error_counts([f for f in found if f.col >= 0], len(names))
+        meta = {f"verifier_errors/{name}": float(c) for name, c in zip(names, counts)}
+        meta["verifier_error_rate"] = len(found) / (n * len(names))
+        data.meta_info[VERIFIER_ERRORS_META] = meta
