@@ -12,6 +12,7 @@ SRC, TESTS = ROOT / "src" / "mrtpo", ROOT / "tests"
 FEATURES = {  # tests of a feature that spans their folder, not of one module
     "cli/test_missing_package.py": "one line for a command whose extra is not installed",
     "test_check_envs.py": "scripts/check_envs.py: the environments' resolution check",
+    "test_docs.py": "the README and docs/: the site, links, paths, the README's commands",
     "test_extending.py": "a user's method, scheme and task through every engine",
     "test_layering.py": "the import plan of the whole package",
     "test_layout.py": "this rule",
