@@ -318,13 +318,13 @@ def test_verl_entry_points_import_plugins(tmp_path, user_ext, monkeypatch, capsy
 
 
 def test_the_readme_extension_trains_with_plugin(tmp_path, monkeypatch, capsys):
-    """The README's "Extending mrtpo": its `centered` method and `squared` scheme, saved as a module of the
-    user's, train one step with the README's command line (made small)."""
+    """docs/extending.md: its `centered` method and `squared` scheme, saved as a module of the user's, train
+    one step with that page's command line (made small)."""
     pytest.importorskip("trl")  # not in the verl route's environment (requirements/gpu-verl.txt)
     import re
 
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("## Extending mrtpo")
+    readme = (ROOT / "docs" / "extending.md").read_text()
+    start = readme.index("# Extending mrtpo")
     blocks = re.findall(r"```python\n(.*?)```", readme[start:], re.S)[:2]
     assert 'register("centered")' in blocks[0] and 'register_scheme("squared"' in blocks[1]
     (tmp_path / "readme_ext.py").write_text("\n".join(blocks))

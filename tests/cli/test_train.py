@@ -504,10 +504,10 @@ README_TASK_RE = r"```python\n(# my_task\.py.*?)```"
 
 
 def test_custom_task_module_class_from_the_readme(tmp_path, monkeypatch, capsys):
-    """The README's custom task (two verifiers), used from the CLI as task.name module:Class."""
+    """The custom task of docs/extending.md (two verifiers), used from the CLI as task.name module:Class."""
     import re
 
-    code = re.search(README_TASK_RE, (ROOT / "README.md").read_text(), re.S).group(1)
+    code = re.search(README_TASK_RE, (ROOT / "docs" / "extending.md").read_text(), re.S).group(1)
     (tmp_path / "my_task.py").write_text(code)
     monkeypatch.chdir(tmp_path)  # found in the current folder, as --plugin finds a module (no PYTHONPATH)
     monkeypatch.setattr(sys, "path", list(sys.path))  # (the test leaves sys.path as it found it)
