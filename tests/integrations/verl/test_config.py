@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
 
+import mrtpo.credit as credit
 from mrtpo.integrations.verl import adapter as va
 from tests.integrations.verl.common import (
     _mask,
@@ -34,8 +37,9 @@ def test_user_errors_name_the_field():
     assert va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credit_beta": 0.3}}).credit_beta == 0.3
     with pytest.raises(
         ValueError,
-        match=r"^algorithm\.mrtpo\.credit='tokens' is unknown; known: cort, joint, none, reward, rlsd, scaled, "
-        r"scaled_shuffled, shuffled, uniform$",
+        match=r"^algorithm\.mrtpo\.credit='tokens' is unknown; known: "
+        + re.escape(", ".join(sorted(credit.CREDIT_SCHEMES.names())))
+        + "$",
     ):
         va.VerlMRTPOConfig.from_algorithm({"mrtpo": {"credit": "tokens"}})
     with pytest.raises(ValueError, match=r"needs batch\['mrtpo_distances'\]"):
