@@ -123,5 +123,5 @@ def test_whiten_token_uses_lengths_and_errors_name_the_problem():
     torch.testing.assert_close(res.advantages, ref)
     with pytest.raises(ValueError, match=r"credit scheme 'joint' needs 'joint' replay distances"):
         credit_step(MethodConfig(method="gdpo", credit="joint"), REWARDS, [0] * 4, MASK)
-    with pytest.raises(ValueError, match=r"^credit='rewrd' is unknown; known: cort, joint"):
+    with pytest.raises(ValueError, match=r"^credit='rewrd' is unknown; known: (capped, )?cort, joint"):
         MethodConfig(method="gdpo", credit="rewrd")
