@@ -57,6 +57,10 @@ def _zero3_worker(out: str, shape_index: int) -> None:
     import deepspeed
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from mrtpo.integrations.deepspeed_cpu import use_gloo_allreduce_on_cpu
+
+    use_gloo_allreduce_on_cpu()  # as mrtpo train does on the CPU: no compile of DeepSpeed's shm kernel
+
     fields = ZERO3_SHAPES[shape_index]
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(**fields))
