@@ -121,6 +121,9 @@ def _zero3_worker(out: str, shape_index: int) -> None:
         "world": int(os.environ.get("WORLD_SIZE", 1)),
     }
     Path(out, f"rank{rank}.json").write_text(json.dumps(res))
+    if torch.distributed.is_initialized():  # left to the exit, a rank can abort ("terminate called ...")
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 def zero3(shapes: list[int] | None = None, timeout: float = 900) -> list[dict[str, Any]]:

@@ -513,6 +513,8 @@ def worker(argv: list[str]) -> int:
         res = _run_cell(cell, out, a.device)
         results.append(res)
         append_jsonl(out / f"rank{res['rank']}.jsonl", [res])
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()  # left to the exit, a rank can abort after its results
     return 0
 
 
