@@ -60,16 +60,15 @@ RESPONSES = [  # G = 3 per prompt
 ]
 
 
-def _toy_dataproto(DataProto, tok):
-    """A DataProto as verl's legacy trainer has it before compute_advantage (rewards not yet scored)."""
-    rows = [verl_data.example_row(EXAMPLES[j // 3], "toy", index=j // 3) for j in range(6)]
-    prompts = [replay_mod.tokenize_messages(tok, EXAMPLES[j // 3].messages()) for j in range(6)]
-    resp = [tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for r in RESPONSES]
-    p, t = max(map(len, prompts)), max(map(len, resp)) + 1  # one column of padding after the longest
-    ids_p = torch.zeros(6, p, dtype=torch.long)
-    ids_r = torch.zeros(6, t, dtype=torch.long)
-    am = torch.zeros(6, p + t, dtype=torch.long)
-    for j in range(6):
+def pack_dataproto(DataProto, prompts, resp, rows, group_size, pad=0):
+    """A DataProto as verl's legacy trainer builds it from rollouts: left-padded prompt ids, right-padded
+    response ids (``pad`` extra columns after the longest), masks, and each row's data_source /
+    reward_model / extra_info with uid ``u<j // group_size>``."""
+    n = len(prompts)
+    p, t = max(map(len, prompts)), max(map(len, resp)) + pad
+    ids_p, ids_r = torch.zeros(n, p, dtype=torch.long), torch.zeros(n, t, dtype=torch.long)
+    am = torch.zeros(n, p + t, dtype=torch.long)
+    for j in range(n):
         ids_p[j, p - len(prompts[j]) :] = torch.tensor(prompts[j])
         ids_r[j, : len(resp[j])] = torch.tensor(resp[j])
         am[j, p - len(prompts[j]) : p + len(resp[j])] = 1
@@ -84,9 +83,28 @@ def _toy_dataproto(DataProto, tok):
             "data_source": np.array([r["data_source"] for r in rows], dtype=object),
             "reward_model": np.array([r["reward_model"] for r in rows], dtype=object),
             "extra_info": np.array([r["extra_info"] for r in rows], dtype=object),
-            "uid": np.array([f"u{j // 3}" for j in range(6)], dtype=object),
+            "uid": np.array([f"u{j // group_size}" for j in range(n)], dtype=object),
         },
     )
+
+
+def score_with_reward_manager(data, tok):
+    """Score ``data`` with verl's NaiveRewardManager and mrtpo's compute_score, and copy the scores and
+    reward_extra_info into it as verl's trainer does before compute_advantage."""
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    out = NaiveRewardManager(tok, num_examine=0, compute_score=va.compute_score)(data, return_dict=True)
+    data.batch["token_level_scores"] = data.batch["token_level_rewards"] = out["reward_tensor"]
+    data.non_tensor_batch.update({k: np.array(v) for k, v in out["reward_extra_info"].items()})
+    return data
+
+
+def _toy_dataproto(DataProto, tok):
+    """A DataProto as verl's legacy trainer has it before compute_advantage (rewards not yet scored)."""
+    rows = [verl_data.example_row(EXAMPLES[j // 3], "toy", index=j // 3) for j in range(6)]
+    prompts = [replay_mod.tokenize_messages(tok, EXAMPLES[j // 3].messages()) for j in range(6)]
+    resp = [tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for r in RESPONSES]
+    return pack_dataproto(DataProto, prompts, resp, rows, 3, pad=1)  # one column of padding after the longest
 
 
 def _score_like_verl(data, tok):

@@ -6,7 +6,6 @@ V1-trainer option, which mrtpo does not run)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -21,6 +20,7 @@ from verl import DataProto
 
 from mrtpo.integrations.verl import adapter as va
 from mrtpo.integrations.verl import data as verl_data
+from tests.integrations.verl.common import pack_dataproto, score_with_reward_manager
 
 KEYS = ["start", "end", "include", "length", "wrap"]
 EXAMPLES = [
@@ -55,37 +55,12 @@ def model(tok):
 def _scored_batch(tok):
     """A DataProto as verl's legacy trainer has it at compute_advantage: scored by verl's reward manager
     with mrtpo's compute_score and reward_extra_info copied into non_tensor_batch."""
-    from verl.workers.reward_manager.naive import NaiveRewardManager
 
     n = len(RESPONSES)
     rows = [verl_data.example_row(EXAMPLES[j // 4], "toy", index=j // 4) for j in range(n)]
     prompts = [replay_mod.tokenize_messages(tok, EXAMPLES[j // 4].messages()) for j in range(n)]
     resp = [tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for r in RESPONSES]
-    p, t = max(map(len, prompts)), max(map(len, resp)) + 1
-    ids_p, ids_r = torch.zeros(n, p, dtype=torch.long), torch.zeros(n, t, dtype=torch.long)
-    am = torch.zeros(n, p + t, dtype=torch.long)
-    for j in range(n):
-        ids_p[j, p - len(prompts[j]) :] = torch.tensor(prompts[j])
-        ids_r[j, : len(resp[j])] = torch.tensor(resp[j])
-        am[j, p - len(prompts[j]) : p + len(resp[j])] = 1
-    data = DataProto.from_dict(
-        tensors={
-            "prompts": ids_p,
-            "responses": ids_r,
-            "attention_mask": am,
-            "response_mask": am[:, p:].clone(),
-        },
-        non_tensors={
-            "data_source": np.array([r["data_source"] for r in rows], dtype=object),
-            "reward_model": np.array([r["reward_model"] for r in rows], dtype=object),
-            "extra_info": np.array([r["extra_info"] for r in rows], dtype=object),
-            "uid": np.array([f"u{j // 4}" for j in range(n)], dtype=object),
-        },
-    )
-    out = NaiveRewardManager(tok, num_examine=0, compute_score=va.compute_score)(data, return_dict=True)
-    data.batch["token_level_scores"] = data.batch["token_level_rewards"] = out["reward_tensor"]
-    data.non_tensor_batch.update({k: np.array(v) for k, v in out["reward_extra_info"].items()})
-    return data
+    return score_with_reward_manager(pack_dataproto(DataProto, prompts, resp, rows, 4, pad=1), tok)
 
 
 def test_tied_totals_keep_their_per_reward_advantages_through_verl(tok, model):

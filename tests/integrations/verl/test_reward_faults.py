@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 
@@ -26,6 +25,7 @@ from mrtpo.integrations.verl import adapter as va
 from mrtpo.integrations.verl import data as verl_data
 from mrtpo.integrations.verl import main as vmain
 from mrtpo.integrations.verl import reward as vreward
+from tests.integrations.verl.common import pack_dataproto, score_with_reward_manager
 
 TASK = "tests.tasks.faulty_task:FaultyToy"
 KEYS = ["start", "end", "include", "length", "wrap"]
@@ -48,7 +48,6 @@ def fresh_tasks():
 def _batch(tok, kind="none", fail_at=(), n=6):
     """A DataProto of ``n`` responses (groups of 3) scored by verl's reward manager with compute_score on
     FaultyToy, reward_extra_info copied into non_tensor_batch as verl's trainer does."""
-    from verl.workers.reward_manager.naive import NaiveRewardManager
 
     task_kwargs = {"kind": kind, "fail_at": list(fail_at), "size": 8}
     examples = FaultyToy(**task_kwargs).load(limit=n // 3)
@@ -59,31 +58,7 @@ def _batch(tok, kind="none", fail_at=(), n=6):
     resp = [
         tok(RESPONSES[j % 6], add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for j in range(n)
     ]
-    p, t = max(map(len, prompts)), max(map(len, resp))
-    ids_p, ids_r = torch.zeros(n, p, dtype=torch.long), torch.zeros(n, t, dtype=torch.long)
-    am = torch.zeros(n, p + t, dtype=torch.long)
-    for j in range(n):
-        ids_p[j, p - len(prompts[j]) :] = torch.tensor(prompts[j])
-        ids_r[j, : len(resp[j])] = torch.tensor(resp[j])
-        am[j, p - len(prompts[j]) : p + len(resp[j])] = 1
-    data = DataProto.from_dict(
-        tensors={
-            "prompts": ids_p,
-            "responses": ids_r,
-            "attention_mask": am,
-            "response_mask": am[:, p:].clone(),
-        },
-        non_tensors={
-            "data_source": np.array([r["data_source"] for r in rows], dtype=object),
-            "reward_model": np.array([r["reward_model"] for r in rows], dtype=object),
-            "extra_info": np.array([r["extra_info"] for r in rows], dtype=object),
-            "uid": np.array([f"u{j // 3}" for j in range(n)], dtype=object),
-        },
-    )
-    out = NaiveRewardManager(tok, num_examine=0, compute_score=va.compute_score)(data, return_dict=True)
-    data.batch["token_level_scores"] = data.batch["token_level_rewards"] = out["reward_tensor"]
-    data.non_tensor_batch.update({k: np.array(v) for k, v in out["reward_extra_info"].items()})
-    return data, examples
+    return score_with_reward_manager(pack_dataproto(DataProto, prompts, resp, rows, 3), tok), examples
 
 
 def _cfg(**node):  # the response-level method: these batches carry no replay distances
