@@ -151,9 +151,13 @@ def recipe_engine(path: str | Path) -> tuple[str, dict[str, Any]]:
 
 def split_overrides(tokens: list[str]) -> tuple[list[tuple[str, Any]], list[str]]:
     """``--section.key VALUE`` / ``--section.key=VALUE`` tokens -> (dotted pairs with YAML values, the
-    ``mrtpo train`` flags among them); the tokens themselves are forwarded unchanged."""
-    pairs: list[tuple[str, Any]] = []
+    ``mrtpo train`` flags among them); the tokens themselves are forwarded unchanged. The pairs are read
+    by ``mrtpo train``'s own :func:`mrtpo.integrations.trl.reading.parse_overrides`."""
+    from mrtpo.integrations.trl.reading import parse_overrides
+
     flags: list[str] = []
+    rest: list[str] = []
+    wants_value = False  # the last override was --section.key without =VALUE
     i = 0
     while i < len(tokens):
         tok = tokens[i]
@@ -166,22 +170,19 @@ def split_overrides(tokens: list[str]) -> tuple[list[tuple[str, Any]], list[str]
         if tok in ("--plugin", "--threads"):
             i += 2
             continue
-        if not tok.startswith("--") or "." not in tok.split("=")[0]:
+        if tok.startswith("--") and "." in tok.split("=")[0]:
+            rest.append(tok)
+            wants_value = "=" not in tok
+        elif wants_value and not tok.startswith("--"):
+            rest.append(tok)  # the value of the override before it
+            wants_value = False
+        else:
             raise ValueError(
                 f"override {tok!r} must look like --section.key VALUE (after --: "
                 "mrtpo launch RECIPE --gpus 8 -- --trl.max_steps 5)"
             )
-        key, eq, value = tok[2:].partition("=")
-        if not eq:
-            if i + 1 >= len(tokens) or tokens[i + 1].startswith("--"):
-                raise ValueError(f"override --{key} has no value")
-            value, i = tokens[i + 1], i + 1
-        try:
-            parsed = yaml.safe_load(value) if value != "" else ""
-        except yaml.YAMLError:
-            parsed = value
-        pairs.append((key, parsed))
         i += 1
+    pairs, _ = parse_overrides(rest)
     return pairs, flags
 
 
