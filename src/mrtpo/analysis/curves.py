@@ -271,6 +271,10 @@ def plot_curves(
         ax.set_ylabel(f"{center_name} over runs (seeds), {band_name} band", fontsize=8)
         ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        lo, hi = ax.get_xlim()
+        if hi - lo < 2:  # one logged step: whole steps around it, not ticks at fractions of a step
+            mid = round((lo + hi) / 2)
+            ax.set_xlim(mid - 1, mid + 1)
         ax.tick_params(labelsize=8)
     for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
