@@ -54,6 +54,19 @@ def tiny_model(tiny_tokenizer):
     return build_model(len(tiny_tokenizer), hidden_size=32, num_layers=2, seed=0, dtype=torch.float32)
 
 
+@pytest.fixture(scope="session")
+def rm_dir(tmp_path_factory):
+    """A tiny reward model (a sequence classifier) saved with its own byte-level BPE tokenizer (other token
+    boundaries than the policy's words): what ``task.options.model_rewards`` loads by path."""
+    from mrtpo.models.tiny import build_bpe_tokenizer, build_classifier
+
+    tok = build_bpe_tokenizer([" ".join(WORDS), "say the w1 w2 write a lot"], merges=24)
+    path = tmp_path_factory.mktemp("rm")
+    build_classifier(len(tok), seed=5).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
 def _clear_sentence_tokenizers() -> None:
     import sys
 

@@ -21,6 +21,7 @@ FEATURES = {  # tests of a feature that spans their folder, not of one module
     "integrations/trl/test_distributed.py": "multi-process training (DDP, FSDP2, ZeRO-3)",
     "integrations/trl/test_p2t.py": "P2T's gradient credit trained through MRTPOTrainer and mrtpo train",
     "integrations/trl/test_seams.py": "the TRL internals the trainer relies on",
+    "integrations/verl/test_p2t.py": "P2T's gradient credit on verl's workers, the audit in verl's metrics",
     "integrations/verl/test_recipes.py": "the verl recipes against verl's config schema",
     "replay/test_precision.py": "replay in every precision and with PEFT",
     "tasks/test_fuzz_verifiers.py": "property tests of every verifier",

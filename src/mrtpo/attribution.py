@@ -51,6 +51,7 @@ __all__ = [
     "influence",
     "influence_weights",
     "log_odds",
+    "require_differentiable",
     "step_segments",
     "token_char_ranges",
     "transfer",
@@ -424,6 +425,28 @@ def differentiable(verifier: Any) -> bool:
     """True for a verifier whose reward comes from a differentiable scorer (it has ``attribute``, as
     :class:`mrtpo.tasks.model_reward.ModelReward` does); rule verifiers are not."""
     return bool(getattr(verifier, "differentiable", False)) and callable(getattr(verifier, "attribute", None))
+
+
+def require_differentiable(verifiers: Sequence[Any], credit: str = "p2t") -> None:
+    """Refuse a credit scheme of the replay kind ``gradient`` (``p2t``) for a task none of whose rewards has a
+    differentiable scorer: its credit would be the replay credit ``reward`` under another name.
+
+    Args:
+        verifiers: the verifiers of one example of the task (the first of the training data).
+        credit: the scheme's name (the message names it).
+
+    Raises:
+        ValueError: naming the task's rewards and the two ways out.
+    """
+    if any(differentiable(v) for v in verifiers):
+        return
+    names = ", ".join(str(getattr(v, "name", "?")) for v in verifiers)
+    raise ValueError(
+        f"credit={credit!r} gives a reward's token credit from its scorer's gradient, but no reward of this task "
+        f"({names}) has a differentiable scorer (a model reward): add one (task.options.model_rewards: "
+        f"[{{name, model, kind, rubric}}]) or set credit=reward (MRTPO's replay credit, what {credit!r} gives rule "
+        "rewards)"
+    )
 
 
 @dataclass

@@ -40,6 +40,7 @@ __all__ = [
     "PILED_REPEAT",
     "UNIFORM_ETR",
     "WINDOW",
+    "AuditLog",
     "advantage_components",
     "audit_parts",
     "audit_warnings",
@@ -288,6 +289,34 @@ def response_audit(weights: Tensor, names: Sequence[str], used: Sequence[bool] |
         if keep[i]
     ]
     return "credit audit: " + ("; ".join(parts) if parts else "no row carries token weights")
+
+
+class AuditLog:
+    """The audit metrics of a run's last :data:`WINDOW` logged steps and the warning lines said so far: each
+    engine's trainer adds a step's values with :meth:`add` and logs the lines it returns.
+
+    Args:
+        reward_names: the K reward names.
+    """
+
+    def __init__(self, reward_names: Sequence[str]):
+        self.reward_names = list(reward_names)
+        self.history: list[dict[str, float]] = []
+        self.warned: set[str] = set()
+
+    def add(self, step: int, values: Mapping[str, float]) -> list[str]:
+        """Add a step's audit metrics (``credit/<reward>/<metric>``); returns the lines of
+        :func:`audit_warnings` over the window that were not returned before (once per reward and failure
+        mode: near uniform, piled)."""
+        self.history.append({"step": step, **values})
+        del self.history[:-WINDOW]
+        new = []
+        for line in audit_warnings(self.history, self.reward_names):
+            key = line.split(":", 1)[0] + (" uniform" if "near uniform" in line else " piled")
+            if key not in self.warned:
+                self.warned.add(key)
+                new.append(line)
+        return new
 
 
 def audit_warnings(

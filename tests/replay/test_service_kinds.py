@@ -77,15 +77,20 @@ def _has_privileged(segments: list[Segment]) -> bool:
 
 
 @pytest.mark.parametrize("kind", [*replay.REPLAY_KINDS.names(), USER_KIND], indirect=True)
-def test_a_replay_kind_runs_through_every_engine(kind, tmp_path, monkeypatch):
+def test_a_replay_kind_runs_through_every_engine(kind, tmp_path, monkeypatch, rm_dir):
     spec = replay.replay_kind(kind)
     scheme = _scheme_of(kind)
+    task = HalfPrivileged()
+    if kind == "gradient":  # P2T needs a reward with a differentiable scorer (a rule-only task is refused)
+        from mrtpo.tasks.model_reward import ModelReward, WithModelRewards
+
+        task = WithModelRewards(task, [ModelReward("rm", rm_dir, device="cpu", rubric_segment="none")])
 
     # ------------------------------------------------------------------ TRL: two generations, four steps
     run = tmp_path / "run"
     tr = make_trainer(
         run,
-        task=HalfPrivileged(),
+        task=task,
         credit=scheme,
         method="grpo",
         credit_beta=0.5,
@@ -121,7 +126,8 @@ def test_a_replay_kind_runs_through_every_engine(kind, tmp_path, monkeypatch):
     reused = [r["replay/full_reused"] for r in logs if "replay/full_reused" in r]
     want = []
     for b in tr.batches:
-        ran = b["replayed"].any(1).tolist()
+        # the rows whose contexts ran (a P2T row, the model reward's, the last, is attributed: no context runs)
+        ran = (b["replayed"][:, :-1] if kind == "gradient" else b["replayed"]).any(1).tolist()
         plain = [r and not _has_privileged(ex.segments) for r, ex in zip(ran, b["examples"])]
         want.append(sum(plain) / sum(ran) if spec.reuses_rollout else 0.0)
     assert reused == pytest.approx(want) and (max(want) > 0) == spec.reuses_rollout
@@ -178,10 +184,10 @@ def test_a_replay_kind_runs_through_every_engine(kind, tmp_path, monkeypatch):
 
     # ------------------------------------------------------------------ verl: the workers' replay and the hook
     pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl==0.9.1 is not installed")
-    _verl_part(kind, scheme, monkeypatch)
+    _verl_part(kind, scheme, monkeypatch, rm_dir)
 
 
-def _verl_part(kind: str, scheme: str, monkeypatch) -> None:
+def _verl_part(kind: str, scheme: str, monkeypatch, rm_dir: str) -> None:
     from mrtpo.integrations.verl import adapter as va
     from mrtpo.integrations.verl import worker as vw
     from mrtpo.models.tiny import build_model
@@ -191,13 +197,23 @@ def _verl_part(kind: str, scheme: str, monkeypatch) -> None:
 
     tok = build_toy_tokenizer()
     model = build_model(len(tok), hidden_size=32, num_layers=2, seed=0, dtype=torch.float32)
-    data = toy_batch(tok, [5, 0, 7, 2, 1, 6, 3, 4])
-    data.batch["token_level_rewards"] = torch.zeros(data.batch["response_mask"].shape)
-    a = gdpo_advantages(data)
+    if (
+        kind == "gradient"
+    ):  # the toy task plus a model reward (extra_info's task kwargs), scored by verl's path
+        from tests.integrations.verl import test_p2t
+
+        data = test_p2t.p2t_batch(tok, rm_dir)[0]
+        a, rewards = test_p2t._gdpo(data), test_p2t._rewards(data)
+    else:
+        data = toy_batch(tok, [5, 0, 7, 2, 1, 6, 3, 4])
+        data.batch["token_level_rewards"] = torch.zeros(data.batch["response_mask"].shape)
+        a, rewards = gdpo_advantages(data), rewards_of(data)
+    k = a.shape[1]
     local = va.make_distances_for(model, tok)(data)(kind, a)  # the in-process replay: the reference
     shard = vw.replay_shard(model, tok, data, kind=kind, advantages=a)
     torch.testing.assert_close(shard.distances, local.distances, atol=1e-6, rtol=0)
     assert torch.equal(shard.replayed, local.replayed)
+    assert torch.equal(shard.attributed, local.attributed) and local.attributed.any() == (kind == "gradient")
     wg = fake_worker_group(model, tok, 2, 1, monkeypatch)
     cfg = {"mrtpo": {"credit": scheme, "credit_beta": 0.5}}
     data.meta_info["global_steps"] = 11  # verl counts from 1: optimizer step 10 (CoRT's ramp at 10/50)
@@ -206,7 +222,7 @@ def _verl_part(kind: str, scheme: str, monkeypatch) -> None:
     mask = data.batch["response_mask"]
     ref = credit_step(
         va.VerlMRTPOConfig.from_algorithm(cfg).method_config.with_method("gdpo"),
-        rewards_of(data), list(data.non_tensor_batch["uid"]), mask.bool(),
-        reward_min=[0.0] * 5, reward_max=[1.0] * 5, lengths=mask.sum(1).double(), distances=local, step=10,
+        rewards, list(data.non_tensor_batch["uid"]), mask.bool(),
+        reward_min=[0.0] * k, reward_max=[1.0] * k, lengths=mask.sum(1).double(), distances=local, step=10,
     )  # fmt: skip
     torch.testing.assert_close(data.batch["advantages"], ref.token_advantages, atol=1e-5, rtol=1e-5)

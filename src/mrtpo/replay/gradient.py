@@ -78,8 +78,8 @@ def gradient_replay(
             pairs set to 0, so their contexts do not run.
         responses: ``[B]`` response token ids.
         advantages: ``[B, K]`` Â.
-        batch: :class:`ReplayBatch`; None (an engine that does not hand it over, verl's workers): every
-            row is replayed (a warning, once).
+        batch: :class:`ReplayBatch`; None (an engine that does not hand it over; TRL's trainer and verl's
+            workers do): every row is replayed (a warning, once).
         width: T (default: the longest response).
         credit_options: the scheme's options (:class:`mrtpo.attribution.P2TOptions` fields; default the
             batch's ``options``).
@@ -98,8 +98,8 @@ def gradient_replay(
     if batch is None:
         _warn_once(
             "batch",
-            "replay kind 'gradient': this engine does not hand the batch's verifiers to replay (verl's workers); "
-            "every reward's row is replayed as credit 'reward' (the rubric of a model reward is its information)",
+            "replay kind 'gradient': this engine does not hand the batch's verifiers to replay; every reward's row "
+            "is replayed as credit 'reward' (the rubric of a model reward is its information)",
         )
         return _with_attributed(replay_rewards(adv))
     if len(batch.examples) != n or len(batch.verifiers) != n:

@@ -13,19 +13,6 @@ from mrtpo.tasks.model_reward import ModelReward, WithModelRewards
 from tests.integrations.trl.test_trainer import TinyTask, make_trainer, tiny_tokenizer
 
 
-@pytest.fixture(scope="module")
-def rm_dir(tmp_path_factory):
-    """A tiny reward model on a byte-level BPE tokenizer (other token boundaries than the policy's words)."""
-    from mrtpo.models.tiny import build_bpe_tokenizer, build_classifier
-    from tests.conftest import WORDS
-
-    tok = build_bpe_tokenizer([" ".join(WORDS), "say the w1 w2 write a lot"], merges=24)
-    path = tmp_path_factory.mktemp("rm")
-    build_classifier(len(tok), seed=5).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
-
-
 def _task(rm_dir):
     rm = ModelReward("rm", rm_dir, device="cpu", rubric="say the word the")
     return WithModelRewards(TinyTask(), [rm])
@@ -71,20 +58,39 @@ def test_p2t_trains_with_replay_for_rules_and_gradient_for_the_model_reward(tmp_
     assert any(x.get("replay/attributed", 0) > 0 for x in lines)
 
 
-def test_p2t_without_a_differentiable_reward_is_credit_reward(tmp_path, caplog, monkeypatch):
+def test_p2t_on_a_task_without_a_differentiable_reward_is_refused(tmp_path):
+    """credit p2t on a rule-only task would be credit reward under another name: the trainer refuses it before
+    training, naming the task's rewards and the two ways out."""
+    with pytest.raises(ValueError) as e:
+        make_trainer(tmp_path / "run", credit="p2t", max_steps=1)
+    msg = str(e.value)
+    assert "no reward of this task (the, long) has a differentiable scorer" in msg
+    assert "task.options.model_rewards" in msg and "set credit=reward" in msg
+
+
+def test_p2t_on_a_batch_without_a_differentiable_reward_is_credit_reward(caplog):
+    """A batch whose examples carry no model reward (a mixed dataset) gets replay credit for every row: the
+    kind ``gradient`` answers as the kind ``reward``, and says so once."""
+    from mrtpo import replay as replay_mod
+    from mrtpo.models.tiny import build_model
     from mrtpo.replay import gradient
 
-    monkeypatch.setattr(gradient, "_warned", set())  # the warning is said once per process
-    runs = {}
-    for credit in ("reward", "p2t"):
-        tr = make_trainer(tmp_path / credit, credit=credit, max_steps=1)
-        with caplog.at_level("WARNING"):
-            tr.train()
-        runs[credit] = tr.batches[0]
-    a, b = runs["reward"], runs["p2t"]
-    assert torch.equal(a["replayed"], b["replayed"]) and b["replayed"].any()
-    torch.testing.assert_close(b["distances"], a["distances"], atol=1e-6, rtol=0)
-    torch.testing.assert_close(b["token_advantages"], a["token_advantages"], atol=1e-6, rtol=0)
+    tok = tiny_tokenizer()
+    model = build_model(len(tok), hidden_size=32, num_layers=2, seed=0, dtype=torch.float32)
+    task = TinyTask()
+    examples = task.load(None)[:2]
+    names = list(task.reward_names)
+    contexts = replay_mod.ContextCache(tok, names)([ex.segments for ex in examples])
+    responses = [tok("the the w1", add_special_tokens=False)["input_ids"]] * 2
+    adv = torch.tensor([[0.5, -0.25], [0.0, 1.0]])
+    batch = replay_mod.ReplayBatch(examples, [task.verifiers(ex) for ex in examples], tok)
+    gradient._warned.discard("none")
+    with caplog.at_level("WARNING"):
+        got = replay_mod.for_scheme(model, contexts, responses, adv, "gradient", batch=batch)
+    ref = replay_mod.for_scheme(model, contexts, responses, adv, "reward")
+    assert torch.equal(got.replayed, adv.abs() > 1e-8) and not got.attributed.any()
+    torch.testing.assert_close(got.distances, ref.distances, atol=0, rtol=0)
+    assert got.distances[got.replayed].sum(-1).gt(0).all()
     assert "no reward of this batch has a differentiable scorer" in caplog.text
 
 
@@ -109,3 +115,55 @@ def test_a_recipe_with_a_model_reward_trains_with_p2t_and_reports_the_audit(tmp_
     rep = tmp_path / "report"
     assert main(["report", str(out), "--out", str(rep)]) == 0
     assert (rep / "credit.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_the_policy_judges_itself_with_its_weights_of_each_generation(tmp_path):
+    """``model: policy``: the trainer attaches the live policy as the judge, so each generation's judge column
+    is the verdict of the policy's weights at that generation (not the first ones), and p2t attributes the
+    judge's verdict through the policy's own embeddings."""
+    from mrtpo.models.tiny import build_tokenizer, numbered_words
+    from tests.conftest import WORDS
+    from tests.integrations.trl.test_trainer import fresh_model
+
+    tok = build_tokenizer([*WORDS, "yes", "no", *numbered_words(40)])  # the judge's answers are words
+    model = fresh_model(tok)
+    judge = ModelReward("self", "policy", kind="judge", rubric="does it say the", device="cpu")
+    task = WithModelRewards(TinyTask(), [judge])
+    snapshots = []
+    tr = make_trainer(
+        tmp_path / "run", task=task, model=model, tok=tok, credit="p2t", credit_options={"tau": 1e-3}
+    )
+    generate = tr._generate_and_score_completions
+
+    def snapshot_then_generate(inputs):
+        weights = fresh_model(tok)  # the weights this generation samples and judges with (a state-dict copy)
+        weights.load_state_dict(tr.model.state_dict())
+        snapshots.append(weights.eval())
+        return generate(inputs)
+
+    tr._generate_and_score_completions = snapshot_then_generate
+    tr.train()
+    assert len(tr.batches) == len(snapshots) == 2
+    k = task.reward_names.index("self")
+    verdicts = []
+    for b, weights in zip(tr.batches, snapshots):
+        ref = ModelReward("ref", weights, kind="judge", tokenizer=tok, rubric="does it say the", device="cpu")
+        want = torch.tensor(ref(b["texts"], b["examples"]))
+        got = b["rewards"][slice(*b["process_rows"]), k].cpu().float()
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        verdicts.append(want)
+        # the judge's rows are P2T's weights (mean 1 over the response), the rule rows replayed distances
+        active = b["advantages"].abs() > 1e-8
+        mask = b["completion_mask"]
+        assert torch.equal(b["replayed"], active)
+        rows = active[:, k]
+        assert rows.any()
+        d = b["distances"][rows, k]
+        torch.testing.assert_close((d * mask[rows]).sum(1), mask[rows].sum(1).float(), atol=1e-4, rtol=0)
+    # the second generation was judged by the updated policy: its first weights judge otherwise
+    first = ModelReward(
+        "first", snapshots[0], kind="judge", tokenizer=tok, rubric="does it say the", device="cpu"
+    )
+    b = tr.batches[1]
+    assert (torch.tensor(first(b["texts"], b["examples"])) - verdicts[1]).abs().max() > 1e-6

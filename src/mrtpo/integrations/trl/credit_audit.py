@@ -36,8 +36,7 @@ class CreditAudit:
 
     def __init__(self, reward_names: list[str]):
         self.reward_names = list(reward_names)
-        self.history: list[dict[str, float]] = []
-        self.warned: set[str] = set()
+        self.steps = audit.AuditLog(self.reward_names)
 
     def log(self, trainer: Any, mode: str, result: Any, mask: torch.Tensor, token_ids: torch.Tensor) -> None:
         """Reduce this step's audit (:func:`mrtpo.audit.result_parts` of ``result``, the credit step's
@@ -57,12 +56,7 @@ class CreditAudit:
             m[name].append(value)
         if mode != "train":
             return
-        self.history.append({"step": trainer.state.global_step + 1, **values})
-        del self.history[: -audit.WINDOW]
-        if not trainer.accelerator.is_main_process:
-            return
-        for line in audit.audit_warnings(self.history, self.reward_names):
-            key = line.split(":", 1)[0] + (" uniform" if "near uniform" in line else " piled")
-            if key not in self.warned:
-                self.warned.add(key)
+        lines = self.steps.add(trainer.state.global_step + 1, values)
+        if trainer.accelerator.is_main_process:
+            for line in lines:
                 logger.warning(line)

@@ -89,6 +89,7 @@ from trl.trainer.utils import RepeatSampler
 
 from mrtpo import advantages as adv_mod
 from mrtpo import replay as replay_mod
+from mrtpo.attribution import require_differentiable
 from mrtpo.head import autocast_dtype, head_of
 from mrtpo.integrations.trl import checkpoints as checkpoints_mod
 from mrtpo.integrations.trl import data as data_mod
@@ -262,6 +263,8 @@ class MRTPOTrainer(GRPOTrainer):
         self._bounds = torch.tensor(self.reward_bounds, dtype=torch.float32)  # [K, 2]
         # what the configuration alone cannot check, checked now against the task, naming the field
         args.method.check_rewards(len(self.reward_names), self.reward_names, self.reward_bounds)
+        if args.method.scheme.replay == "gradient":  # p2t: a rule-only task would get credit reward
+            require_differentiable(vs, args.method.credit)
         if args.method.credit == "rlsd" and not has_privileged(first.segments):
             logger.warning(
                 "RLSD: example %r has no privileged segment, so the teacher context equals the rollout prompt "

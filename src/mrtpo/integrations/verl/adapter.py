@@ -70,7 +70,9 @@ Notation: N responses in the batch (verl's ``bs``), K rewards, T response tokens
 from __future__ import annotations
 
 from mrtpo.integrations.verl.config import (
+    ATTRIBUTED_KEY,
     CONFIG_NODE,
+    CREDIT_AUDIT_META,
     DISTANCES_KEY,
     ESTIMATOR_PREFIX,
     RENAMED_KEYS,
@@ -78,7 +80,7 @@ from mrtpo.integrations.verl.config import (
     VERL_VERSION,
     VerlMRTPOConfig,
 )
-from mrtpo.integrations.verl.credit import batch_credit, response_advantages, reward_matrix
+from mrtpo.integrations.verl.credit import batch_credit, response_advantages, reward_columns, reward_matrix
 from mrtpo.integrations.verl.estimators import (
     EstimatorFn,
     estimator_names,
@@ -103,11 +105,14 @@ from mrtpo.integrations.verl.reward import (
     batch_faults,
     compute_score,
     example_from_extra_info,
+    refuse_policy_judges,
     task_from_extra_info,
 )
 
 __all__ = [
+    "ATTRIBUTED_KEY",
     "CONFIG_NODE",
+    "CREDIT_AUDIT_META",
     "DISTANCES_KEY",
     "ERRORS_KEY",
     "ESTIMATOR_PREFIX",
@@ -135,9 +140,11 @@ __all__ = [
     "install",
     "make_distances_for",
     "make_estimator",
+    "refuse_policy_judges",
     "register_estimators",
     "replay_distances",
     "response_advantages",
+    "reward_columns",
     "reward_matrix",
     "task_from_extra_info",
 ]

@@ -33,6 +33,15 @@ REPLAYED_KEY = "mrtpo_replayed"
 rest of the replay's answer, :attr:`mrtpo.replay.ReplayResult.replayed`); without it every row that
 carries an advantage counts as measured."""
 
+ATTRIBUTED_KEY = "mrtpo_attributed"
+"""``batch[ATTRIBUTED_KEY]``: [N, K'] bool, the rows of ``batch[DISTANCES_KEY]`` that hold P2T's token weights
+from a scorer's gradient (credit ``p2t``; :attr:`mrtpo.replay.ReplayResult.attributed`), not distances."""
+
+CREDIT_AUDIT_META = "mrtpo/credit_audit"
+"""``data.meta_info[CREDIT_AUDIT_META]``: the batch's credit audit (:mod:`mrtpo.audit`), ``{"credit/<reward>/
+<metric>": value, "replay/attributed": share}``, written by the ``compute_advantage`` hook and logged with
+verl's step metrics by :class:`mrtpo.integrations.verl.main.MRTPORayPPOTrainer`."""
+
 
 def _default(name: str) -> Any:
     """The default of a method-block key: :class:`MethodConfig`'s (one default for every engine)."""

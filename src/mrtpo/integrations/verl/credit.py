@@ -94,6 +94,13 @@ def _columns(cfg: VerlMRTPOConfig, non_tensor_batch: Mapping[str, Any]) -> _Colu
     return _Columns(list(keys), None if lo is None else list(lo), None if hi is None else list(hi))
 
 
+def reward_columns(config: Any, non_tensor_batch: Mapping[str, Any]) -> list[str]:
+    """The K reward columns of a batch, in order: ``algorithm.mrtpo.reward_keys``, else the task's reward
+    names (from ``extra_info``)."""
+    cfg = config if isinstance(config, VerlMRTPOConfig) else VerlMRTPOConfig.from_algorithm(config)
+    return _columns(cfg, non_tensor_batch).keys
+
+
 def batch_credit(
     method: str,
     response_mask: Tensor,
@@ -152,6 +159,8 @@ def batch_credit(
             "mrtpo.integrations.verl.adapter.install() a distances_for, or set algorithm.mrtpo.credit=none for the "
             "response-level method"
         )
+    if mc.scheme.replay == "gradient":  # p2t: a rule-only task would get credit reward under another name
+        _require_differentiable(non_tensor_batch, mc.credit)
     return step_mod.credit_step(
         mc,
         rewards,
@@ -181,6 +190,17 @@ def response_advantages(
     cfg = config if isinstance(config, VerlMRTPOConfig) else VerlMRTPOConfig.from_algorithm(config)
     cfg = dataclasses.replace(cfg, credit="none", credit_options={})
     return batch_credit(method, response_mask, index, non_tensor_batch, cfg).advantages
+
+
+def _require_differentiable(non_tensor_batch: Mapping[str, Any], credit: str) -> None:
+    """:func:`mrtpo.attribution.require_differentiable` on the verifiers of the batch's first example (its
+    task from ``extra_info``); a batch without ``extra_info`` is not checked."""
+    from mrtpo.attribution import require_differentiable
+
+    infos = non_tensor_batch.get("extra_info")
+    first = None if infos is None or len(infos) == 0 else infos[0]
+    if isinstance(first, Mapping) and first.get(TASK_KEY):
+        require_differentiable(task_from_extra_info(first).verifiers(example_from_extra_info(first)), credit)
 
 
 def _shuffle_generator(seed: int, index: Sequence[Any]) -> torch.Generator:

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mrtpo.integrations.verl.reward import EXAMPLE_KEY, TASK_KEY, TASK_KWARGS_KEY
+from mrtpo.integrations.verl.reward import EXAMPLE_KEY, TASK_KEY, TASK_KWARGS_KEY, refuse_policy_judges
 from mrtpo.plugins import add_plugin_argument, import_plugins
 from mrtpo.tasks.base import Example
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         kwargs = json.loads(args.task_kwargs)
         if not isinstance(kwargs, dict):
             raise ValueError(f"--task-kwargs must be a JSON object, got {args.task_kwargs!r}")
-        task = load_task(args.task, **kwargs)
+        task = refuse_policy_judges(load_task(args.task, **kwargs))
         out = Path(args.out)
         for split, limit in ((args.split, args.limit), (args.val_split, args.val_limit)):
             if not split:

@@ -78,6 +78,9 @@ def make_estimator(method: str) -> EstimatorFn:
                 distances = replay_mod.ReplayResult(distances, lengths, replayed=batch[REPLAYED_KEY])
         step = int(kwargs.get("mrtpo_step") or 0)  # from compute_advantage: verl's global step - 1
         res = batch_credit(method, response_mask, index, non_tensor_batch, config, distances, step)
+        on_result = kwargs.get("mrtpo_on_result")  # from compute_advantage: the credit audit of the batch
+        if on_result is not None:
+            on_result(res)
         tok = res.token_advantages.to(device=token_level_rewards.device, dtype=token_level_rewards.dtype)
         return tok, tok
 

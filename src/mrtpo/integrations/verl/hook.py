@@ -16,8 +16,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from mrtpo import audit
 from mrtpo import replay as replay_mod
-from mrtpo.integrations.verl.config import DISTANCES_KEY, REPLAYED_KEY, VerlMRTPOConfig, _method_of
+from mrtpo.integrations.verl.config import (
+    ATTRIBUTED_KEY,
+    CREDIT_AUDIT_META,
+    DISTANCES_KEY,
+    REPLAYED_KEY,
+    VerlMRTPOConfig,
+    _method_of,
+)
+from mrtpo.integrations.verl.credit import reward_columns
 from mrtpo.integrations.verl.estimators import make_estimator, register_estimators
 from mrtpo.integrations.verl.replay import DistancesFor
 from mrtpo.integrations.verl.reward import apply_verifier_policy
@@ -43,9 +52,12 @@ def compute_advantage(
     For an ``mrtpo_*`` name: when the credit scheme needs distances, ``batch["mrtpo_distances"]`` is absent
     and ``distances_for`` is given, the hook computes Â (to skip pairs with Â = 0) and stores the answer of
     ``distances_for(data)(kind, Â)`` (``batch["mrtpo_distances"]`` and ``batch["mrtpo_replayed"]``, the rows
-    replayed); then it calls the estimator with ``non_tensor_batch`` and ``batch``
-    and writes ``batch["advantages"]`` and ``batch["returns"]`` ((bs, response_length)). Every other
-    name goes to ``original`` (verl's own function) with the same arguments.
+    replayed, and ``batch["mrtpo_attributed"]``, the rows P2T attributed); then it calls the estimator with
+    ``non_tensor_batch`` and ``batch``, writes ``batch["advantages"]`` and ``batch["returns"]``
+    ((bs, response_length)) and the batch's credit audit (:mod:`mrtpo.audit`: each reward's advantage
+    component, the Gini and effective token ratio of its token weights) into
+    ``data.meta_info["mrtpo/credit_audit"]``. Every other name goes to ``original`` (verl's own function)
+    with the same arguments.
 
     Args:
         data: verl ``DataProto`` with ``batch["token_level_rewards"]``, ``batch["response_mask"]`` (or
@@ -98,10 +110,13 @@ def compute_advantage(
             dev = batch["response_mask"].device
             batch[DISTANCES_KEY] = res.distances.to(device=dev, dtype=torch.float32)
             batch[REPLAYED_KEY] = res.replayed.to(dev)  # the answer is kept whole
+            if res.attributed is not None:
+                batch[ATTRIBUTED_KEY] = res.attributed.to(dev)
             return replace(res, distances=batch[DISTANCES_KEY], replayed=batch[REPLAYED_KEY])
 
     fn = make_estimator(method)
     step = _optimizer_step(data, config, step_fn)
+    results: list[Any] = []
     advantages, returns = fn(
         token_level_rewards=batch["token_level_rewards"],
         response_mask=batch["response_mask"],
@@ -112,10 +127,31 @@ def compute_advantage(
         norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
         distance_fn=fetch,
         mrtpo_step=step,
+        mrtpo_on_result=results.append,
     )
     batch["advantages"] = advantages
     batch["returns"] = returns
+    if results and isinstance(getattr(data, "meta_info", None), dict):
+        names = reward_columns(cfg, ntb)
+        parts = audit.result_parts(results[-1], batch["response_mask"].cpu(), names, batch["responses"].cpu())
+        metrics = {k: s / c for k, (s, c) in parts.items() if c > 0}
+        metrics.update(_replay_metrics(results[-1]))
+        data.meta_info[CREDIT_AUDIT_META] = metrics
     return data
+
+
+def _replay_metrics(result: Any) -> dict[str, float]:
+    """``replay/{fpe, seconds, skipped}`` of a credit step that replayed (the TRL trainer's names): forward-pass
+    equivalents per response, wall seconds (the slowest worker), the share of (response, row) pairs skipped."""
+    st, d = result.replay_stats, result.distances
+    if st is None or d is None or d.dim() != 3:
+        return {}
+    pairs = d.shape[0] * d.shape[1]
+    return {
+        "replay/fpe": float(st.fpe_per_response),
+        "replay/seconds": float(st.seconds),
+        "replay/skipped": st.pairs_skipped / pairs if pairs else 0.0,
+    }
 
 
 def _optimizer_step(data: Any, config: Any, step_fn: Callable[[], int | None] | None) -> int:

@@ -48,7 +48,8 @@ from verl.trainer import main_ppo_v0
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.utils import Role
 
-from mrtpo.integrations.verl.config import VerlMRTPOConfig, _get
+from mrtpo.audit import AuditLog
+from mrtpo.integrations.verl.config import CREDIT_AUDIT_META, VerlMRTPOConfig, _get
 from mrtpo.integrations.verl.hook import install
 from mrtpo.integrations.verl.reward import VERIFIER_ERRORS_META
 from mrtpo.integrations.verl.worker import MRTPOActorRolloutRefWorker, ReplayConfig, make_worker_distances_for
@@ -68,7 +69,10 @@ class MRTPORayPPOTrainer(RayPPOTrainer):
     def init_workers(self) -> None:
         super().init_workers()
         options = ReplayConfig.from_config(self.config)
-        self.mrtpo_distances_for = make_worker_distances_for(self.actor_rollout_wg, options)
+        credit_options = VerlMRTPOConfig.from_algorithm(
+            _get(self.config, "algorithm")
+        ).method_config.credit_options
+        self.mrtpo_distances_for = make_worker_distances_for(self.actor_rollout_wg, options, credit_options)
         # the step of RLSD's λ schedule: verl's global_steps counts from 1 and is current during the step
         # (fit() sets it; before that, None: the batch's meta_info or a refusal decides)
         install(distances_for=self.mrtpo_distances_for, step_fn=self._mrtpo_step)
@@ -117,13 +121,24 @@ class MRTPORayPPOTrainer(RayPPOTrainer):
         return str(folder)
 
     def _update_actor(self, batch):
-        """verl's actor update; adds the batch's failed-verdict counts (``on_verifier_error=min``) to the
-        step's metrics and remembers the data loader's state (the state a failure in the next step saves)."""
+        """verl's actor update; adds the batch's failed-verdict counts (``on_verifier_error=min``) and its
+        credit audit and replay metrics (``credit/<reward>/<metric>``, ``replay/*``, as the TRL trainer
+        logs them) to the step's metrics, logs the audit's warning lines once (:class:`mrtpo.audit.AuditLog`)
+        and remembers the data loader's state (the state a failure in the next step saves)."""
         out = super()._update_actor(batch)
-        counts = batch.meta_info.get(VERIFIER_ERRORS_META) if isinstance(batch.meta_info, dict) else None
+        meta = batch.meta_info if isinstance(batch.meta_info, dict) else {}
+        counts = meta.get(VERIFIER_ERRORS_META)
         if counts:
             metrics = out.meta_info.setdefault("metrics", {})
             metrics.update({k: [v] for k, v in counts.items()})
+        credit = meta.get(CREDIT_AUDIT_META)
+        if credit:
+            out.meta_info.setdefault("metrics", {}).update({k: [v] for k, v in credit.items()})
+            names = [k[7:-10] for k in credit if k.startswith("credit/") and k.endswith("/adv_share")]
+            if getattr(self, "_mrtpo_audit", None) is None:
+                self._mrtpo_audit = AuditLog(names)
+            for line in self._mrtpo_audit.add(int(getattr(self, "global_steps", 0) or 0), credit):
+                logger.warning("mrtpo: %s", line)
         loader = getattr(self, "train_dataloader", None)
         if loader is not None and hasattr(loader, "state_dict"):
             self._mrtpo_loader_state = loader.state_dict()

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from mrtpo import replay as replay_mod
@@ -49,6 +50,7 @@ def replay_distances(
     template_kwargs: Mapping[str, Any] | None = None,
     temperature: float = 1.0,
     progress: bool = False,
+    credit_options: Mapping[str, Any] | None = None,
 ) -> replay_mod.ReplayResult:
     """The replay kind ``kind`` of a DataProto's responses through :func:`mrtpo.replay.for_scheme`:
     ``[N, K', T]`` (K' = K for a per-reward kind, 1 for a shared-row kind), T the batch's response width,
@@ -74,9 +76,17 @@ def replay_distances(
         temperature: the sampling temperature of the log-probability kinds (verl's
             ``actor_rollout_ref.rollout.temperature``).
         progress: tqdm bar over replay micro-batches.
+        credit_options: the credit scheme's options (``algorithm.mrtpo.credit_options``), read by a kind
+            that completes its answer from the batch (``gradient``: P2T's τ, segments and scalar).
+
+    A kind that reads the batch beyond its contexts (``gradient``, credit ``p2t``) gets it here as it gets
+    it on the TRL path (:class:`mrtpo.replay.ReplayBatch`): the examples, the verifiers of each example's
+    task (built from ``extra_info`` in this process: a model reward's scorer is loaded where replay runs,
+    on verl's actor worker its GPU) and ``tokenizer`` (the response tokens' character ranges).
 
     Returns:
-        :class:`mrtpo.replay.ReplayResult` with ``distances: [N, K', T] float32`` on the CPU.
+        :class:`mrtpo.replay.ReplayResult` with ``distances: [N, K', T] float32`` on the CPU, ``replayed``
+        [N, K'] and ``attributed`` [N, K'] (rows holding P2T's weights; all False for other kinds).
     """
     batch, ntb = data.batch, data.non_tensor_batch
     infos = _extra_infos(ntb, "replay_distances")
@@ -101,6 +111,10 @@ def replay_distances(
                 n,
             )
     pad = getattr(tokenizer, "pad_token_id", None)
+    extra = None
+    if replay_mod.replay_kind(kind).answer is not None:
+        verifiers = [task_from_extra_info(info).verifiers(ex) for info, ex in zip(infos, examples)]
+        extra = replay_mod.ReplayBatch(examples, verifiers, tokenizer, dict(credit_options or {}))
     res = replay_mod.for_scheme(
         model,
         contexts,
@@ -112,8 +126,15 @@ def replay_distances(
         temperature=temperature,
         pad_id=0 if pad is None else int(pad),
         progress=progress,
+        batch=extra,
     )
-    return replay_mod.ReplayResult(res.distances.cpu(), res.lengths, res.stats, res.replayed)
+    replayed = res.replayed.cpu()
+    attributed = (
+        torch.zeros_like(replayed, dtype=torch.bool)
+        if res.attributed is None
+        else res.attributed.cpu().bool()
+    )
+    return replay_mod.ReplayResult(res.distances.cpu(), res.lengths, res.stats, replayed, attributed)
 
 
 def batch_temperature(data: Any, default: float = 1.0) -> float:
@@ -131,12 +152,14 @@ def make_distances_for(
     template_kwargs: Mapping[str, Any] | None = None,
     temperature: float | None = None,
     progress: bool = False,
+    credit_options: Mapping[str, Any] | None = None,
 ) -> DistancesFor:
     """A :data:`DistancesFor` for :func:`install` that replays with ``model`` in the calling process.
 
     The log-probability kinds (CoRT, RLSD) run at ``temperature`` if given, else at the batch's
     ``meta_info["temperature"]`` (verl's trainer sets it to ``actor_rollout_ref.rollout.temperature``),
-    else 1. The replay stats of the last call are in ``data.meta_info["mrtpo/replay"]``.
+    else 1. ``credit_options``: the credit scheme's options (P2T's, for the kind ``gradient``). The replay
+    stats of the last call are in ``data.meta_info["mrtpo/replay"]``.
     """
 
     def distances_for(data: Any) -> replay_mod.DistanceFn:
@@ -146,6 +169,7 @@ def make_distances_for(
             res = replay_distances(
                 model, tokenizer, data, kind=kind, advantages=advantages, options=options,
                 template_kwargs=template_kwargs, temperature=tau, progress=progress,
+                credit_options=credit_options,
             )  # fmt: skip
             meta = getattr(data, "meta_info", None)
             if isinstance(meta, dict):

@@ -36,7 +36,23 @@ text when none; :mod:`mrtpo.tasks.faults`); verl copies it into ``non_tensor_bat
 def _load_task(name: str, kwargs_json: str) -> Task:
     from mrtpo.tasks import load_task
 
-    return load_task(name, **json.loads(kwargs_json))
+    return refuse_policy_judges(load_task(name, **json.loads(kwargs_json)))
+
+
+def refuse_policy_judges(task: Task) -> Task:
+    """``task``, unless one of its model rewards is a judge that is the policy itself (``model: policy``):
+    on verl the reward function runs in the reward loop, which holds no policy weights (they live, sharded,
+    in the actor workers), so such a judge cannot score there; ValueError naming the reward and the way out.
+    """
+    for r in getattr(task, "model_rewards", ()):
+        if getattr(r, "uses_policy", False):
+            raise ValueError(
+                f"model reward {r.name!r}: model='policy' is not supported on verl: verl scores rewards in its "
+                "reward loop, which holds no policy weights (they are sharded in the actor workers); give the "
+                "judge its own model (a folder or hub id, e.g. the policy's starting checkpoint), or train with "
+                "mrtpo train (TRL), where the judge is the live policy"
+            )
+    return task
 
 
 def task_from_extra_info(extra_info: Mapping[str, Any] | None) -> Task:

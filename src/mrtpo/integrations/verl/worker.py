@@ -10,8 +10,10 @@ workers, sharded by the FSDP engine. This module runs replay where the weights a
   same chunk, and the outputs of the SP-rank-0 workers are concatenated in DP order). It replays its
   chunk with the weights that sampled it (it is called inside ``compute_advantage``, after the old
   log-probs and before ``update_actor``) and returns the replay's answer: ``batch["mrtpo_distances"]``
-  [n, K', T], the kind's measure (JS distances, CoRT's relevance, RLSD's gap, a user's kind's), and
-  ``batch["mrtpo_replayed"]`` [n, K'], the rows it ran.
+  [n, K', T], the kind's measure (JS distances, CoRT's relevance, RLSD's gap, P2T's token weights, a
+  user's kind's), ``batch["mrtpo_replayed"]`` [n, K'], the rows it ran, and ``batch["mrtpo_attributed"]``
+  [n, K'], the rows whose values are P2T's weights from a scorer's gradient (credit ``p2t``: the worker
+  loads the model rewards' scorers of the batch's task, on its own device, and attributes there).
 - :func:`replay_shard`: the pure part, testable without Ray or a GPU: one chunk's distances with
   :func:`mrtpo.integrations.verl.adapter.replay_distances` (the core's :func:`mrtpo.replay.for_scheme`,
   as the TRL path).
@@ -57,7 +59,14 @@ from verl.single_controller.base.decorator import make_nd_compute_dataproto_disp
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
 from mrtpo import replay as replay_mod
-from mrtpo.integrations.verl.config import DISTANCES_KEY, REPLAYED_KEY, VerlMRTPOConfig, _get, _plain
+from mrtpo.integrations.verl.config import (
+    ATTRIBUTED_KEY,
+    DISTANCES_KEY,
+    REPLAYED_KEY,
+    VerlMRTPOConfig,
+    _get,
+    _plain,
+)
 from mrtpo.integrations.verl.replay import DistancesFor, batch_temperature, replay_distances
 from mrtpo.integrations.verl.reward import _extra_infos, task_from_extra_info
 
@@ -74,6 +83,10 @@ TEMPERATURE_KEY = "mrtpo_temperature"
 
 OPTIONS_KEY = "mrtpo_replay_options"
 """``meta_info[OPTIONS_KEY]``: :class:`ReplayConfig` as a dict."""
+
+CREDIT_OPTIONS_KEY = "mrtpo_credit_options"
+"""``meta_info[CREDIT_OPTIONS_KEY]``: the credit scheme's options (``algorithm.mrtpo.credit_options``), read by
+a replay kind that completes its answer from the batch (``gradient``: P2T's τ, segments, scalar)."""
 
 REWARD_NAMES_KEY = "mrtpo_reward_names"
 """``meta_info[REWARD_NAMES_KEY]``: the K reward names (segment names) in column order."""
@@ -270,6 +283,7 @@ def replay_shard(
     split_over_sp: bool = True,
     template_kwargs: Mapping[str, Any] | None = None,
     temperature: float = 1.0,
+    credit_options: Mapping[str, Any] | None = None,
 ) -> replay_mod.ReplayResult:
     """Distances ``[n, K', T]`` and the rows replayed ``[n, K']`` of one dispatch chunk of a verl batch, rows
     in the chunk's order.
@@ -295,11 +309,12 @@ def replay_shard(
             else the task of the first row).
         options: :class:`mrtpo.replay.ReplayOptions` (sharding resolved).
         split_over_sp: share the rows among the peers of the Ulysses group (else every peer replays all).
-        template_kwargs, temperature: as :func:`mrtpo.integrations.verl.adapter.replay_distances`.
+        template_kwargs, temperature, credit_options: as
+            :func:`mrtpo.integrations.verl.adapter.replay_distances`.
 
     Returns:
-        :class:`mrtpo.replay.ReplayResult` with ``distances: [n, K', T] float32`` and ``replayed: [n, K']``
-        on the CPU and ``lengths: [n]`` the valid response lengths.
+        :class:`mrtpo.replay.ReplayResult` with ``distances: [n, K', T] float32``, ``replayed: [n, K']`` and
+        ``attributed: [n, K']`` on the CPU and ``lengths: [n]`` the valid response lengths.
     """
     if not isinstance(data, DataProto):
         raise TypeError(
@@ -327,6 +342,7 @@ def replay_shard(
         options=options,
         template_kwargs=template_kwargs,
         temperature=temperature,
+        credit_options=credit_options,
     )
 
     with ulysses_unset() as sp_group:
@@ -334,7 +350,7 @@ def replay_shard(
         size = dist.get_world_size(group) if group is not None else 1
         if size == 1:
             res = replay_distances(model, tokenizer, data, advantages=advantages, **kw)
-            return replay_mod.ReplayResult(res.distances, lengths, res.stats, res.replayed)
+            return replay_mod.ReplayResult(res.distances, lengths, res.stats, res.replayed, res.attributed)
         rank = dist.get_rank(group)
         m = math.ceil(n / size)
         lo, hi = min(rank * m, n), min(rank * m + m, n)
@@ -342,15 +358,18 @@ def replay_shard(
         adv = None if advantages is None else advantages[lo:hi]
         res = replay_distances(model, tokenizer, part, advantages=adv, **kw)
         dev = _group_device(group)
-        buf = torch.zeros(m, kk, t + 1, dtype=torch.float32, device=dev)  # [m, K', T | replayed]
+        buf = torch.zeros(m, kk, t + 2, dtype=torch.float32, device=dev)  # [m, K', T | replayed | attributed]
         if hi > lo:
             buf[: hi - lo, :, :t] = res.distances.to(dev)
             buf[: hi - lo, :, t] = res.replayed.to(dev).float()
+            buf[: hi - lo, :, t + 1] = res.attributed.to(dev).float()
         parts = [torch.empty_like(buf) for _ in range(size)]
         dist.all_gather(parts, buf, group=group)
-        both = torch.cat(parts)[:n].cpu()  # [n, K', T + 1]: part r holds rows r*m .. r*m + m - 1
+        both = torch.cat(parts)[:n].cpu()  # [n, K', T + 2]: part r holds rows r*m .. r*m + m - 1
         stats = _all_reduce_stats(res.stats, group)
-        return replay_mod.ReplayResult(both[:, :, :t].contiguous(), lengths, stats, both[:, :, t] != 0)
+        return replay_mod.ReplayResult(
+            both[:, :, :t].contiguous(), lengths, stats, both[:, :, t] != 0, both[:, :, t + 1] != 0
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -375,8 +394,9 @@ class MRTPOActorRolloutRefWorker(ActorRolloutRefWorker):
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def mrtpo_replay(self, data: DataProto) -> DataProto | None:
-        """Replay this DP rank's chunk with the actor's current weights; ``batch["mrtpo_distances"]`` and
-        ``batch["mrtpo_replayed"]`` (the rows replayed).
+        """Replay this DP rank's chunk with the actor's current weights; ``batch["mrtpo_distances"]``,
+        ``batch["mrtpo_replayed"]`` (the rows replayed) and ``batch["mrtpo_attributed"]`` (the rows P2T
+        attributed).
 
         ``data`` (from :func:`make_worker_distances_for`): ``prompts``, ``responses``, ``attention_mask``,
         ``mrtpo_advantages`` [n, K]; ``non_tensor_batch["extra_info"]``; ``meta_info`` with the replay
@@ -398,12 +418,18 @@ class MRTPOActorRolloutRefWorker(ActorRolloutRefWorker):
                 options=cfg.options(resolve_sharding(module, cfg.sharding)),
                 template_kwargs=cfg.template_kwargs,
                 temperature=float(data.meta_info.get(TEMPERATURE_KEY) or cfg.temperature or 1.0),
+                credit_options=data.meta_info.get(CREDIT_OPTIONS_KEY),
             )
         if not engine.is_mp_src_rank_with_outputs():
             return None
         metrics = {METRIC_PREFIX + k: float(v) for k, v in res.stats.as_dict().items()}
         return DataProto.from_dict(
-            tensors={DISTANCES_KEY: res.distances, REPLAYED_KEY: res.replayed}, meta_info={"metrics": metrics}
+            tensors={
+                DISTANCES_KEY: res.distances,
+                REPLAYED_KEY: res.replayed,
+                ATTRIBUTED_KEY: res.attributed,
+            },
+            meta_info={"metrics": metrics},
         )
 
 
@@ -418,10 +444,12 @@ def worker_batch(
     kind: str,
     options: ReplayConfig,
     reward_names: list[str] | None = None,
+    credit_options: Mapping[str, Any] | None = None,
 ) -> DataProto:
     """The DataProto :meth:`MRTPOActorRolloutRefWorker.mrtpo_replay` takes: the rows of ``data`` (same
     order) with only what replay reads, plus ``Â`` [N, K] and the options in ``meta_info`` (the
-    temperature: ``options.temperature``, else ``data.meta_info["temperature"]``, else 1)."""
+    temperature: ``options.temperature``, else ``data.meta_info["temperature"]``, else 1; the credit
+    scheme's options)."""
     missing = [k for k in _SENT_KEYS if k not in data.batch]
     if missing:
         raise ValueError(f"the batch has no {missing}: replay needs verl's padded prompts/responses layout")
@@ -430,6 +458,7 @@ def worker_batch(
     infos = _extra_infos(data.non_tensor_batch, "MRTPO worker replay")
     temperature = options.temperature if options.temperature is not None else batch_temperature(data)
     meta = {KIND_KEY: kind, OPTIONS_KEY: options.as_dict(), TEMPERATURE_KEY: float(temperature)}
+    meta[CREDIT_OPTIONS_KEY] = _plain(dict(credit_options or {}))
     meta[REWARD_NAMES_KEY] = (
         list(reward_names) if reward_names is not None else list(task_from_extra_info(infos[0]).reward_names)
     )
@@ -465,20 +494,25 @@ def _stats_of(summed: Mapping[str, float]) -> replay_mod.ReplayStats:
 
 
 def make_worker_distances_for(
-    worker_group: Any, options: ReplayConfig | Mapping[str, Any] | None = None
+    worker_group: Any,
+    options: ReplayConfig | Mapping[str, Any] | None = None,
+    credit_options: Mapping[str, Any] | None = None,
 ) -> DistancesFor:
     """A :data:`mrtpo.integrations.verl.adapter.DistancesFor` that replays on ``worker_group`` (verl's
     ``actor_rollout_wg`` of :class:`MRTPOActorRolloutRefWorker`).
 
     The batch goes through the same dispatch as ``compute_log_prob``, so its size must be divisible by
-    the actor's data-parallel size (verl's trainer already requires it). The summed replay stats are
-    in ``data.meta_info["mrtpo/replay"]``.
+    the actor's data-parallel size (verl's trainer already requires it). ``credit_options``: the credit
+    scheme's options (``algorithm.mrtpo.credit_options``; P2T's for credit ``p2t``). The summed replay
+    stats are in ``data.meta_info["mrtpo/replay"]``.
     """
     opts = options if isinstance(options, ReplayConfig) else ReplayConfig.from_mapping(options)
 
     def distances_for(data: Any) -> replay_mod.DistanceFn:
         def distances(kind: str, advantages: Tensor) -> replay_mod.ReplayResult:
-            out = worker_group.mrtpo_replay(worker_batch(data, advantages, kind, opts))
+            out = worker_group.mrtpo_replay(
+                worker_batch(data, advantages, kind, opts, credit_options=credit_options)
+            )
             d = out.batch[DISTANCES_KEY]
             if d.shape[0] != len(data):
                 raise RuntimeError(f"mrtpo_replay returned {d.shape[0]} rows for a batch of {len(data)}")
@@ -487,7 +521,9 @@ def make_worker_distances_for(
                 data.meta_info["mrtpo/replay"] = stats
             p = data.batch["prompts"].shape[1]
             lengths = data.batch["attention_mask"][:, p:].sum(1).long().cpu()  # [N]
-            return replay_mod.ReplayResult(d, lengths, _stats_of(stats), out.batch[REPLAYED_KEY].bool())
+            replayed = out.batch[REPLAYED_KEY].bool()
+            attributed = out.batch[ATTRIBUTED_KEY].bool() if ATTRIBUTED_KEY in out.batch else None
+            return replay_mod.ReplayResult(d, lengths, _stats_of(stats), replayed, attributed)
 
         return distances
 
