@@ -191,3 +191,40 @@ def test_result_parts_read_the_schemes_weights_and_the_replayed_rows():
         res.scheme = credit.scheme(name)
         keys = set(audit.result_parts(res, mask, ["a", "b"]))
         assert keys == {f"credit/{r}/{m}" for r in "ab" for m in ("adv_abs_mean", "adv_share")}
+
+
+def test_the_audit_reads_the_weights_the_allocation_mixed():
+    """credit_step weights the rows once: ``CreditResult.weights`` are those the token advantages mix (a
+    shuffled scheme's own permutation included), and the audit's concentration is theirs."""
+    from mrtpo import credit
+    from mrtpo.method import MethodConfig
+    from mrtpo.step import credit_step
+
+    g = torch.Generator().manual_seed(5)
+    rewards = torch.rand(8, 2, generator=g, dtype=torch.float64)
+    mask = torch.ones(8, 7, dtype=torch.bool)
+    mask[3, 5:] = False
+    d = torch.rand(8, 2, 7, generator=g) ** 4 * mask[:, None, :]
+    uids = [j // 4 for j in range(8)]
+    res = credit_step(
+        MethodConfig(method="gdpo", credit="shuffled", credit_beta=0.5), rewards, uids, mask, distances=d,
+        reward_min=[0.0, 0.0], reward_max=[1.0, 1.0], generator=torch.Generator().manual_seed(1),
+    )  # fmt: skip
+    w = res.weights  # [8, 2, 7]
+    valid = mask[:, None, :].expand_as(w)
+    torch.testing.assert_close((w * valid).sum(-1) / valid.sum(-1), torch.ones(8, 2))  # mean 1 per row
+    mixed = 0.5 * res.local.sum(1, keepdim=True) * mask + 0.5 * torch.einsum("nk,nkt->nt", res.local, w)
+    torch.testing.assert_close(res.token_advantages, mixed)
+    # the shuffled weights are a permutation of the reward scheme's within each row's valid tokens
+    plain = credit.token_weights(d, mask, credit="reward")
+    for j in range(8):
+        n = int(mask[j].sum())
+        torch.testing.assert_close(w[j, :, :n].sort(-1).values, plain[j, :, :n].sort(-1).values)
+    assert not torch.allclose(w, plain)
+    parts = audit.result_parts(res, mask, ["a", "b"])
+    used = res.replayed if res.replayed is not None else res.local.abs() > 1e-8
+    ref = audit.audit_parts(res.advantages, w, mask, ["a", "b"], used=used, local=res.local)
+    assert {k: v for k, v in parts.items() if "gini" in k or "ratio" in k} == {
+        k: v for k, v in ref.items() if "gini" in k or "ratio" in k
+    }
+    assert credit_step(MethodConfig(method="gdpo", credit="none"), rewards, uids, mask).weights is None

@@ -134,10 +134,10 @@ def test_user_method_and_scheme_train_from_the_command_line(tmp_path, user_ext, 
     assert len(method) == 2
     expected = [[a] * 5 for a in (-0.75, -0.25, 0.25, 0.75) * 2]
     assert all(c["out"] == expected for c in method)
-    # the user's scheme weighted the [8, 5, T] distances of both steps: for the allocation, then again for
-    # the credit audit's metrics (credit/<reward>/gini, ...), which recompute the weights from the same rows
+    # the user's scheme weighted the [8, 5, T] distances of both steps, once per step: the credit audit's
+    # metrics (credit/<reward>/gini, ...) read the weights the allocation mixed
     scheme = _calls(user_ext, "scheme")
-    assert len(scheme) == 4 and all(c["shape"][:2] == [8, 5] for c in scheme)
+    assert len(scheme) == 2 and all(c["shape"][:2] == [8, 5] for c in scheme)
     # the logged token advantages are the allocation with the user's weights w = d² / mean d² and the
     # strength its option gives, b = β gain = 0.25: S_t = Σ_k Â_k ((1 - b) + b w_kt), and not MRTPO's own
     # w = d / mean d

@@ -212,11 +212,9 @@ def result_parts(
     """:func:`audit_parts` of a credit step's result (:class:`mrtpo.step.CreditResult`) on this process's
     responses, and ``replay/attributed``: the share of its rows whose weights came from a scorer's gradient.
 
-    The weights are the scheme's (:func:`mrtpo.credit.token_weights` of the result's rows, the rows replay
-    did not measure left out); a scheme without replay, or one that computes its own token advantages
-    (RLSD's clipped ratios are not mean-1 weights), gets the advantage components only. A shuffled
-    scheme's weights are drawn again with a fixed generator: Gini and the effective token ratio do not
-    depend on the order, the top-token repeat does.
+    The weights are those the allocation mixed (``result.weights``: a shuffled scheme's own permutation
+    included), the rows replay did not measure left out; a scheme without replay, or one that computes its
+    own token advantages (RLSD's clipped ratios are not mean-1 weights), gets the advantage components only.
 
     Args:
         result: the credit step's result (``advantages [N, K]``, ``local [B, K]``, ``distances``,
@@ -230,12 +228,15 @@ def result_parts(
     s = result.scheme
     weights = used = None
     m = torch.as_tensor(mask).bool()
-    if s.kind is not None and s.token_advantages is None and s.token_level and result.distances is not None:
-        d = result.distances.detach().float().cpu()
+    if s.kind is not None and s.mixes_weights and result.distances is not None:
         used = None if result.replayed is None else result.replayed.cpu()
-        weights = credit.token_weights(
-            d, m.cpu(), credit=s.name, generator=torch.Generator().manual_seed(0), replayed=used
-        )
+        weights = getattr(result, "weights", None)
+        if weights is None:  # a result built without them: the scheme's weights of the same rows
+            weights = credit.token_weights(
+                result.distances.detach().float().cpu(), m.cpu(), credit=s.name,
+                generator=torch.Generator().manual_seed(0), replayed=used,
+            )  # fmt: skip
+        weights = weights.detach().float().cpu()
     out = audit_parts(
         result.advantages,
         weights,

@@ -182,6 +182,22 @@ class CreditScheme:
             )
         return out
 
+    @property
+    def mixes_weights(self) -> bool:
+        """True for a scheme whose token advantages mix mean-1 weights with the strength (:func:`allocate`);
+        False for the response level (``none``) and a scheme with its own ``token_advantages`` (RLSD)."""
+        return self.token_level and self.token_advantages is None
+
+    def token_weights(
+        self, distances: Tensor | None, mask: Tensor, generator: torch.Generator | None = None
+    ) -> Tensor | None:
+        """The weights ``[N, K', T]`` its allocation mixes, from checked inputs, checked against their
+        contract (:func:`mrtpo.checks.checked_weights`: finite, mean 1 over the valid tokens); None for a
+        scheme that mixes none (:attr:`mixes_weights`)."""
+        if not self.mixes_weights:
+            return None
+        return checked_weights(self.name, self.weights(distances, mask, generator), mask)
+
     def apply(
         self,
         advantages: Tensor,
@@ -190,15 +206,19 @@ class CreditScheme:
         strength: float,
         options: Mapping[str, Any],
         generator: torch.Generator | None = None,
+        weights: Tensor | None = None,
     ) -> Tensor:
         """Token advantages ``[N, T]`` of this scheme from checked inputs (:mod:`mrtpo.checks`; none
         here): its own ``token_advantages``, the response level (``token_level=False``: Σ_k Â[j, k] on
-        every valid token, exactly), or the mix of its weights with ``strength`` (:func:`allocate`)."""
+        every valid token, exactly), or the mix of its weights with ``strength`` (:func:`allocate`);
+        ``weights``: those of :meth:`token_weights` when the caller already has them."""
         if self.token_advantages is not None:
             return self.token_advantages(advantages, distances, mask, strength, options)
         if not self.token_level:
             return advantages.sum(1, keepdim=True) * mask.to(advantages.dtype)
-        return _mix(advantages, distances, mask, float(strength), self, generator)
+        if weights is None:
+            weights = self.token_weights(distances, mask, generator)
+        return _combine(advantages, weights, mask, float(strength))
 
 
 CREDIT_SCHEMES: Registry[CreditScheme] = Registry("credit scheme")
@@ -486,8 +506,14 @@ def _mix(
 ) -> Tensor:
     """S[j, t] = Σ_k Â[j, k] · ((1 − β) + β · w[j, k, t]) from checked inputs (:mod:`mrtpo.checks`), w
     the scheme's weights (checked against their contract)."""
+    return _combine(adv, checked_weights(s.name, s.weights(d, mask, generator), mask), mask, beta)
+
+
+def _combine(adv: Tensor, weights: Tensor, mask: Tensor, beta: float) -> Tensor:
+    """S[j, t] = Σ_k Â[j, k] · ((1 − β) + β · w[j, k, t]) from checked advantages [N, K], mask [N, T] and
+    checked weights w [N, K', T] (K' = K, or 1 shared by all K)."""
     dtype = adv.dtype
-    w = checked_weights(s.name, s.weights(d, mask, generator), mask).to(dtype)  # [N, K', T]
+    w = weights.to(dtype)  # [N, K', T]
     m = mask.to(dtype)  # [N, T]
     base = adv.sum(dim=1, keepdim=True) * m  # [N, T]  Σ_k Â[j, k] on valid tokens
     if w.shape[1] == 1:

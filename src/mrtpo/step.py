@@ -54,6 +54,9 @@ class CreditResult:
         scheme: the credit scheme.
         credit_options: the scheme's options (defaults filled in).
         replay_stats: what the replay cost (None: no replay, or distances given as a tensor).
+        weights: [B, K', T] the token weights the allocation mixed (mean 1 over each row's valid tokens;
+            the rows not replayed are 1), the very ones (a shuffled scheme's permutation included); None for
+            a scheme that mixes none (``none``, RLSD's own token advantages). The credit audit reads them.
     """
 
     advantages: Tensor
@@ -65,6 +68,7 @@ class CreditResult:
     scheme: credit.CreditScheme
     credit_options: dict[str, Any] = field(default_factory=dict)
     replay_stats: ReplayStats | None = None
+    weights: Tensor | None = None
 
     @property
     def response_advantages(self) -> Tensor:
@@ -169,6 +173,7 @@ def credit_step(
         strength = scheme.strength(step, beta, opts)
     else:
         strength = linear_ramp(step, beta, config.ramp_steps) if scheme.ramped else beta
-    token_adv = scheme.apply(local, d, mask, strength, opts, generator)
+    weights = scheme.token_weights(d, mask, generator)  # [B, K', T] once: the allocation's and the audit's
+    token_adv = scheme.apply(local, d, mask, strength, opts, generator, weights=weights)
     stats = None if res is None else res.stats
-    return CreditResult(adv_all, local, d, replayed, token_adv, strength, scheme, opts, stats)
+    return CreditResult(adv_all, local, d, replayed, token_adv, strength, scheme, opts, stats, weights)
