@@ -427,25 +427,27 @@ def differentiable(verifier: Any) -> bool:
     return bool(getattr(verifier, "differentiable", False)) and callable(getattr(verifier, "attribute", None))
 
 
-def require_differentiable(verifiers: Sequence[Any], credit: str = "p2t") -> None:
+def require_differentiable(verifiers: Sequence[Any], credit: str = "p2t", field: str = "credit") -> None:
     """Refuse a credit scheme of the replay kind ``gradient`` (``p2t``) for a task none of whose rewards has a
     differentiable scorer: its credit would be the replay credit ``reward`` under another name.
 
     Args:
         verifiers: the verifiers of one example of the task (the first of the training data).
         credit: the scheme's name (the message names it).
+        field: the config field that set it, as the user spells it (``method.credit``,
+            ``algorithm.mrtpo.credit``).
 
     Raises:
-        ValueError: naming the task's rewards and the two ways out.
+        ValueError: naming the field, the task's rewards and the two ways out.
     """
     if any(differentiable(v) for v in verifiers):
         return
     names = ", ".join(str(getattr(v, "name", "?")) for v in verifiers)
     raise ValueError(
-        f"credit={credit!r} gives a reward's token credit from its scorer's gradient, but no reward of this task "
-        f"({names}) has a differentiable scorer (a model reward): add one (task.options.model_rewards: "
-        f"[{{name, model, kind, rubric}}]) or set credit=reward (MRTPO's replay credit, what {credit!r} gives rule "
-        "rewards)"
+        f"{field}={credit!r} gives a reward's token credit from its scorer's gradient, but no reward of this "
+        f"task ({names}) has a differentiable scorer (a model reward): add one (task.options.model_rewards: "
+        f"[{{name, model, kind, rubric}}]) or set {field}=reward (MRTPO's replay credit, what {credit!r} gives "
+        "rule rewards)"
     )
 
 

@@ -64,8 +64,9 @@ def test_p2t_on_a_task_without_a_differentiable_reward_is_refused(tmp_path):
     with pytest.raises(ValueError) as e:
         make_trainer(tmp_path / "run", credit="p2t", max_steps=1)
     msg = str(e.value)
+    assert msg.startswith("method.credit='p2t' gives a reward's token credit from its scorer's gradient")
     assert "no reward of this task (the, long) has a differentiable scorer" in msg
-    assert "task.options.model_rewards" in msg and "set credit=reward" in msg
+    assert "task.options.model_rewards" in msg and "set method.credit=reward" in msg
 
 
 def test_p2t_on_a_batch_without_a_differentiable_reward_is_credit_reward(caplog):

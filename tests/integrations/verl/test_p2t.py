@@ -232,3 +232,21 @@ def test_a_policy_judge_is_refused_on_verl(tmp_path, capsys):
     info = verl_data.example_row(ex, "toy", task_kwargs={"model_rewards": judge})["extra_info"]
     with pytest.raises(ValueError, match="model='policy' is not supported on verl"):
         va.compute_score("mrtpo/toy", "apple", None, info)
+
+
+def test_p2t_on_a_rule_only_task_is_refused_on_verl(tok, model, monkeypatch):
+    """The toy task alone (five rule rewards): the estimator refuses credit p2t before any replay runs."""
+    from tests.integrations.verl.test_worker import toy_batch
+
+    data = toy_batch(tok)
+    data.batch["token_level_rewards"] = torch.zeros(data.batch["response_mask"].shape)
+    calls = []
+    cfg = {"mrtpo": {"credit": "p2t"}}
+    with pytest.raises(ValueError) as e:
+        va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distances_for=lambda d: calls.append(d))
+    msg = str(e.value)
+    assert msg.startswith(
+        "algorithm.mrtpo.credit='p2t' gives a reward's token credit from its scorer's gradient"
+    )
+    assert "(start, end, include, length, wrap)" in msg and "set algorithm.mrtpo.credit=reward" in msg
+    assert va.DISTANCES_KEY not in data.batch

@@ -264,7 +264,7 @@ class MRTPOTrainer(GRPOTrainer):
         # what the configuration alone cannot check, checked now against the task, naming the field
         args.method.check_rewards(len(self.reward_names), self.reward_names, self.reward_bounds)
         if args.method.scheme.replay == "gradient":  # p2t: a rule-only task would get credit reward
-            require_differentiable(vs, args.method.credit)
+            require_differentiable(vs, args.method.credit, field="method.credit")
         if args.method.credit == "rlsd" and not has_privileged(first.segments):
             logger.warning(
                 "RLSD: example %r has no privileged segment, so the teacher context equals the rollout prompt "

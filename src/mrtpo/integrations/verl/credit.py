@@ -200,7 +200,11 @@ def _require_differentiable(non_tensor_batch: Mapping[str, Any], credit: str) ->
     infos = non_tensor_batch.get("extra_info")
     first = None if infos is None or len(infos) == 0 else infos[0]
     if isinstance(first, Mapping) and first.get(TASK_KEY):
-        require_differentiable(task_from_extra_info(first).verifiers(example_from_extra_info(first)), credit)
+        require_differentiable(
+            task_from_extra_info(first).verifiers(example_from_extra_info(first)),
+            credit,
+            "algorithm.mrtpo.credit",
+        )
 
 
 def _shuffle_generator(seed: int, index: Sequence[Any]) -> torch.Generator:
