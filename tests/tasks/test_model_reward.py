@@ -245,3 +245,33 @@ def test_task_option_adds_model_rewards_after_the_rules(rm_dir, judge_dir):
     assert task.metrics([ex], ["apple"], torch.zeros(1, len(task.reward_names))) == base.metrics(
         [ex], ["apple"], torch.zeros(1, len(base.reward_names))
     )
+
+
+def test_a_scorer_loads_whole_in_a_zero3_run(rm_dir, monkeypatch):
+    """While a ZeRO-3 config is registered (TRL's DeepSpeed runs register one), transformers partitions every
+    model from_pretrained loads; the scorer loads with the registration hidden, and it is restored after."""
+    pytest.importorskip("deepspeed")
+    from transformers import AutoModelForSequenceClassification
+    from transformers.integrations.deepspeed import (
+        HfDeepSpeedConfig,
+        is_deepspeed_zero3_enabled,
+        unset_hf_deepspeed_config,
+    )
+
+    seen = []
+    load = AutoModelForSequenceClassification.from_pretrained
+    monkeypatch.setattr(
+        AutoModelForSequenceClassification,
+        "from_pretrained",
+        lambda *a, **k: (seen.append(is_deepspeed_zero3_enabled()), load(*a, **k))[1],
+    )
+    config = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
+    try:
+        assert is_deepspeed_zero3_enabled()
+        rm = ModelReward("rm", rm_dir, device="cpu")
+        value = rm.verdict(_ex(), "apple").value
+        assert seen == [False] and is_deepspeed_zero3_enabled()  # hidden for the load only
+        assert 0 < value < 1 and all(p.dim() >= 1 and p.numel() > 0 for p in rm._model.parameters())
+    finally:
+        unset_hf_deepspeed_config()
+        del config

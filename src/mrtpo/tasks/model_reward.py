@@ -79,6 +79,25 @@ def _placeholders(template: str, values: Mapping[str, str]) -> str:
     return re.sub(r"\{(rubric|prompt|response)\}", lambda m: values[m.group(1)], template)
 
 
+@contextlib.contextmanager
+def _outside_zero3_init():
+    """Load a model whole although the run is ZeRO-3: transformers' ``from_pretrained`` partitions every
+    model it loads (``deepspeed.zero.Init``) while a ZeRO-3 config is registered (TRL's and accelerate's
+    DeepSpeed runs register it), and a scorer partitioned outside the engine has empty weights ("'weight'
+    must be 2-D"). The registration is hidden for the duration and restored."""
+    try:
+        from transformers.integrations import deepspeed as hf_ds
+    except ImportError:  # pragma: no cover - transformers without its deepspeed integration module
+        yield
+        return
+    saved = getattr(hf_ds, "_hf_deepspeed_config_weak_ref", None)
+    hf_ds._hf_deepspeed_config_weak_ref = None
+    try:
+        yield
+    finally:
+        hf_ds._hf_deepspeed_config_weak_ref = saved
+
+
 class ModelReward(Verifier):
     """A reward from a model (see the module's docstring).
 
@@ -223,7 +242,8 @@ class ModelReward(Verifier):
                 dtype = "bfloat16" if gpu_bf16 else "float32"
             cls = AutoModelForSequenceClassification if self.kind == "classifier" else AutoModelForCausalLM
             try:
-                model = cls.from_pretrained(model, dtype=getattr(torch, dtype))
+                with _outside_zero3_init():  # a whole scorer on this process, also in a ZeRO-3 run
+                    model = cls.from_pretrained(model, dtype=getattr(torch, dtype))
             except (OSError, ValueError) as e:
                 raise ValueError(
                     f"model reward {self.name!r}: cannot load model {self._model_spec!r}: {e}"

@@ -1,7 +1,7 @@
 """The configuration matrix (mrtpo.integrations.trl.matrix): engine x precision x adapter x credit x loss.
 
-CI runs the representative subset (20 cells, one launch per engine: one process, DDP, FSDP2 and ZeRO-3
-on 2 CPU processes); ``mrtpo matrix --full`` runs all 160. Each cell trains 4 steps through ``mrtpo
+CI runs the representative subset (24 cells, one launch per engine: one process, DDP, FSDP2 and ZeRO-3
+on 2 CPU processes); ``mrtpo matrix --full`` runs all 192. Each cell trains 4 steps through ``mrtpo
 train``'s own path (TRL's defaults: gradient checkpointing on) and every replayed distance, CoRT relevance
 and OPSD divergence is checked against a float32 reference of the weights that produced it, within the
 bound of the cell's precision; a cell that cannot run is refused before its first batch with one line.
@@ -19,7 +19,7 @@ from mrtpo.integrations.trl import matrix as M
 def test_cells_parse_and_name_round_trip():
     for cell in M.all_cells():
         assert M.Cell.parse(cell.name) == cell
-    assert len(M.all_cells()) == 4 * 4 * 2 * 5
+    assert len(M.all_cells()) == 4 * 4 * 2 * 6
     with pytest.raises(ValueError, match="ENGINE/PRECISION/ADAPTER/CREDIT"):
         M.Cell.parse("tpu/fp32/full/reward")
     with pytest.raises(ValueError, match="ENGINE/PRECISION/ADAPTER/CREDIT"):
@@ -30,7 +30,7 @@ def test_cells_parse_and_name_round_trip():
 
 def test_the_subset_covers_every_pair_of_precision_or_adapter_with_credit():
     cells = M.subset()
-    assert len(cells) == 20
+    assert len(cells) == 24
     for e in M.ENGINES:
         mine = [c for c in cells if c.engine == e]
         assert {c.precision for c in mine} == set(M.PRECISIONS) and {c.adapter for c in mine} == set(
@@ -82,7 +82,7 @@ def test_naive_reference_hand_values():
 def test_the_subset_trains_within_the_precision_bound_or_is_refused(tmp_path):
     results = M.run(M.subset(), tmp_path, device="cpu", nproc=2, progress=False)
     print(M.table(results))
-    assert len(results) == 20
+    assert len(results) == 24
     bad = {n: r for n, r in results.items() if r["status"] == "failed"}
     assert not bad, bad
     refused = {n for n, r in results.items() if r["status"] == "refused"}

@@ -11,8 +11,10 @@ Axes (:class:`Cell`):
 - ``adapter``: ``full`` fine-tuning or ``lora`` (PEFT LoRA on the attention projections with the LM head
   in ``modules_to_save``, random non-zero initialisation so the adapter changes every forward, and TRL's
   KL term on, whose reference model is the policy with its adapter disabled);
-- ``credit`` x ``loss``: ``none``, ``reward``, ``joint``, ``cort`` with the policy loss, and ``none``
-  with the OPSD loss (OPSD with another credit is refused by the config: it uses no advantages).
+- ``credit`` x ``loss``: ``none``, ``reward``, ``joint``, ``cort``, ``p2t`` with the policy loss, and ``none``
+  with the OPSD loss (OPSD with another credit is refused by the config: it uses no advantages). A ``p2t``
+  cell adds a model reward (a tiny float32 sequence classifier on its own tokenizer, built by the worker)
+  to the toy task's five rule rewards: its rows hold P2T's weights, the rule rows replayed distances.
 
 Each cell trains :data:`STEPS` optimizer steps of the toy task on a tiny random Qwen2 model, two per
 sampled batch (``num_iterations: 2``, so TRL runs its old-log-probability pass and replay reuses it). At every
@@ -22,12 +24,14 @@ logits of each context, log-softmax and the Jensen–Shannon distance in float64
 every replayed value is within the error bound of its precision (:func:`mrtpo.distance.js_error_bound`), measured on
 the same tokens: ``|d - d32| <= 2 g(delta) + 1e-5`` with ``delta`` the largest logit difference between
 the cell's precision and float32 over the response's tokens and both contexts (``4 delta / tau`` for
-CoRT's log-probability gap). A cell that cannot run is refused before its first step with one line.
+CoRT's log-probability gap). A ``p2t`` cell's attributed rows (the scorer's, in float32 whatever the
+policy's precision) are checked to be exactly the model reward's active pairs and to average 1 over each
+response (1e-5). A cell that cannot run is refused before its first step with one line.
 
 Run it (one launch per engine; each engine's cells share the processes)::
 
     mrtpo matrix                          # the representative subset (the CI test's cells)
-    mrtpo matrix --full                   # all cells (about 15 minutes on 2 CPU cores)
+    mrtpo matrix --full                   # all cells (about 4 minutes on 2 CPU cores)
     mrtpo matrix --engines zero3 --full   # one engine
 """
 
@@ -57,6 +61,7 @@ CREDITS = (
     ("reward", "policy"),
     ("joint", "policy"),
     ("cort", "policy"),
+    ("p2t", "policy"),
     ("none", "opsd"),
 )
 STEPS = 4
@@ -90,17 +95,18 @@ class Cell:
         if ok:
             engine, precision, adapter, tail = parts
             ok = engine in ENGINES and precision in PRECISIONS and adapter in ADAPTERS
-            ok = ok and tail in ("none", "reward", "joint", "cort", "opsd")
+            ok = ok and tail in ("none", "reward", "joint", "cort", "p2t", "opsd")
         if not ok:
             raise ValueError(
                 f"cell {name!r}: expected ENGINE/PRECISION/ADAPTER/CREDIT[@SHARDING] from {ENGINES}, "
-                f"{PRECISIONS}, {ADAPTERS}, none|reward|joint|cort|opsd, @gather|@lockstep"
+                f"{PRECISIONS}, {ADAPTERS}, none|reward|joint|cort|p2t|opsd, @gather|@lockstep"
             )
         credit, loss = ("none", "opsd") if tail == "opsd" else (tail, "policy")
         return cls(engine, precision, adapter, credit, loss, sharding or "auto")
 
-    def config(self, out: str | Path, device: str = "cpu") -> dict[str, Any]:
-        """The run config of this cell (the sections of ``recipes/*.yaml``)."""
+    def config(self, out: str | Path, device: str = "cpu", reward_model: str | None = None) -> dict[str, Any]:
+        """The run config of this cell (the sections of ``recipes/*.yaml``); ``reward_model``: the folder of
+        the model reward of a ``p2t`` cell (:func:`tiny_reward_model`; default ``<out>/rm``)."""
         trl: dict[str, Any] = {
             "output_dir": str(out),
             "max_steps": STEPS,
@@ -151,6 +157,16 @@ class Cell:
             "replay": {"sharding": self.sharding},
             "trl": trl,
         }
+        if self.credit == "p2t":  # a model reward beside the five rule rewards: its credit from its gradient
+            cfg["task"]["options"]["model_rewards"] = [
+                {
+                    "name": "rm",
+                    "model": str(reward_model or Path(out) / "rm"),
+                    "rubric": "use every word asked for",
+                    "device": "cpu" if device == "cpu" else "auto",
+                    "dtype": "float32",
+                }
+            ]
         if self.adapter == "lora":
             cfg["peft"] = {
                 "r": 4,
@@ -160,6 +176,22 @@ class Cell:
                 "init_lora_weights": False,
             }
         return cfg
+
+
+def tiny_reward_model(folder: str | Path) -> str:
+    """A tiny float32 sequence classifier (one logit) saved with its own byte-level BPE tokenizer (other token
+    boundaries than the policy's): the model reward of the ``p2t`` cells. Returns the folder; builds it when
+    it has no model yet. Call it before the processes start (:func:`run` does): under an initialised process
+    group transformers' ``save_pretrained`` writes the model on rank 0 only."""
+    from mrtpo.models.tiny import build_bpe_tokenizer, build_classifier
+    from mrtpo.tasks.toy.data import toy_words
+
+    folder = Path(folder)
+    if not (folder / "model.safetensors").exists():
+        tok = build_bpe_tokenizer([" ".join(toy_words()), "use every word asked for"], merges=24)
+        build_classifier(len(tok), seed=5).save_pretrained(folder)
+        tok.save_pretrained(folder)
+    return str(folder)
 
 
 def all_cells(engines: tuple[str, ...] = ENGINES) -> list[Cell]:
@@ -373,6 +405,23 @@ class _Checker:
             got = rel[j, 0, : len(resp)].double().cpu()
             self._record("cort", (got - ref).abs().max().item(), 4 * delta / tau + SLACK, delta)
 
+    def _check_attributed(self, scored, w, attributed, adv_local) -> None:
+        """P2T's rows: exactly the model reward's active pairs, each averaging 1 over its response."""
+        k = self.tr.reward_names.index("rm")
+        active = adv_local.abs().cpu() > 1e-8  # [B, K]
+        attributed = attributed.cpu()
+        want = active.clone()
+        want[:, :k] = False
+        want[:, k + 1 :] = False
+        if not bool((attributed == want).all()):
+            self._record("p2t", 1.0, 0.0, 0.0)  # the wrong pairs were attributed: the cell fails
+            return
+        for j in range(w.shape[0]):
+            n = len(scored.completion_ids[j])
+            if attributed[j, k] and n:
+                mean = w[j, k, :n].double().mean().item()
+                self._record("p2t", abs(mean - 1.0), SLACK, 0.0)
+
     def _check_opsd(self, inputs, div) -> None:
         import torch
 
@@ -412,6 +461,10 @@ class _Checker:
                 self._check_cort(scored, res.distances, res.replayed)
             elif kind in ("reward", "joint"):
                 self._check_distances(scored, res.distances, res.replayed, kind)
+            elif kind == "gradient":  # p2t: the rule rows are replayed distances, the model reward's weights
+                attributed = res.attributed.to(res.replayed.device)
+                self._check_distances(scored, res.distances, res.replayed & ~attributed, "reward")
+                self._check_attributed(scored, res.distances, attributed, adv_local)
             else:
                 raise ValueError(f"the matrix has no float32 reference for replay kind {kind!r}")
             return res
@@ -443,7 +496,10 @@ def _run_cell(cell: Cell, out_dir: Path, device: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         _reset_accelerate()
-        config = load_config(raw=cell.config(out_dir / cell.name.replace("/", "_"), device))
+        rm = None
+        if cell.credit == "p2t":  # built by run() before the launch (save_pretrained writes on rank 0 only)
+            rm = tiny_reward_model(out_dir.parent / "rm")
+        config = load_config(raw=cell.config(out_dir / cell.name.replace("/", "_"), device, rm))
         tr = build_trainer(config)
     except Exception as e:  # refused at start: config validation, TRL, accelerate or the engine
         res.update(status="refused", reason=_one_line(e), seconds=time.perf_counter() - t0)
@@ -577,6 +633,8 @@ def run(cells: list[Cell], out: Path, *, device: str = "cpu", nproc: int = 2, ti
     process trained and checked it. ``port``: the multi-process launches' rendezvous port (default: a
     free one each)."""
     merged: dict[str, dict[str, Any]] = {}
+    if any(c.credit == "p2t" for c in cells):  # the model reward of the p2t cells, shared by every launch
+        tiny_reward_model(out / "rm")
     for engine in ENGINES:
         mine = [c for c in cells if c.engine == engine]
         if not mine:
