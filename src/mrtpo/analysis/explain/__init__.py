@@ -129,6 +129,6 @@ def explain_records(
 
     fig = explain_figure(views, tokens_per_line=tokens_per_line, max_tokens=max_tokens)
     png_path = out / "explain.png"
-    fig.savefig(png_path, dpi=150)
+    fig.savefig(png_path, dpi=150, bbox_inches="tight", pad_inches=0.1)  # rotated token labels stay inside
     plt.close(fig)
     return html_path, png_path
