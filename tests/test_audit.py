@@ -173,16 +173,17 @@ def test_result_parts_read_the_schemes_weights_and_the_replayed_rows():
     d[1, :, 4:] = 0
     replayed = torch.tensor([[True, True], [True, False], [False, True], [True, True]])
     d[~replayed] = 0
+    w = credit.token_weights(d, mask, credit="reward", replayed=replayed)
     res = SimpleNamespace(
         scheme=credit.scheme("reward"),
         distances=d,
         replayed=replayed,
+        weights=w,
         advantages=adv,
         local=adv,
         replay_stats=ReplayStats(attributed=3),
     )
     parts = audit.result_parts(res, mask, ["a", "b"])
-    w = credit.token_weights(d, mask, credit="reward", replayed=replayed)
     ref = audit.audit_parts(adv, w, mask, ["a", "b"], used=replayed, local=adv)
     assert {k: v for k, v in parts.items() if k != "replay/attributed"} == ref
     assert parts["credit/a/gini"][1] == 3.0 and parts["replay/attributed"] == (3.0, 8.0)

@@ -217,26 +217,19 @@ def result_parts(
     own token advantages (RLSD's clipped ratios are not mean-1 weights), gets the advantage components only.
 
     Args:
-        result: the credit step's result (``advantages [N, K]``, ``local [B, K]``, ``distances``,
+        result: the credit step's result (``advantages [N, K]``, ``local [B, K]``, ``weights``,
             ``replayed``, ``scheme``, ``replay_stats``).
         mask: [B, T] the tokens that took credit.
         names: [K] reward names.
         token_ids: [B, T] response token ids (for ``top_token_repeat``).
     """
-    from mrtpo import credit
 
     s = result.scheme
     weights = used = None
     m = torch.as_tensor(mask).bool()
-    if s.kind is not None and s.mixes_weights and result.distances is not None:
+    if s.kind is not None and s.mixes_weights and result.weights is not None:
         used = None if result.replayed is None else result.replayed.cpu()
-        weights = getattr(result, "weights", None)
-        if weights is None:  # a result built without them: the scheme's weights of the same rows
-            weights = credit.token_weights(
-                result.distances.detach().float().cpu(), m.cpu(), credit=s.name,
-                generator=torch.Generator().manual_seed(0), replayed=used,
-            )  # fmt: skip
-        weights = weights.detach().float().cpu()
+        weights = result.weights.detach().float().cpu()
     out = audit_parts(
         result.advantages,
         weights,

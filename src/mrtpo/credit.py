@@ -496,19 +496,6 @@ def token_weights(
     return checked_weights(credit, s.weights(d, mask, generator), mask)
 
 
-def _mix(
-    adv: Tensor,
-    d: Tensor | None,
-    mask: Tensor,
-    beta: float,
-    s: CreditScheme,
-    generator: torch.Generator | None,
-) -> Tensor:
-    """S[j, t] = Σ_k Â[j, k] · ((1 − β) + β · w[j, k, t]) from checked inputs (:mod:`mrtpo.checks`), w
-    the scheme's weights (checked against their contract)."""
-    return _combine(adv, checked_weights(s.name, s.weights(d, mask, generator), mask), mask, beta)
-
-
 def _combine(adv: Tensor, weights: Tensor, mask: Tensor, beta: float) -> Tensor:
     """S[j, t] = Σ_k Â[j, k] · ((1 − β) + β · w[j, k, t]) from checked advantages [N, K], mask [N, T] and
     checked weights w [N, K', T] (K' = K, or 1 shared by all K)."""
@@ -588,7 +575,7 @@ def allocate(
     adv, d, mask, _ = check_batch(
         advantages, distances, mask, replayed=replayed, rows=1 if shared else None, scheme_name=credit
     )
-    return _mix(adv, d, mask, beta, s, generator)
+    return s.apply(adv, d, mask, beta, {}, generator)
 
 
 # --------------------------------------------------------------------------------------------------

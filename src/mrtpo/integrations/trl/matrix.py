@@ -13,7 +13,7 @@ Axes (:class:`Cell`):
   KL term on, whose reference model is the policy with its adapter disabled);
 - ``credit`` x ``loss``: ``none``, ``reward``, ``joint``, ``cort``, ``p2t`` with the policy loss, and ``none``
   with the OPSD loss (OPSD with another credit is refused by the config: it uses no advantages). A ``p2t``
-  cell adds a model reward (a tiny float32 sequence classifier on its own tokenizer, built by the worker)
+  cell adds a model reward (a tiny float32 sequence classifier on its own tokenizer, built by the launcher)
   to the toy task's five rule rewards: its rows hold P2T's weights, the rule rows replayed distances.
 
 Each cell trains :data:`STEPS` optimizer steps of the toy task on a tiny random Qwen2 model, two per
@@ -407,12 +407,12 @@ class _Checker:
 
     def _check_attributed(self, scored, w, attributed, adv_local) -> None:
         """P2T's rows: exactly the model reward's active pairs, each averaging 1 over its response."""
+        import torch
+
         k = self.tr.reward_names.index("rm")
         active = adv_local.abs().cpu() > 1e-8  # [B, K]
         attributed = attributed.cpu()
-        want = active.clone()
-        want[:, :k] = False
-        want[:, k + 1 :] = False
+        want = active & (torch.arange(active.shape[1]) == k)  # [B, K]: the model reward's active pairs only
         if not bool((attributed == want).all()):
             self._record("p2t", 1.0, 0.0, 0.0)  # the wrong pairs were attributed: the cell fails
             return

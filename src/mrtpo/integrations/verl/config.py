@@ -101,7 +101,8 @@ class VerlMRTPOConfig:
         default_factory=dict,
         metadata={
             "help": "Options of the credit scheme: for rlsd {eps: 0.2, negative_only: false, warmup_steps: 0, "
-            "decay_steps: 0} (λ is credit_beta); a plug-in scheme's own."
+            "decay_steps: 0} (λ is credit_beta); for p2t {tau: 1.0, segments: response, scalar: logit_diff, "
+            "transfer: mean} (sent to the actor workers with each batch); a plug-in scheme's own."
         },
     )
     ramp_steps: int = field(

@@ -134,7 +134,11 @@ class MRTPORayPPOTrainer(RayPPOTrainer):
         credit = meta.get(CREDIT_AUDIT_META)
         if credit:
             out.meta_info.setdefault("metrics", {}).update({k: [v] for k, v in credit.items()})
-            names = [k[7:-10] for k in credit if k.startswith("credit/") and k.endswith("/adv_share")]
+            names = [
+                k.removeprefix("credit/").removesuffix("/adv_share")
+                for k in credit
+                if k.endswith("/adv_share")
+            ]
             if getattr(self, "_mrtpo_audit", None) is None:
                 self._mrtpo_audit = AuditLog(names)
             for line in self._mrtpo_audit.add(int(getattr(self, "global_steps", 0) or 0), credit):

@@ -130,10 +130,8 @@ def replay_distances(
     )
     replayed = res.replayed.cpu()
     attributed = (
-        torch.zeros_like(replayed, dtype=torch.bool)
-        if res.attributed is None
-        else res.attributed.cpu().bool()
-    )
+        torch.zeros_like(replayed) if res.attributed is None else res.attributed.cpu()
+    )  # [N, K'] bool
     return replay_mod.ReplayResult(res.distances.cpu(), res.lengths, res.stats, replayed, attributed)
 
 

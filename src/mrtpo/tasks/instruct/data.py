@@ -59,6 +59,7 @@ from mrtpo.io import parse_jsonl
 from mrtpo.prompt import Segment
 from mrtpo.tasks.base import Example
 from mrtpo.tasks.instruct import checkers, muldimif
+from mrtpo.tasks.instruct.muldimif.text import WORD_NUMBERS
 from mrtpo.tasks.instruct.nltk_fallback import ABBREVIATIONS
 
 Span = tuple[int, int]
@@ -132,29 +133,7 @@ def make_example(
 # Locating constraint sentences inside a prompt (IFEval format)
 
 _SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s)|\n")
-_NUMBER_WORDS = [
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-    "thirteen",
-    "fourteen",
-    "fifteen",
-    "sixteen",
-    "seventeen",
-    "eighteen",
-    "nineteen",
-    "twenty",
-]
+_NUMBER_WORDS = [w for w, n in sorted(WORD_NUMBERS.items(), key=lambda x: x[1]) if n <= 20]  # zero .. twenty
 
 # Words that name an instruction type in a prompt (lower case; matched as substrings).
 TYPE_CUES: dict[str, tuple[str, ...]] = {

@@ -12,7 +12,7 @@ from mrtpo.tasks.instruct.muldimif.constraints import CHECKS, Unsupported
 from mrtpo.tasks.instruct.muldimif.text import (
     _ONE_TO_TEN,
     _SMALL,
-    _WORD_NUMBERS,
+    WORD_NUMBERS,
 )
 
 # ---------------------------------------------------------------------------------------------------
@@ -227,7 +227,7 @@ def check_markdown(sentence: str, text: str) -> bool:
 # ---------------------------------------------------------------------------------------------------
 # Tables
 
-_TN = r"(\d+|\b(?:" + "|".join(_WORD_NUMBERS) + r")\b)"
+_TN = r"(\d+|\b(?:" + "|".join(WORD_NUMBERS) + r")\b)"
 _ROW_BOUNDS = [
     (rf"exactly\s+{_TN}\s+rows?", "exact"),
     (rf"no\s+more\s+than\s+{_TN}\s+rows?", "max"),
@@ -305,7 +305,7 @@ _OPTIONAL_TABLE = [
 
 
 def _tnum(x: str) -> int:
-    return _WORD_NUMBERS[x] if x in _WORD_NUMBERS else int(x)
+    return WORD_NUMBERS[x] if x in WORD_NUMBERS else int(x)
 
 
 def _table_rules(sentence: str) -> dict[str, Any]:

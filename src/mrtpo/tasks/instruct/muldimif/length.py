@@ -13,7 +13,7 @@ from mrtpo.tasks.instruct.muldimif.text import (
     _STARTS_BULLET,
     _STARTS_NUMBERED,
     _TEENS_TENS,
-    _WORD_NUMBERS,
+    WORD_NUMBERS,
     _compound_number,
     _shape,
     _simple_number,
@@ -95,8 +95,8 @@ def _words_each(sentence: str, text: str) -> bool:
         words = text.split(" ")
         return all(len(w) <= n for w in words) if m.group(1) == "at most" else all(len(w) >= n for w in words)
     s = re.sub(
-        r"\b(" + "|".join(_WORD_NUMBERS) + r")\b",
-        lambda m: str(_WORD_NUMBERS[m.group().lower()]),
+        r"\b(" + "|".join(WORD_NUMBERS) + r")\b",
+        lambda m: str(WORD_NUMBERS[m.group().lower()]),
         sentence,
         flags=re.I,
     )
@@ -175,22 +175,22 @@ def check_words(sentence: str, text: str) -> bool:
     n_sentences = len(re.findall(r"[.!?]+", text))
     m = re.search(r"exactly\s+([a-z0-9-, ]+?)\s+(\S+)", s)
     if m:
-        n = _compound_number(m.group(1), _WORD_NUMBERS)
+        n = _compound_number(m.group(1), WORD_NUMBERS)
         if n is not None:
             return n_words == n
     lo = hi = None
     for pattern in _RANGE_WORDS:
         m = re.search(pattern, s)
         if m:
-            lo = _compound_number(m.group(1), _WORD_NUMBERS)
-            hi = _compound_number(m.group(2), _WORD_NUMBERS)
+            lo = _compound_number(m.group(1), WORD_NUMBERS)
+            hi = _compound_number(m.group(2), WORD_NUMBERS)
             if lo is not None and hi is not None:
                 lo, hi = min(lo, hi), max(lo, hi)
                 break
     if lo is None and (m := re.search(_MIN_WORDS, s)):
-        lo = _compound_number(m.group(1), _WORD_NUMBERS)
+        lo = _compound_number(m.group(1), WORD_NUMBERS)
     if hi is None and (m := re.search(_MAX_WORDS, s)):
-        hi = _compound_number(m.group(1), _WORD_NUMBERS)
+        hi = _compound_number(m.group(1), WORD_NUMBERS)
     if hi is None:
         for pattern in (
             r"(?:最多)([0-9]+)(?:个|字)",
@@ -198,16 +198,16 @@ def check_words(sentence: str, text: str) -> bool:
         ):
             m = re.search(pattern, s)
             if m and hi is None:
-                hi = _compound_number(m.group(1), _WORD_NUMBERS)
+                hi = _compound_number(m.group(1), WORD_NUMBERS)
     s_lo = s_hi = None
     if m := re.search(r"(?:at\s+least|minimum\s+of)\s+(\S+)\s+sentence", s):
-        s_lo = _compound_number(m.group(1), _WORD_NUMBERS)
+        s_lo = _compound_number(m.group(1), WORD_NUMBERS)
     if m := re.search(
         r"(?:not\s+exceed|at\s+most|no\s+more\s+than|maximum\s+of|maximum\s+length\s+of|no\s+longer\s+than)"
         r"\s+(\S+)\s+sentence",
         s,
     ):
-        s_hi = _compound_number(m.group(1), _WORD_NUMBERS)
+        s_hi = _compound_number(m.group(1), WORD_NUMBERS)
     for m in re.finditer(r"[\"']([^']*)[\"']", s):
         if not _word_pattern(m.group(1)).search(text):
             return False

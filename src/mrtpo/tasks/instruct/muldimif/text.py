@@ -37,7 +37,8 @@ _TEENS_TENS = dict(
         strict=True,
     )
 )
-_WORD_NUMBERS = {**_SMALL, **_TEENS_TENS}
+WORD_NUMBERS = {**_SMALL, **_TEENS_TENS}
+"""English number words and their values (zero .. twenty, the tens, hundred)."""
 _ONE_TO_TEN = "one|two|three|four|five|six|seven|eight|nine|ten"
 _CJK_DIGITS = dict(zip("一二三四五六七八九十两", [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 2], strict=True))
 
