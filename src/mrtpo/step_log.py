@@ -106,30 +106,35 @@ class StepLog:
     Args:
         result: :class:`mrtpo.step.CreditResult` of the step (its local rows are ``responses``).
         mask: [B, T] the tokens that took credit.
-        responses: [B] :class:`LocalResponse`, in the result's row order.
+        responses: [B] :class:`LocalResponse`, in the result's row order; None: the metrics only, without
+            localization (``token_ids`` then gives the audit's top-token repeat).
         tokenizer: the policy's tokenizer (token strings of the samples, character ranges of the checked
             tokens); None: no localization and no samples.
         localization: compute ``localization/*`` (reads every response's checked tokens).
+        token_ids: [B, T] the response token ids (default: from ``responses``).
     """
 
     def __init__(
         self,
         result: Any,
         mask: Tensor,
-        responses: Sequence[LocalResponse],
+        responses: Sequence[LocalResponse] | None = None,
         tokenizer: Any = None,
         *,
         localization: bool = True,
+        token_ids: Tensor | None = None,
     ):
         self.result = result
         self.mask = torch.as_tensor(mask).bool()
-        self.responses = list(responses)
-        self.tokenizer = tokenizer
-        self.localization = localization and tokenizer is not None
-        if len(self.responses) != self.mask.shape[0] or result.local.shape[0] != self.mask.shape[0]:
+        self.responses = None if responses is None else list(responses)
+        self.tokenizer = tokenizer if self.responses is not None else None
+        self.localization = localization and self.tokenizer is not None
+        self._ids = None if token_ids is None else torch.as_tensor(token_ids).cpu()
+        b = self.mask.shape[0]
+        if result.local.shape[0] != b or (self.responses is not None and len(self.responses) != b):
             raise ValueError(
-                f"the step has {result.local.shape[0]} local rows, a mask of {self.mask.shape[0]} and "
-                f"{len(self.responses)} responses; expected one per row"
+                f"the step has {result.local.shape[0]} local rows, a mask of {b} and "
+                f"{'no' if self.responses is None else len(self.responses)} responses; expected one per row"
             )
         self._checked: dict[int, dict[int, Tensor]] = {}
 
@@ -144,8 +149,10 @@ class StepLog:
             self._checked[j] = {k: torch.tensor(m, dtype=torch.float32) for k, m in masks.items()}
         return self._checked[j]
 
-    def token_ids(self) -> Tensor:
-        """[B, T] the responses' token ids, 0 beyond each response."""
+    def token_ids(self) -> Tensor | None:
+        """[B, T] the responses' token ids, 0 beyond each response (None: neither given)."""
+        if self._ids is not None or self.responses is None:
+            return self._ids
         b, t = self.mask.shape
         out = torch.zeros(b, t, dtype=torch.long)
         for j, r in enumerate(self.responses):

@@ -89,7 +89,6 @@ from trl.trainer.utils import RepeatSampler
 
 from mrtpo import advantages as adv_mod
 from mrtpo import replay as replay_mod
-from mrtpo.attribution import require_differentiable
 from mrtpo.head import autocast_dtype, head_of
 from mrtpo.integrations.trl import checkpoints as checkpoints_mod
 from mrtpo.integrations.trl import data as data_mod
@@ -264,14 +263,13 @@ class MRTPOTrainer(GRPOTrainer):
         self._bounds = torch.tensor(self.reward_bounds, dtype=torch.float32)  # [K, 2]
         # what the configuration alone cannot check, checked now against the task, naming the field
         args.method.check_rewards(len(self.reward_names), self.reward_names, self.reward_bounds)
-        if args.method.scheme.replay == "gradient":  # p2t: a rule-only task would get credit reward
-            require_differentiable(vs, args.method.credit, field="method.credit")
-        if args.method.credit == "rlsd" and not has_privileged(first.segments):
-            logger.warning(
-                "RLSD: example %r has no privileged segment, so the teacher context equals the rollout prompt "
-                "and RLSD gives it the response-level advantage",
-                first.id,
-            )
+        kind = args.method.scheme.kind  # whether the task suits the scheme's replay kind: its own answer
+        for line in (
+            []
+            if kind is None
+            else kind.check_task(vs, first, credit=args.method.credit, field="method.credit")
+        ):
+            logger.warning(line)
         if args.loss == "opsd" and not has_privileged(first.segments):
             logger.warning(
                 "OPSD: example %r has no privileged segment, so the teacher context equals the rollout prompt "
