@@ -77,7 +77,7 @@ def make_estimator(method: str) -> EstimatorFn:
             distances = batch[DISTANCES_KEY]
             if REPLAYED_KEY in batch:  # the rows replayed, and those holding token weights (p2t)
                 lengths = response_mask.sum(1)
-                attributed = batch[ATTRIBUTED_KEY] if ATTRIBUTED_KEY in batch else None
+                attributed = batch.get(ATTRIBUTED_KEY, None)
                 distances = replay_mod.ReplayResult(
                     distances, lengths, replayed=batch[REPLAYED_KEY], attributed=attributed
                 )
