@@ -53,7 +53,8 @@ class MRTPOConfig(GRPOConfig, MRTPOFields):
         self.method = self._method_block()
         if self.loss not in LOSSES:
             raise ValueError(f"loss={self.loss!r} must be one of {', '.join(LOSSES)}")
-        if self.loss == "opsd" and self.method.credit != "none":
+        scheme = self.method.scheme
+        if self.loss == "opsd" and (scheme.token_level or scheme.kind is not None):  # OPSD reads no advantage
             raise ValueError(
                 f"loss='opsd' uses no advantages: set method.credit='none' (got credit={self.method.credit!r})"
             )

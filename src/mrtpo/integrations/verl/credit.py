@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
 from mrtpo import step as step_mod
 from mrtpo.integrations.verl.config import DISTANCES_KEY, VerlMRTPOConfig
@@ -202,7 +203,7 @@ def response_advantages(
     reward-key order.
     """
     cfg = config if isinstance(config, VerlMRTPOConfig) else VerlMRTPOConfig.from_algorithm(config)
-    cfg = dataclasses.replace(cfg, credit="none", credit_options={})
+    cfg = dataclasses.replace(cfg, credit=credit_mod.RESPONSE_LEVEL, credit_options={})
     return batch_credit(method, response_mask, index, non_tensor_batch, cfg).advantages
 
 
