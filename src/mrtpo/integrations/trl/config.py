@@ -117,11 +117,9 @@ class MRTPOConfig(GRPOConfig, MRTPOFields):
             return block
         block = dict(block or {})
         labels = {}
-        if block.get("seed") is None:
-            block["seed"] = self.seed
         if block.get("weights") is None and self.reward_weights is not None:
             block["weights"], labels["weights"] = self.reward_weights, "reward_weights"
-        return MethodConfig.from_dict(block, prefix="method.", **labels)
+        return MethodConfig.from_dict(block, prefix="method.", run_seed=self.seed, **labels)
 
 
 __all__ = ["METHOD_FIELDS", "MRTPOConfig"]

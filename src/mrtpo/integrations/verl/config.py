@@ -179,8 +179,7 @@ class VerlMRTPOConfig:
         ):
             raise ValueError(f"algorithm.mrtpo.log_samples={self.log_samples!r} must be an integer >= 0")
         block = {name: getattr(self, name) for name in METHOD_FIELDS}
-        block["seed"] = 0 if block["seed"] is None else block["seed"]
-        self.method_config = MethodConfig.from_dict(block, prefix=f"algorithm.{CONFIG_NODE}.")
+        self.method_config = MethodConfig.from_dict(block, prefix=f"algorithm.{CONFIG_NODE}.")  # seed None: 0
         if self.reward_keys is not None:
             if not self.reward_keys or not all(isinstance(k, str) for k in self.reward_keys):
                 raise ValueError(
