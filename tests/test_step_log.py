@@ -10,35 +10,11 @@ from mrtpo.prompt import Segment
 from mrtpo.replay import ReplayResult, ReplayStats
 from mrtpo.step import credit_step
 from mrtpo.step_log import LocalResponse, StepLog, checked_token_masks, metric_values, spans_to_token_mask
-from mrtpo.tasks.base import Example, Verdict, Verifier
+from mrtpo.tasks.base import Example
+from tests.integrations.trl.test_trainer import HasThe as ReadsThe  # reads every word "the"
+from tests.integrations.trl.test_trainer import Long as NoSpans  # defines no checked spans
 
 NAMES = ["the", "long"]
-
-
-class ReadsThe(Verifier):
-    """A test double: reads every word "the" of the response."""
-
-    name = "the"
-
-    def verdict(self, example, response):
-        return Verdict(float("the" in response.split()))
-
-    def checked_spans(self, example, response):
-        spans, pos = [], 0
-        for w in response.split(" "):
-            if w == "the":
-                spans.append((pos, pos + 3))
-            pos += len(w) + 1
-        return spans
-
-
-class NoSpans(Verifier):
-    """A test double without checked spans."""
-
-    name = "long"
-
-    def verdict(self, example, response):
-        return Verdict(1.0)
 
 
 EXAMPLE = Example(
