@@ -58,6 +58,11 @@ def _p2t_result(rows=None):
     )
 
 
+def _p2t_log(res, tok, with_tokenizer=True):
+    texts = _responses(tok, ["the w1 the", "w2 the w3"], [[1, 0], [0, 1]])
+    return StepLog(res, torch.ones(2, 3, dtype=torch.bool), texts, tok if with_tokenizer else None)
+
+
 def test_checked_token_masks_from_char_spans(tiny_tokenizer):
     from mrtpo.attribution import token_char_ranges
 
@@ -81,12 +86,7 @@ def test_the_result_carries_what_each_row_holds():
 
 def test_step_metrics_hand_computed(tiny_tokenizer):
     res = _p2t_result()
-    log = StepLog(
-        res,
-        torch.ones(2, 3, dtype=torch.bool),
-        _responses(tiny_tokenizer, ["the w1 the", "w2 the w3"], [[1, 0], [0, 1]]),
-        tiny_tokenizer,
-    )
+    log = _p2t_log(res, tiny_tokenizer)
     parts = log.parts()
     v = metric_values(parts)
     # distance/<row>/mean over the rows holding distances: the weights of row "long" are left out
@@ -105,11 +105,7 @@ def test_step_metrics_hand_computed(tiny_tokenizer):
     adv = res.advantages
     assert v["advantage/the/std"] == pytest.approx(float(adv[:, 0].std()))
     # without a tokenizer: no localization, and no samples
-    bare = StepLog(
-        res,
-        torch.ones(2, 3, dtype=torch.bool),
-        _responses(tiny_tokenizer, ["the w1 the", "w2 the w3"], [[1, 0], [0, 1]]),
-    )
+    bare = _p2t_log(res, tiny_tokenizer, with_tokenizer=False)
     assert not [k for k in bare.parts() if k.startswith("localization/")]
     with pytest.raises(ValueError, match="tokenizer"):
         bare.records(1, 2)
@@ -158,12 +154,7 @@ def test_parts_summed_over_two_processes_equal_the_whole_batch(tiny_tokenizer):
 
 def test_records_mark_weight_rows(tiny_tokenizer):
     res = _p2t_result()
-    log = StepLog(
-        res,
-        torch.ones(2, 3, dtype=torch.bool),
-        _responses(tiny_tokenizer, ["the w1 the", "w2 the w3"], [[1, 0], [0, 1]]),
-        tiny_tokenizer,
-    )
+    log = _p2t_log(res, tiny_tokenizer)
     r0, r1 = log.records(7, 5, method="gdpo")
     assert r0.rows == NAMES and r0.attributed == [False, True]
     assert r0.distances == [pytest.approx([0.2, 0.0, 0.4]), pytest.approx([1.5, 0.5, 1.0])]
