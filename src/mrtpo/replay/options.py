@@ -105,17 +105,20 @@ class ReplayOptions:
             raise ValueError(f"{label}{e}") from None
 
     @classmethod
-    def from_fields(cls, source: Any, *, sharding: str, prefix: str = "", label: str = "") -> ReplayOptions:
+    def from_fields(
+        cls, source: Any, *, sharding: str | None = None, prefix: str = "", label: str = ""
+    ) -> ReplayOptions:
         """The options an engine's config holds as attributes ``prefix + name`` (those it has; the others
-        keep their defaults), with ``sharding`` the mode the engine resolved; an invalid value raises
-        ValueError naming it ``label + name`` (the engine's own spelling)."""
+        keep their defaults), with ``sharding`` the mode the engine resolved (None: the config's own
+        setting, "auto" allowed); an invalid value raises ValueError naming it ``label + name`` (the
+        engine's own spelling)."""
         values = {
-            f.name: getattr(source, prefix + f.name)
-            for f in fields(cls)
-            if f.name != "sharding" and hasattr(source, prefix + f.name)
+            f.name: getattr(source, prefix + f.name) for f in fields(cls) if hasattr(source, prefix + f.name)
         }
+        if sharding is not None:
+            values["sharding"] = sharding
         try:
-            return cls(**values, sharding=sharding)
+            return cls(**values)
         except ValueError as e:
             raise ValueError(f"{label}{e}") from None
 

@@ -70,24 +70,19 @@ class MRTPOConfig(GRPOConfig, MRTPOFields):
             or self.log_samples < 0
         ):
             raise ValueError(f"log_samples={self.log_samples!r} must be an integer >= 0")
-        if self.replay_sharding not in replay_mod.SHARDING_SETTINGS:
-            raise ValueError(
-                f"replay_sharding={self.replay_sharding!r} must be one of {', '.join(replay_mod.SHARDING_SETTINGS)}"
-            )
-        self.replay_options()  # the replay_* fields, checked by mrtpo.replay.ReplayOptions
+        self.replay_options()  # the replay_* fields (replay_sharding included), checked by ReplayOptions
 
     @property
     def method_config(self) -> MethodConfig:
         """The validated method block (the same object as :attr:`method`)."""
         return self.method
 
-    def replay_options(self, sharding: str = "none") -> replay_mod.ReplayOptions:
-        """The ``replay_*`` fields as :class:`mrtpo.replay.ReplayOptions`, with ``sharding`` the mode
-        resolved for this run (``replay_sharding`` may be "auto"); an invalid field raises ValueError
-        naming it."""
-        return replay_mod.ReplayOptions.from_fields(
-            self, sharding=sharding, prefix="replay_", label="replay_"
-        )
+    def replay_options(self, sharding: str | None = None) -> replay_mod.ReplayOptions:
+        """The ``replay_*`` fields as :class:`mrtpo.replay.ReplayOptions` (the one replay block every engine
+        uses), with ``sharding`` the mode resolved for this run (None: ``replay_sharding`` as set, "auto"
+        allowed); an invalid field raises ValueError naming it."""
+        opts = replay_mod.ReplayOptions.from_fields(self, prefix="replay_", label="replay_")
+        return opts if sharding is None else opts.resolved(sharding)
 
     def to_dict(self) -> dict[str, Any]:
         """TRL's ``to_dict`` with ``method`` as plain data and without the deprecated aliases (JSON-safe:
