@@ -90,8 +90,14 @@ def test_batch_audit_counts_only_rows_whose_weights_act():
     assert out["credit/b/gini"] == pytest.approx(0.5)  # only response 1 (Â[0, b] = 0 is not counted)
     assert out["credit/b/effective_token_ratio"] == pytest.approx(0.5)
     assert out["credit/a/top_token_repeat"] == pytest.approx(1.0)  # both peak at token id 4 (ties: first)
-    shared = audit.batch_audit(adv, w[:, :1], mask, ["a", "b"])
-    assert "credit/joint/gini" in shared and "credit/a/gini" not in shared
+    any_row = torch.ones(2, 1, dtype=torch.bool)
+    shared = audit.batch_audit(adv, w[:, :1], mask, ["a", "b"], used=any_row, rows=["relevance"])
+    assert "credit/relevance/gini" in shared and "credit/a/gini" not in shared
+    # a shared row is named by the caller (the replay kind's row name): no guess from the row count
+    with pytest.raises(ValueError, match="name each row"):
+        audit.batch_audit(adv, w[:, :1], mask, ["a", "b"], used=any_row)
+    with pytest.raises(ValueError, match="give the rows used"):
+        audit.batch_audit(adv, w[:, :1], mask, ["a", "b"], rows=["relevance"])
     assert set(audit.batch_audit(adv, None, mask, ["a", "b"])) == {
         "credit/a/adv_abs_mean",
         "credit/a/adv_share",
@@ -142,9 +148,19 @@ def test_audit_parts_summed_over_two_processes_equal_the_whole_batch():
         else:  # the advantage components come from the gathered Â: the same on each process
             assert halves[0][key] == (pytest.approx(whole[key]), 1.0)
     assert halves[0]["credit/a/gini"][1] == 2.0  # row 1 of reward a is inactive
-    # one shared row (K' = 1) is named joint
-    shared = audit.audit_parts(adv, w[:, :1], mask, names)
+    # one shared row (K' = 1), named by the caller; a row no local response uses is (0, 0), so every
+    # process sends the same names
+    shared = audit.audit_parts(
+        adv, w[:, :1], mask, names, used=torch.ones(6, 1, dtype=torch.bool), rows=["joint"]
+    )
     assert shared["credit/joint/gini"][1] == 6.0
+    unused = audit.audit_parts(
+        adv, w[:, :1], mask, names, used=torch.zeros(6, 1, dtype=torch.bool), rows=["joint"]
+    )
+    assert unused["credit/joint/gini"] == (0.0, 0.0) and unused["credit/joint/effective_token_ratio"] == (
+        0.0,
+        0.0,
+    )
 
 
 def test_response_audit_line():
@@ -182,6 +198,7 @@ def test_result_parts_read_the_schemes_weights_and_the_replayed_rows():
         advantages=adv,
         local=adv,
         replay_stats=ReplayStats(attributed=3),
+        rows=["a", "b"],
     )
     parts = audit.result_parts(res, mask, ["a", "b"])
     ref = audit.audit_parts(adv, w, mask, ["a", "b"], used=replayed, local=adv)
@@ -210,6 +227,7 @@ def test_the_audit_reads_the_weights_the_allocation_mixed():
     res = credit_step(
         MethodConfig(method="gdpo", credit="shuffled", credit_beta=0.5), rewards, uids, mask, distances=d,
         reward_min=[0.0, 0.0], reward_max=[1.0, 1.0], generator=torch.Generator().manual_seed(1),
+        reward_names=["a", "b"],
     )  # fmt: skip
     w = res.weights  # [8, 2, 7]
     valid = mask[:, None, :].expand_as(w)

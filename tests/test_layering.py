@@ -25,6 +25,7 @@ CORE = [
     "mrtpo.audit",
     "mrtpo.method",
     "mrtpo.step",
+    "mrtpo.step_log",
     "mrtpo.replay",
     "mrtpo.replay.service",
     "mrtpo.plugins",

@@ -117,3 +117,12 @@ def test_both_engines_read_the_block_with_the_same_names_and_defaults():
         ).method_config.method
         == "grpo"
     )
+
+
+def test_a_null_seed_is_the_runs_seed_in_one_rule():
+    """MethodConfig.from_dict: seed null or absent is the run's seed every engine gives (TRL's trl.seed; verl's
+    0); a seed given stays."""
+    assert MethodConfig.from_dict({"seed": None}, prefix="method.", run_seed=7).seed == 7
+    assert MethodConfig.from_dict({}, run_seed=3).seed == 3
+    assert MethodConfig.from_dict({"seed": 2}, run_seed=7).seed == 2
+    assert MethodConfig.from_dict({"seed": None}).seed == 0

@@ -34,6 +34,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from mrtpo.advantages import ACTIVE_TOL
+
 __all__ = [
     "METRICS",
     "PILED_ETR",
@@ -149,26 +151,30 @@ def audit_parts(
     used: Tensor | None = None,
     token_ids: Tensor | None = None,
     local: Tensor | None = None,
+    rows: Sequence[str] | None = None,
 ) -> dict[str, tuple[float, float]]:
-    """The audit metrics of one process's part of a batch as ``{credit/<reward>/<metric>: (sum, count)}``.
+    """The audit metrics of one process's part of a batch as ``{credit/<row>/<metric>: (sum, count)}``.
 
     An engine sums both over its processes and logs ``sum / count`` where ``count > 0`` (as a credit
     scheme's metrics, :data:`mrtpo.credit.MetricsFn`): the advantage components come from the gathered
     advantages, the same on every process, as ``(value, 1)``; ``gini`` and ``effective_token_ratio`` as
     (sum over the used rows, their number); ``top_token_repeat`` as (the local share x the used rows, the
-    used rows): over processes, the mean of the local shares weighted by their rows.
+    used rows): over processes, the mean of the local shares weighted by their rows. The key set depends on
+    the arguments' shapes only (a row no response uses is ``(0, 0)``), so every process sends the same
+    names.
 
     Args:
         advantages: [N, K] the batch's advantages Â (the advantage components are those of all N).
         weights: [B, K', T] the token weights the credit scheme gave the local responses (mean 1 over the
-            valid tokens), K' = K or 1 (a shared row, named ``joint``); None: response-level credit
-            (only the advantage components).
+            valid tokens); None: response-level credit (only the advantage components).
         mask: [B, T] valid tokens.
         names: [K] reward names.
-        used: [B, K'] rows whose weights act (default: ``|local| > 1e-8`` per reward, any for a shared row);
-            an engine passes the replay's ``replayed`` rows.
+        used: [B, K'] rows whose weights act (an engine passes the replay's ``replayed`` rows); default:
+            the rows of the rewards with ``|local| > ACTIVE_TOL`` (K' = K only).
         token_ids: [B, T] response token ids (for ``top_token_repeat``).
         local: [B, K] the local rows of the advantages (default: ``advantages`` when B = N).
+        rows: [K'] the names of the weight rows (the replay kind's
+            :meth:`~mrtpo.replay.ReplayKind.row_names`); default: ``names`` (K' = K only).
     """
     adv = torch.as_tensor(advantages).detach().float().cpu()
     if adv.dim() != 2 or adv.shape[1] != len(names):
@@ -183,16 +189,29 @@ def audit_parts(
     w = torch.as_tensor(weights).detach().float()
     m = torch.as_tensor(mask).bool().to(w.device)
     kk = w.shape[1]
-    loc = (adv if local is None else torch.as_tensor(local).detach().float()).to(w.device)
+    rows = list(names) if rows is None else list(rows)
+    if len(rows) != kk:
+        raise ValueError(
+            f"weights has {kk} rows per response and rows names {len(rows)}; name each row (rows=)"
+        )
     if used is None:
-        act = loc.abs() > 1e-8
-        used = act if kk == len(names) else act.any(1, keepdim=True)
+        if kk != len(names):
+            raise ValueError(
+                f"weights has {kk} rows, not one per reward (K={len(names)}): give the rows used"
+            )
+        loc = (adv if local is None else torch.as_tensor(local).detach().float()).to(w.device)
+        used = loc.abs() > ACTIVE_TOL
     used = torch.as_tensor(used).bool().to(w.device)
-    rows = list(names) if kk == len(names) else ["joint"]
     for k, name in enumerate(rows):
         sel = used[:, k]
         n = int(sel.sum())
         if not n:
+            for metric in (
+                "gini",
+                "effective_token_ratio",
+                *(("top_token_repeat",) if token_ids is not None else ()),
+            ):
+                out[metric_key(name, metric)] = (0.0, 0.0)
             continue
         wk, mk = w[sel, k], m[sel]
         out[metric_key(name, "gini")] = (float(gini(wk, mk).sum()), float(n))
@@ -218,7 +237,7 @@ def result_parts(
 
     Args:
         result: the credit step's result (``advantages [N, K]``, ``local [B, K]``, ``weights``,
-            ``replayed``, ``scheme``, ``replay_stats``).
+            ``replayed``, ``rows``, ``scheme``, ``replay_stats``).
         mask: [B, T] the tokens that took credit.
         names: [K] reward names.
         token_ids: [B, T] response token ids (for ``top_token_repeat``).
@@ -238,6 +257,7 @@ def result_parts(
         used=used,
         token_ids=None if token_ids is None else torch.as_tensor(token_ids).cpu(),
         local=result.local.cpu(),
+        rows=None if weights is None else result.rows,
     )
     st = result.replay_stats
     if st is not None and weights is not None:
@@ -254,6 +274,7 @@ def batch_audit(
     used: Tensor | None = None,
     token_ids: Tensor | None = None,
     local: Tensor | None = None,
+    rows: Sequence[str] | None = None,
 ) -> dict[str, float]:
     """The audit metrics of one batch (one process), keyed ``credit/<reward>/<metric>``: the values of
     :func:`audit_parts` (same arguments), ``sum / count``.
@@ -263,7 +284,9 @@ def batch_audit(
         used response, ``gini``, ``effective_token_ratio`` (means over the used responses) and
         ``top_token_repeat``.
     """
-    parts = audit_parts(advantages, weights, mask, names, used=used, token_ids=token_ids, local=local)
+    parts = audit_parts(
+        advantages, weights, mask, names, used=used, token_ids=token_ids, local=local, rows=rows
+    )
     return {key: s / c for key, (s, c) in parts.items() if c > 0}
 
 
@@ -313,6 +336,18 @@ class AuditLog:
         return new
 
 
+def _rows_of(history: Sequence[Mapping[str, float]], names: Sequence[str]) -> list[str]:
+    """``names``, then the other rows whose effective token ratio the history holds, in order of appearance."""
+    out = list(names)
+    for h in history:
+        for key in h:
+            if key.startswith("credit/") and key.endswith("/effective_token_ratio"):
+                row = key[len("credit/") : -len("/effective_token_ratio")]
+                if row not in out:
+                    out.append(row)
+    return out
+
+
 def audit_warnings(
     history: Sequence[Mapping[str, float]],
     names: Sequence[str],
@@ -331,10 +366,11 @@ def audit_warnings(
     - near uniform: ``r >= uniform_etr``;
     - piled on template tokens: ``r <= piled_etr`` and ``q >= piled_repeat``.
 
-    Fewer than ``window`` such steps: no line for that reward.
+    The rows looked at are ``names`` and every other row the history has metrics of (a replay kind's
+    shared row). Fewer than ``window`` such steps: no line for that row.
     """
     lines = []
-    for name in [*names, "joint"]:
+    for name in _rows_of(history, names):
         key = metric_key(name, "effective_token_ratio")
         rows = [h for h in history if isinstance(h.get(key), (int, float)) and math.isfinite(h[key])]
         if len(rows) < window or window < 1:

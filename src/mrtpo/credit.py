@@ -49,6 +49,7 @@ from mrtpo.replay.service import REPLAY_KINDS, ReplayKind
 __all__ = [
     "CREDIT_SCHEMES",
     "DEFAULT_CHUNK_SIZE",
+    "RESPONSE_LEVEL",
     "CreditScheme",
     "allocate",
     "check_strength",
@@ -423,7 +424,10 @@ def _cort_metrics(adv, distances, replayed, mask, strength, options):
     return {"cort/credit_beta": (float(strength), 1.0)}
 
 
-register_scheme("none", replay="none", token_level=False)(_uniform_weights)  # response level: Σ_k Â[j, k]
+RESPONSE_LEVEL = "none"
+"""The response-level scheme: every valid token of response j gets Σ_k Â[j, k] (no replay); an engine that
+needs only the response-level advantages runs the credit step with it."""
+register_scheme(RESPONSE_LEVEL, replay="none", token_level=False)(_uniform_weights)  # response level
 register_scheme("cort", replay="logprob", ramped=True, metrics=_cort_metrics)(_joint_weights)  # β ramped
 
 

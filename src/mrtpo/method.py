@@ -116,11 +116,15 @@ class MethodConfig:
         return credit_mod.scheme(self.credit)
 
     @classmethod
-    def from_dict(cls, block: Mapping[str, Any], *, prefix: str = "", **labels: str) -> MethodConfig:
+    def from_dict(
+        cls, block: Mapping[str, Any], *, prefix: str = "", run_seed: int = 0, **labels: str
+    ) -> MethodConfig:
         """The configuration of an engine's method block ``block`` (keys: :data:`METHOD_FIELDS`; absent
         ones keep their defaults), a bad field named ``prefix + key`` (``"method."``,
-        ``"algorithm.mrtpo."``); ``labels`` override single spellings. An unknown key is a ValueError
-        naming it, the nearest known key and the known ones."""
+        ``"algorithm.mrtpo."``); ``labels`` override single spellings. ``seed`` null (or absent) is
+        ``run_seed``, the run's seed (TRL's ``trl.seed``; 0 on verl, whose algorithm config has none): the
+        one rule of every engine. An unknown key is a ValueError naming it, the nearest known key and the
+        known ones."""
         if not isinstance(block, Mapping):
             raise ValueError(
                 f"{prefix.rstrip('.') or 'method'} must be a mapping of {', '.join(METHOD_FIELDS)}"
@@ -134,7 +138,10 @@ class MethodConfig:
             raise ValueError(f"unknown field '{prefix}{unknown[0]}'{near}; known: {', '.join(METHOD_FIELDS)}")
         names = {name: f"{prefix}{name}" for name in METHOD_FIELDS}
         names["credit_option"] = f"{prefix}credit_options.{{key}}"
-        return cls(**dict(block), labels={**names, **labels})
+        values = dict(block)
+        if values.get("seed") is None:
+            values["seed"] = run_seed
+        return cls(**values, labels={**names, **labels})
 
     def to_dict(self) -> dict[str, Any]:
         """The block as plain data (JSON / YAML): :data:`METHOD_FIELDS` with their resolved values."""

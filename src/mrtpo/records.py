@@ -104,6 +104,9 @@ class SampleRecord:
         rows: [K'] the names of the distance rows (the kind's :meth:`~mrtpo.replay.ReplayKind.row_names`:
             the reward names, or the name of the shared row); None in records of earlier versions
             (:attr:`row_names` infers them).
+        attributed: [K'] True where the row holds token weights (mean 1 over the tokens, from a scorer's
+            gradient: the replay kind ``gradient``), not distances; None: every row holds distances. The
+            views draw such a row as weights and the localization tables leave it out.
         token_advantages: [T] S under the run's credit.
         checked_tokens: reward name -> [T] 0/1 tokens its verifier reads.
         information: reward name -> character spans ``[start, end)`` of ``prompt`` holding the
@@ -126,6 +129,7 @@ class SampleRecord:
     credit_beta: float | None = None
     replay: str | None = None
     rows: list[str] | None = None
+    attributed: list[bool] | None = None
     token_advantages: list[float] | None = None
     checked_tokens: dict[str, list[int]] | None = None
     information: dict[str, list[list[int]]] | None = None
@@ -142,6 +146,10 @@ class SampleRecord:
         if self.rows is not None:
             return list(self.rows)
         return list(self.reward_names) if len(self.distances) == len(self.reward_names) else ["joint"]
+
+    def holds_weights(self, row: int) -> bool:
+        """Row ``row`` of ``distances`` holds token weights (``attributed``), not distances."""
+        return self.attributed is not None and bool(self.attributed[row])
 
     @property
     def per_reward(self) -> bool:
@@ -166,7 +174,7 @@ class SampleRecord:
             "distances": self.distances,
             "token_advantages": self.token_advantages,
         }
-        for key in ("checked_tokens", "information", "example_id", "notes"):
+        for key in ("attributed", "checked_tokens", "information", "example_id", "notes"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         out.update(self.extra)
@@ -218,6 +226,18 @@ class SampleRecord:
                 raise ValueError(
                     f"{where}: rows names {len(row_names)} rows but distances has {len(rows)}; expected one name per row"
                 )
+        attributed = obj.get("attributed")
+        if attributed is not None:
+            n_rows = len(rows) if rows is not None else None
+            if (
+                not isinstance(attributed, list)
+                or not all(isinstance(x, bool) for x in attributed)
+                or (n_rows is not None and len(attributed) != n_rows)
+            ):
+                raise ValueError(
+                    f"{where}: attributed must be a list of {n_rows if n_rows is not None else 'K'} true/false "
+                    "(one per distance row: true where the row holds token weights)"
+                )
         checked = obj.get("checked_tokens")
         if checked is not None and not isinstance(checked, dict):
             raise ValueError(f"{where}: checked_tokens must be an object of reward name -> [T] 0/1 list")
@@ -261,6 +281,7 @@ class SampleRecord:
             credit_beta=None if beta is None else float(beta),
             replay=text("replay"),
             rows=None if row_names is None else list(row_names),
+            attributed=None if attributed is None else list(attributed),
             token_advantages=opt_numbers["token_advantages"],
             checked_tokens=checked_out,
             information=information,

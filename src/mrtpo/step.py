@@ -57,6 +57,14 @@ class CreditResult:
         weights: [B, K', T] the token weights the allocation mixed (mean 1 over each row's valid tokens;
             the rows not replayed are 1), the very ones (a shuffled scheme's permutation included); None for
             a scheme that mixes none (``none``, RLSD's own token advantages). The credit audit reads them.
+        attributed: [B, K'] bool, the rows of ``distances`` that hold token weights (a scorer's gradient,
+            the kind ``gradient``: :attr:`mrtpo.replay.ReplayResult.attributed`) instead of the kind's
+            measure; a subset of ``replayed``, all False for a kind that attributes none; None without
+            replay. The metrics, the audit and the saved samples read this (:attr:`measured`).
+        reward_names: [K] the reward names (given to :func:`credit_step`).
+        rows: [K'] the names of the rows of ``distances`` (the kind's
+            :meth:`~mrtpo.replay.ReplayKind.row_names`: the reward names, or its shared row's name); None
+            without replay.
     """
 
     advantages: Tensor
@@ -69,6 +77,22 @@ class CreditResult:
     credit_options: dict[str, Any] = field(default_factory=dict)
     replay_stats: ReplayStats | None = None
     weights: Tensor | None = None
+    attributed: Tensor | None = None
+    reward_names: list[str] = field(default_factory=list)
+    rows: list[str] | None = None
+
+    @property
+    def measured(self) -> Tensor | None:
+        """[B, K'] bool, the rows that hold the kind's measure (replayed and not attributed): what the
+        distance metrics and the localization read; None without replay."""
+        if self.replayed is None:
+            return None
+        return self.replayed if self.attributed is None else self.replayed & ~self.attributed
+
+    @property
+    def per_reward(self) -> bool:
+        """Row k of ``distances`` belongs to reward k (a per-reward kind); False without replay."""
+        return self.rows is not None and self.rows == self.reward_names
 
     @property
     def response_advantages(self) -> Tensor:
@@ -100,6 +124,7 @@ def credit_step(
     rows: slice | None = None,
     generator: torch.Generator | None = None,
     step: int = 0,
+    reward_names: Sequence[str] | None = None,
 ) -> CreditResult:
     """Response-level advantages, replay and token advantages of one batch.
 
@@ -120,14 +145,17 @@ def credit_step(
         rows: the rows of the batch handled here (one process's share); None: all N.
         generator: random numbers of schemes that draw them (``shuffled``).
         step: optimizer step (of a ramped or scheduled scheme).
+        reward_names: [K] the reward names (the result's ``reward_names`` and the kind's row names);
+            None: ``reward_0`` ... ``reward_{K-1}``.
 
     Returns:
         :class:`CreditResult`.
 
     Raises:
         ValueError: a configuration without a method, bad input (see :func:`mrtpo.advantages.compute`
-            and :func:`mrtpo.checks.check_batch`), a scheme that needs replay without ``distances``, or
-            a replay answer that is not a :class:`~mrtpo.replay.ReplayResult`.
+            and :func:`mrtpo.checks.check_batch`), a scheme that needs replay without ``distances``, a
+            replay answer that is not a :class:`~mrtpo.replay.ReplayResult` or whose ``attributed`` is not
+            ``[B, K']`` within its ``replayed``, or ``reward_names`` of another length than K.
     """
     if config.method is None:
         raise ValueError("credit_step needs a MethodConfig with its method set (MethodConfig.with_method)")
@@ -176,4 +204,33 @@ def credit_step(
     weights = scheme.token_weights(d, mask, generator)  # [B, K', T] once: the allocation's and the audit's
     token_adv = scheme.apply(local, d, mask, strength, opts, generator, weights=weights)
     stats = None if res is None else res.stats
-    return CreditResult(adv_all, local, d, replayed, token_adv, strength, scheme, opts, stats, weights)
+    k = adv_all.shape[1]
+    names = [f"reward_{i}" for i in range(k)] if reward_names is None else [str(n) for n in reward_names]
+    if len(names) != k:
+        raise ValueError(f"reward_names has {len(names)} names; expected K={k} (one per reward column)")
+    attributed = None
+    if replayed is not None:
+        given = None if res is None else res.attributed
+        attributed = (
+            torch.zeros_like(replayed) if given is None else torch.as_tensor(given).bool().to(replayed.device)
+        )
+        if attributed.shape != replayed.shape or bool((attributed & ~replayed).any()):
+            raise ValueError(
+                f"the replay's attributed rows have shape {tuple(attributed.shape)}; expected [B, K'] = "
+                f"{list(replayed.shape)} within its replayed rows"
+            )
+    return CreditResult(
+        adv_all,
+        local,
+        d,
+        replayed,
+        token_adv,
+        strength,
+        scheme,
+        opts,
+        stats,
+        weights,
+        attributed,
+        names,
+        None if kind is None else kind.row_names(names),
+    )

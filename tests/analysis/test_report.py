@@ -332,3 +332,21 @@ def test_credit_audit_is_tabled_drawn_and_warned(tmp_path):
     assert len(warned) == 2 and all("credit/format" in w for w in warned)  # seeds 0 and 1, not seed 2
     page = (out / "report.html").read_text()
     assert "Credit per reward" in page and "eff. token ratio" in page
+
+
+def test_localization_leaves_weight_rows_out(tmp_path):
+    """A p2t run's rows of token weights (``attributed``) are not distances: the localization tables count
+    only the rows that hold distances."""
+    root = tmp_path / "runs"
+    weights = {**_sample(1.0, 0.0, [4.0, 0.0, 0.0, 0.0], [1, 0, 0, 0]), "attributed": [False, True]}
+    weights.update(credit="p2t", replay="gradient", rows=NAMES)
+    cfg = {"method": {"method": "gdpo", "credit": "p2t", "credit_beta": 0.5}, "seed": 0}
+    _write(root, "p2t-0", cfg, [0.1, 0.2], samples=[weights] * 5)
+    build_report([root], tmp_path / "out", metric="reward")
+    loc = json.loads((tmp_path / "out" / "report.json").read_text())["localization"]
+    (method,) = loc
+    rewards = loc[method]["rewards"]
+    assert rewards["format"]["satisfied"]["n"] == 5  # the distance row
+    assert rewards["format"]["satisfied"]["distance_share"] == pytest.approx(0.7)
+    exe = rewards.get("execution", {})
+    assert all(exe.get(part, {"n": 0})["n"] == 0 for part in ("satisfied", "violated", "all"))

@@ -307,3 +307,33 @@ def test_explain_shows_a_users_scheme_through_its_replay_kind(user_kind):
     rlsd = live_record(model, tok, ex, verifiers, response, adv, credit_beta=0.5, credit="rlsd")
     assert rlsd["replay"] == "teacher_gap" and rlsd["rows"] == ["teacher_gap"] and rlsd["distances"] is None
     assert rlsd["token_advantages"] == pytest.approx([sum(adv)] * 6, abs=1e-6)
+
+
+def test_kinds_answer_whether_a_task_suits_them(rm_dir):
+    """ReplayKind.check_task: ``gradient`` refuses a task without a differentiable scorer (naming the field),
+    ``teacher_gap`` warns for an example without a privileged segment, the other kinds take every task."""
+    from mrtpo.prompt import Segment
+    from mrtpo.tasks.base import Example
+    from mrtpo.tasks.model_reward import ModelReward, WithModelRewards
+    from tests.integrations.trl.test_trainer import TinyTask
+
+    task = TinyTask()
+    plain = Example("e0", [Segment("say the", rewards=frozenset({"the"}))])
+    rules = task.verifiers(plain)
+    with pytest.raises(
+        ValueError, match=r"^algorithm.mrtpo.credit='p2t' gives .* no reward of this task \(the, long\)"
+    ):
+        replay.replay_kind("gradient").check_task(rules, plain, credit="p2t", field="algorithm.mrtpo.credit")
+    scored = WithModelRewards(task, [ModelReward("rm", rm_dir, device="cpu", rubric="say the")])
+    assert (
+        replay.replay_kind("gradient").check_task(scored.verifiers(plain), plain, credit="p2t", field="f")
+        == []
+    )
+    (line,) = replay.replay_kind("teacher_gap").check_task(rules, plain, credit="rlsd", field="method.credit")
+    assert line.startswith("method.credit='rlsd': example 'e0' has no privileged segment")
+    privileged = Example(
+        "e1", [*plain.segments, Segment("the answer", rewards=frozenset({"the"}), privileged=True)]
+    )
+    assert replay.replay_kind("teacher_gap").check_task(rules, privileged, credit="rlsd", field="f") == []
+    for name in ("reward", "joint", "logprob"):
+        assert replay.replay_kind(name).check_task(rules, plain, credit="x", field="f") == []

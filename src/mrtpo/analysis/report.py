@@ -118,7 +118,8 @@ def _record_pairs(
     where: str,
     parts: int | None = None,
 ):
-    """Yield ``(reward, satisfied, PairLocalization | None)`` for each replayed (response, reward)."""
+    """Yield ``(reward, satisfied, PairLocalization | None)`` for each replayed (response, reward) whose row
+    holds a distance (a row of token weights, the record's ``attributed``, is left out)."""
     rec = SampleRecord.from_json(record, where)
     names, rows = rec.reward_names, rec.distances
     if rows is None:
@@ -126,8 +127,9 @@ def _record_pairs(
     rewards = rec.rewards or [None] * len(names)
     checked = rec.checked_tokens or {}
     for k, name in enumerate(names):
-        row = rows[k] if len(rows) == len(names) else rows[0]
-        if row is None:
+        i = k if len(rows) == len(names) else 0
+        row = rows[i]
+        if row is None or rec.holds_weights(i):
             continue
         try:
             pair = pair_localization(row, checked.get(name), top_k=top_k, parts=parts)

@@ -35,6 +35,7 @@ from mrtpo.attribution import (
     P2TOptions,
     differentiable,
     gradient_weights,
+    require_differentiable,
     token_char_ranges,
 )
 from mrtpo.replay.requests import ReplayBatch, ReplayResult
@@ -157,4 +158,8 @@ def _answer(
 
 # the rows of every reward, as the kind ``reward`` (C_-k where |Â[j, k]| > ACTIVE_TOL); _answer replaces the
 # rows of the differentiable rewards (whose contexts it leaves out) by P2T's weights
-register_replay("gradient", per_reward=True, answer=_answer)(_leave_one_out)
+def _check(verifiers: Sequence[Any], example: Any, credit: str, field: str) -> None:
+    require_differentiable(verifiers, credit, field)  # a rule-only task would get credit reward
+
+
+register_replay("gradient", per_reward=True, answer=_answer, check=_check)(_leave_one_out)

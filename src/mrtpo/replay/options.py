@@ -5,7 +5,8 @@ Core module: the standard library and mrtpo core modules only.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from mrtpo.distance import DEFAULT_CHUNK_SIZE, KERNELS
@@ -30,7 +31,8 @@ TRL's :func:`mrtpo.integrations.trl.sharding.resolve`, verl's
 @dataclass(frozen=True)
 class ReplayOptions:
     """How replay runs, the options every engine passes on (TRL's ``replay_*`` fields, verl's
-    ``algorithm.mrtpo.replay``); validated here, once.
+    ``algorithm.mrtpo.replay``, ``mrtpo train``'s ``replay:`` section); validated here, once.
+    :meth:`from_mapping` reads an engine's ``replay`` block.
 
     Attributes:
         token_budget: rows x padded length of one micro-batch (None: no bound).
@@ -39,7 +41,8 @@ class ReplayOptions:
         prefix_min_saved: share a prefix only when that saves at least this many tokens.
         projection_dtype: "float32" (exact), "tf32" or "bfloat16" (:data:`mrtpo.head.PROJECTIONS`).
         distance_kernel: :data:`mrtpo.distance.KERNELS`.
-        sharding: a resolved mode of :data:`SHARDING` (an engine resolves "auto" before replaying).
+        sharding: a mode of :data:`SHARDING`, or "auto" in a configuration (:data:`SHARDING_SETTINGS`):
+            an engine resolves it before replaying (:meth:`resolved`; replay refuses "auto").
     """
 
     token_budget: int | None = DEFAULT_TOKEN_BUDGET
@@ -71,23 +74,57 @@ class ReplayOptions:
             )
         if self.distance_kernel not in KERNELS:
             raise ValueError(f"distance_kernel={self.distance_kernel!r} must be one of {', '.join(KERNELS)}")
-        if self.sharding not in SHARDING:
-            raise ValueError(f"sharding={self.sharding!r} must be one of {', '.join(SHARDING)}")
+        if self.sharding not in SHARDING_SETTINGS:
+            raise ValueError(f"sharding={self.sharding!r} must be one of {', '.join(SHARDING_SETTINGS)}")
+
+    def resolved(self, sharding: str) -> ReplayOptions:
+        """These options with ``sharding`` the mode an engine resolved for its model (one of
+        :data:`SHARDING`)."""
+        if sharding not in SHARDING:
+            raise ValueError(f"sharding={sharding!r} must be one of {', '.join(SHARDING)}")
+        return replace(self, sharding=sharding)
 
     @classmethod
-    def from_fields(cls, source: Any, *, sharding: str, prefix: str = "", label: str = "") -> ReplayOptions:
-        """The options an engine's config holds as attributes ``prefix + name`` (those it has; the others
-        keep their defaults), with ``sharding`` the mode the engine resolved; an invalid value raises
-        ValueError naming it ``label + name`` (the engine's own spelling)."""
-        values = {
-            f.name: getattr(source, prefix + f.name)
-            for f in fields(cls)
-            if f.name != "sharding" and hasattr(source, prefix + f.name)
-        }
+    def from_mapping(cls, values: Mapping[str, Any] | None, *, label: str = "replay.") -> ReplayOptions:
+        """The options of an engine's ``replay`` block (a mapping of :data:`REPLAY_FIELDS`; absent keys keep
+        their defaults, ``sharding`` defaults to "auto"); a bad or unknown key raises ValueError naming it
+        ``label + key`` (``"replay."``, ``"algorithm.mrtpo.replay."``), the nearest known key and the
+        known ones."""
+        values = dict(values or {})
+        unknown = [k for k in values if k not in REPLAY_FIELDS]
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(str(unknown[0]), REPLAY_FIELDS, n=1, cutoff=0.6)
+            near = f" (did you mean '{label}{close[0]}'?)" if close else ""
+            raise ValueError(f"unknown field '{label}{unknown[0]}'{near}; known: {', '.join(REPLAY_FIELDS)}")
+        values.setdefault("sharding", "auto")
         try:
-            return cls(**values, sharding=sharding)
+            return cls(**values)
+        except ValueError as e:
+            raise ValueError(f"{label}{e}") from None
+
+    @classmethod
+    def from_fields(
+        cls, source: Any, *, sharding: str | None = None, prefix: str = "", label: str = ""
+    ) -> ReplayOptions:
+        """The options an engine's config holds as attributes ``prefix + name`` (those it has; the others
+        keep their defaults), with ``sharding`` the mode the engine resolved (None: the config's own
+        setting, "auto" allowed); an invalid value raises ValueError naming it ``label + name`` (the
+        engine's own spelling)."""
+        values = {
+            f.name: getattr(source, prefix + f.name) for f in fields(cls) if hasattr(source, prefix + f.name)
+        }
+        if sharding is not None:
+            values["sharding"] = sharding
+        try:
+            return cls(**values)
         except ValueError as e:
             raise ValueError(f"{label}{e}") from None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+REPLAY_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ReplayOptions))
+"""The keys of a ``replay`` block, every engine's (:meth:`ReplayOptions.from_mapping`)."""

@@ -49,6 +49,7 @@ from torch import Tensor
 
 from mrtpo.advantages import ACTIVE_TOL
 from mrtpo.head import autocast_dtype
+from mrtpo.prompt import has_privileged
 from mrtpo.registry import Registry
 from mrtpo.replay.contexts import Contexts
 from mrtpo.replay.engine import replay
@@ -71,6 +72,11 @@ AnswerFn = Callable[
 more than its contexts' measure (the kind ``gradient``): ``measure(advantages)`` runs the kind's own
 contexts (for_scheme's path, with the advantages it is given), ``batch`` is what the engine handed
 :func:`for_scheme` of its batch (:class:`mrtpo.replay.gradient.ReplayBatch`, or None)."""
+
+CheckFn = Callable[[Sequence[Any], Any, str, str], "list[str] | None"]
+"""``check(verifiers, example, credit, field) -> warnings``: whether a task suits a kind, from one example
+of it (the first of the training data) and its verifiers: ValueError naming ``field`` (the config field
+that set the credit scheme, as the user spells it) when it does not, else the lines to warn (None: none)."""
 
 DistanceFn = Callable[[str, Tensor], ReplayResult]
 """``distances(kind, advantages [B, K]) -> ReplayResult``: what an engine gives
@@ -97,6 +103,7 @@ class ReplayKind:
             itself (``teacher_gap``): where ``C`` is the rollout prompt its row is 0 without any pass.
         answer: an :data:`AnswerFn` that completes the kind's answer from its measure and the engine's
             batch (``gradient``: P2T rows from the scorers' gradients); None: the measure is the answer.
+        check: a :data:`CheckFn`, whether a task suits the kind (:meth:`check_task`); None: every task.
     """
 
     name: str
@@ -106,6 +113,17 @@ class ReplayKind:
     row: str | None = None
     reuses_rollout: bool = True
     answer: AnswerFn | None = None
+    check: CheckFn | None = None
+
+    def check_task(self, verifiers: Sequence[Any], example: Any, *, credit: str, field: str) -> list[str]:
+        """Whether a task suits this kind, asked by an engine when it starts, from one example of the task
+        and its verifiers: ValueError naming ``field`` (``method.credit``, ``algorithm.mrtpo.credit``) for a
+        task it cannot serve (``gradient`` without a differentiable scorer: its credit would be ``reward``'s
+        under another name); else the lines the engine warns (``teacher_gap`` on an example without a
+        privileged segment: its rows are 0)."""
+        if self.check is None:
+            return []
+        return list(self.check(verifiers, example, credit, field) or [])
 
     def rows(self, k: int) -> int:
         """K' for K rewards."""
@@ -133,12 +151,13 @@ def register_replay(
     row: str | None = None,
     reuses_rollout: bool = True,
     answer: AnswerFn | None = None,
+    check: CheckFn | None = None,
 ) -> Callable[[OthersFn], OthersFn]:
     """Decorator: register ``others`` as the replay kind ``name`` (then a credit scheme may name it).
 
     The keywords are the :class:`ReplayKind`'s answers to the engines (its measure, rows, the name of
     its shared row, whether the rollout pass may stand in for ``C``, an :data:`AnswerFn` that completes
-    its answer).
+    its answer, a :data:`CheckFn` of the tasks it suits).
 
     Example (JS distances to the rollout prompt for the responses whose response advantage is not 0)::
 
@@ -153,7 +172,9 @@ def register_replay(
         raise ValueError(f"measure={measure!r} must be one of {', '.join(MEASURES)}")
 
     def deco(fn: OthersFn) -> OthersFn:
-        REPLAY_KINDS.register(name)(ReplayKind(name, fn, measure, per_reward, row, reuses_rollout, answer))
+        REPLAY_KINDS.register(name)(
+            ReplayKind(name, fn, measure, per_reward, row, reuses_rollout, answer, check)
+        )
         return fn
 
     return deco
@@ -184,7 +205,16 @@ def _cort(ctx: Contexts, adv: Tensor) -> list[Sequence[int] | None]:
     return [ctx.joint if _runs(float(adv.sum())) else None]
 
 
-@register_replay("teacher_gap", measure="signed_logprob", reuses_rollout=False)
+def _needs_privileged(verifiers: Sequence[Any], example: Any, credit: str, field: str) -> list[str]:
+    if has_privileged(getattr(example, "segments", ())):
+        return []
+    return [
+        f"{field}={credit!r}: example {getattr(example, 'id', '?')!r} has no privileged segment, so the teacher "
+        "context equals the rollout prompt and its token credit is the response-level advantage"
+    ]
+
+
+@register_replay("teacher_gap", measure="signed_logprob", reuses_rollout=False, check=_needs_privileged)
 def _teacher_gap(ctx: Contexts, adv: Tensor) -> list[Sequence[int] | None]:
     return [ctx.rollout if _runs(float(adv.sum())) else None]
 

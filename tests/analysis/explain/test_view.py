@@ -166,3 +166,21 @@ def test_the_audit_line_of_a_response():
         == f"credit audit: {v.rows[0]} Gini 0.250, effective token ratio {math.exp(h) / 4:.3f}"
     )
     assert len(line.split("; ")) == len(v.rows)
+
+
+def test_a_weight_row_is_drawn_as_weights():
+    """A row the record marks ``attributed`` holds token weights (a scorer's gradient), not distances: the
+    view says so, the page labels its cells ``w``, and its mean-1 weights are the allocation's."""
+    rec = _record(
+        distances=[[0.1, 0.3, 0.2, 0.4], [2.0, 1.0, 0.5, 0.5]],
+        attributed=[False, True],
+        rows=["start", "wrap"],
+    )
+    view = credit_view(rec)
+    assert view.attributed == [False, True]
+    np.testing.assert_allclose(view.weights[1], [2.0, 1.0, 0.5, 0.5])  # mean 1: kept as it is
+    page = render_html([view])
+    assert "wrap: w = 2 (scorer&#x27;s gradient)" in page and "token weights w (scorer" in page
+    assert "wrap: d = " not in page and "start: d = 0.1" in page
+    plain = credit_view(_record())
+    assert plain.attributed == [False, False]

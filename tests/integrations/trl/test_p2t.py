@@ -56,6 +56,20 @@ def test_p2t_trains_with_replay_for_rules_and_gradient_for_the_model_reward(tmp_
         if "credit/rm/effective_token_ratio" in x:
             assert 0 < x["credit/rm/effective_token_ratio"] <= 1 + 1e-6 and 0 <= x["credit/rm/gini"] < 1
     assert any(x.get("replay/attributed", 0) > 0 for x in lines)
+    # samples.jsonl marks the model reward's weight rows; explain draws them as weights
+    from mrtpo.analysis.explain import credit_view, render_html
+
+    records = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    marked = [r for r in records if r.get("attributed")]
+    assert marked, "no saved response has an attributed row"
+    for r in marked:
+        assert r["rows"] == ["the", "long", "rm"] and r["attributed"] == [False, False, True]
+        assert sum(r["distances"][2]) / len(r["distances"][2]) == pytest.approx(
+            1.0, abs=1e-4
+        )  # mean-1 weights
+        view = credit_view(r)
+        assert view.attributed == [False, False, True]
+        assert "rm: w = " in render_html([view]) and "scorer&#x27;s gradient" in render_html([view])
 
 
 def test_p2t_on_a_task_without_a_differentiable_reward_is_refused(tmp_path):

@@ -472,20 +472,6 @@ def test_no_reuse_when_the_rollout_pass_is_random():
     assert _has_dropout(model)
 
 
-def test_checked_token_masks_from_char_spans():
-    from mrtpo.integrations.trl.data import checked_token_masks, spans_to_token_mask, token_char_ranges
-
-    tok = tiny_tokenizer()
-    ids = tok("w1 the w2 the <eos>", add_special_tokens=False)["input_ids"]
-    text, ranges = token_char_ranges(tok, ids)
-    assert text == "w1 the w2 the"
-    # "w1 the w2 the": w1 [0, 2), the [3, 6), w2 [7, 9), the [10, 13); <eos> is special: empty range
-    assert ranges == [(0, 2), (3, 6), (7, 9), (10, 13), (13, 13)]
-    assert spans_to_token_mask(ranges, [(4, 5)]) == [0, 1, 0, 0, 0]
-    masks = checked_token_masks(tok, TinyTask().verifiers(None), None, text, ids)
-    assert masks == {0: [0, 1, 0, 1, 0]}  # HasThe reads each "the"; Long defines no spans
-
-
 def test_trl_defaults_bf16_and_gradient_checkpointing_train(tmp_path):
     """MRTPOConfig with TRL's own defaults (bf16=True, gradient_checkpointing=True; use_cpu on a machine
     without a GPU, which transformers asks for): the README's Python example trains, replaying under

@@ -148,6 +148,7 @@ def test_install_hooks_a_module_imported_later(core_algos, tmp_path, monkeypatch
             "original": hooked.keywords["original"],
             "distances_for": fn,
             "step_fn": None,
+            "run_folder": None,
         }
         assert rt.compute_advantage.keywords["original"].__module__ == name
     finally:

@@ -452,8 +452,14 @@ def test_resolve_sharding_and_options(model):
     assert opts.sharding == "gather" and opts.token_budget is None and opts.prefix_sharing is True
     with pytest.raises(ValueError, match=r"unknown key\(s\) 'budget' under algorithm.mrtpo.replay"):
         vw.ReplayConfig.from_mapping({"budget": 3})
-    with pytest.raises(ValueError, match="token_budget=0"):
-        vw.ReplayConfig(token_budget=0)
+    with pytest.raises(
+        ValueError, match=r"^algorithm.mrtpo.replay.token_budget=0 must be a positive integer"
+    ):
+        vw.ReplayConfig.from_mapping({"token_budget": 0})
+    # the block is the core's ReplayOptions (no field listed again here), sent to the workers flat
+    assert isinstance(opts.replay, replay_mod.ReplayOptions) and opts.prefix_min_saved == 128
+    assert vw.ReplayConfig.from_mapping(opts.as_dict()) == opts
+    assert vw.ReplayConfig.from_mapping({}).sharding == "auto" and opts.options("none").sharding == "none"
     cfg = {
         "algorithm": {"mrtpo": {"credit": "reward", "replay": {"chunk_size": 8}}},
         "data": {"apply_chat_template_kwargs": {"enable_thinking": False}},

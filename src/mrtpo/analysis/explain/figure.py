@@ -199,10 +199,12 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
             name = v.rows[r]
             if not v.has_rows:
                 d_labels.append(f"{name}  d (not replayed)")
+            elif v.skipped[r]:
+                d_labels.append(f"{name}  d (skipped)")
+            elif v.attributed[r]:  # the row holds token weights (a scorer's gradient), not a distance
+                d_labels.append(f"{name}  w (gradient, max {float(top[r, 0]):.2g})")
             else:
-                d_labels.append(
-                    f"{name}  d (skipped)" if v.skipped[r] else f"{name}  d (max {float(top[r, 0]):.2g})"
-                )
+                d_labels.append(f"{name}  d (max {float(top[r, 0]):.2g})")
             chk = v.checked.get(name)
             if chk:  # inside the token's cell of this row, in its lower half
                 cx = [t for t in x if chk[t]]

@@ -142,6 +142,8 @@ def _view_html(view: CreditView, index: int) -> str:
         r = "" if view.rewards is None else _fmt(view.rewards[j])
         if view.skipped[drow]:
             dmax = dmean = "skipped" if view.has_rows else "not replayed"
+        elif view.attributed[drow]:  # token weights (a scorer's gradient), not a distance
+            dmax, dmean = f"w {_fmt(view.distances[drow].max())}", f"w {_fmt(view.distances[drow].mean())}"
         else:
             dmax, dmean = _fmt(view.distances[drow].max()), _fmt(view.distances[drow].mean())
         chk = str(sum(view.checked[name])) + f" / {len(pieces)}" if name in view.checked else "—"
@@ -177,14 +179,20 @@ def _view_html(view: CreditView, index: int) -> str:
         top = float(d.max())
         spans = []
         for t, piece in enumerate(pieces):
-            title = f"token {t} {piece!r}\n{row_name}: d = {_fmt(d[t])}, w = {_fmt(w[t])}"
+            if view.attributed[drow]:  # the row holds token weights from a scorer's gradient, not distances
+                title = f"token {t} {piece!r}\n{row_name}: w = {_fmt(w[t])} (scorer's gradient)"
+            else:
+                title = f"token {t} {piece!r}\n{row_name}: d = {_fmt(d[t])}, w = {_fmt(w[t])}"
             if checked is not None:
                 title += "\nchecked by the verifier" if checked[t] else ""
             color = _mix(_DIST_RGB, d[t] / top if top > 0 else 0.0)
             spans.append(
                 _span(piece, color, title, row_name, "distance", t, float(d[t]), bool(checked and checked[t]))
             )
-        return '<div class="cell">' + "".join(spans) + "</div>"
+        head = (
+            '<span class="dim">token weights w (scorer\'s gradient): </span>' if view.attributed[drow] else ""
+        )
+        return '<div class="cell">' + head + "".join(spans) + "</div>"
 
     def adv_cells(row_name: str, gd: np.ndarray, mr: np.ndarray, checked: list[int] | None) -> str:
         scale = advantage_scale(gd, mr)

@@ -30,6 +30,8 @@ class CreditView:
         advantages: [K] float64, the response-level advantages Â.
         distances: [K', T] float64 (K' = K, or 1 for a shared row); 0 in skipped rows.
         skipped: [K'] True where the record's row is null (replay did not run it, the kind's rule).
+        attributed: [K'] True where the row holds token weights (a scorer's gradient, the record's
+            ``attributed``), not distances: drawn as weights.
         weights: [K', T] token weights w = d / mean_t d (:func:`mrtpo.credit.token_weights`; 1 in
             skipped rows).
         method: the response-level method's name (``gdpo``).
@@ -66,6 +68,7 @@ class CreditView:
     advantages: np.ndarray
     distances: np.ndarray
     skipped: list[bool]
+    attributed: list[bool]
     weights: np.ndarray
     method: str
     credit_beta: float
@@ -233,6 +236,7 @@ def credit_view(
         advantages=a[0].numpy(),
         distances=dist,
         skipped=skipped,
+        attributed=[has_rows and rec.holds_weights(i) for i in range(len(rows))],
         weights=weights.numpy(),
         method=method,
         credit_beta=beta,
@@ -321,6 +325,7 @@ def restrict(view: CreditView, rewards: Sequence[str]) -> CreditView:
     out.distances = view.distances[drow]
     out.rows = [view.rows[r] for r in drow]
     out.skipped = [view.skipped[j] for j in drow]
+    out.attributed = [view.attributed[j] for j in drow]
     out.weights = view.weights[drow]
     out.response_level = view.response_level[keep]
     out.token_level = view.token_level[keep]

@@ -53,7 +53,8 @@ class MRTPOConfig(GRPOConfig, MRTPOFields):
         self.method = self._method_block()
         if self.loss not in LOSSES:
             raise ValueError(f"loss={self.loss!r} must be one of {', '.join(LOSSES)}")
-        if self.loss == "opsd" and self.method.credit != "none":
+        scheme = self.method.scheme
+        if self.loss == "opsd" and (scheme.token_level or scheme.kind is not None):  # OPSD reads no advantage
             raise ValueError(
                 f"loss='opsd' uses no advantages: set method.credit='none' (got credit={self.method.credit!r})"
             )
@@ -69,24 +70,19 @@ class MRTPOConfig(GRPOConfig, MRTPOFields):
             or self.log_samples < 0
         ):
             raise ValueError(f"log_samples={self.log_samples!r} must be an integer >= 0")
-        if self.replay_sharding not in replay_mod.SHARDING_SETTINGS:
-            raise ValueError(
-                f"replay_sharding={self.replay_sharding!r} must be one of {', '.join(replay_mod.SHARDING_SETTINGS)}"
-            )
-        self.replay_options()  # the replay_* fields, checked by mrtpo.replay.ReplayOptions
+        self.replay_options()  # the replay_* fields (replay_sharding included), checked by ReplayOptions
 
     @property
     def method_config(self) -> MethodConfig:
         """The validated method block (the same object as :attr:`method`)."""
         return self.method
 
-    def replay_options(self, sharding: str = "none") -> replay_mod.ReplayOptions:
-        """The ``replay_*`` fields as :class:`mrtpo.replay.ReplayOptions`, with ``sharding`` the mode
-        resolved for this run (``replay_sharding`` may be "auto"); an invalid field raises ValueError
-        naming it."""
-        return replay_mod.ReplayOptions.from_fields(
-            self, sharding=sharding, prefix="replay_", label="replay_"
-        )
+    def replay_options(self, sharding: str | None = None) -> replay_mod.ReplayOptions:
+        """The ``replay_*`` fields as :class:`mrtpo.replay.ReplayOptions` (the one replay block every engine
+        uses), with ``sharding`` the mode resolved for this run (None: ``replay_sharding`` as set, "auto"
+        allowed); an invalid field raises ValueError naming it."""
+        opts = replay_mod.ReplayOptions.from_fields(self, prefix="replay_", label="replay_")
+        return opts if sharding is None else opts.resolved(sharding)
 
     def to_dict(self) -> dict[str, Any]:
         """TRL's ``to_dict`` with ``method`` as plain data and without the deprecated aliases (JSON-safe:
@@ -116,11 +112,9 @@ class MRTPOConfig(GRPOConfig, MRTPOFields):
             return block
         block = dict(block or {})
         labels = {}
-        if block.get("seed") is None:
-            block["seed"] = self.seed
         if block.get("weights") is None and self.reward_weights is not None:
             block["weights"], labels["weights"] = self.reward_weights, "reward_weights"
-        return MethodConfig.from_dict(block, prefix="method.", **labels)
+        return MethodConfig.from_dict(block, prefix="method.", run_seed=self.seed, **labels)
 
 
 __all__ = ["METHOD_FIELDS", "MRTPOConfig"]

@@ -1,4 +1,4 @@
-"""Dataset rows for the trainer, and character spans -> token masks.
+"""Dataset rows for the trainer.
 
 A training row carries TRL's ``prompt`` column (the rollout chat messages of the example) and the
 example itself as JSON (``example``), so the trainer can rebuild the tagged segments for replay and
@@ -11,7 +11,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from mrtpo.attribution import token_char_ranges
 from mrtpo.tasks.base import Example
 
 EXAMPLE_COLUMN = "example"
@@ -57,32 +56,3 @@ def example_from_row(row: dict[str, Any]) -> Example:
     if value is None:
         raise ValueError(f"dataset row has no '{EXAMPLE_COLUMN}' column; keys: {sorted(row)}")
     return Example.from_dict(json.loads(value) if isinstance(value, str) else value)
-
-
-def spans_to_token_mask(ranges: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[int]:
-    """1 for each token whose character range overlaps a span ``[start, end)``, else 0.
-
-    >>> spans_to_token_mask([(0, 3), (3, 7), (7, 10)], [(4, 5)])
-    [0, 1, 0]
-    """
-    out = []
-    for a, b in ranges:
-        out.append(int(any(a < e and s < b for s, e in spans) if b > a else 0))
-    return out
-
-
-def checked_token_masks(
-    tokenizer, verifiers, example: Example, text: str, ids: Sequence[int]
-) -> dict[int, list[int]]:
-    """For each verifier (column k) that defines ``checked_spans``, the [T] 0/1 mask of the response tokens
-    overlapping the character spans it reads (``text`` is the decoded response of ``ids``)."""
-    out: dict[int, list[int]] = {}
-    ranges = None
-    for k, v in enumerate(verifiers):
-        spans = v.checked_spans(example, text)
-        if spans is None:
-            continue
-        if ranges is None:
-            _, ranges = token_char_ranges(tokenizer, ids)
-        out[k] = spans_to_token_mask(ranges, spans)
-    return out

@@ -520,11 +520,10 @@ class RunConfig:
         """The validated method block (against the registries: imports torch); ``seed`` null is
         ``trl.seed``, ``weights`` null TRL's ``reward_weights``."""
         block = dict(self.trainer.get("method") or {})
-        if block.get("seed") is None:
-            block["seed"] = self.trainer.get("seed", trl_section().model_fields["seed"].default)
         if block.get("weights") is None and self.trainer.get("reward_weights") is not None:
             block["weights"] = self.trainer["reward_weights"]
-        return MethodConfig.from_dict(block, prefix="method.")
+        seed = self.trainer.get("seed", trl_section().model_fields["seed"].default)
+        return MethodConfig.from_dict(block, prefix="method.", run_seed=seed)
 
     def check(self) -> None:
         """What :func:`load_config` cannot check without torch, at once: the task and its options, the

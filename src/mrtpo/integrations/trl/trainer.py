@@ -89,7 +89,6 @@ from trl.trainer.utils import RepeatSampler
 
 from mrtpo import advantages as adv_mod
 from mrtpo import replay as replay_mod
-from mrtpo.attribution import require_differentiable
 from mrtpo.head import autocast_dtype, head_of
 from mrtpo.integrations.trl import checkpoints as checkpoints_mod
 from mrtpo.integrations.trl import data as data_mod
@@ -110,8 +109,9 @@ from mrtpo.losses import (
     masked_token_mean,
 )
 from mrtpo.prompt import has_privileged
-from mrtpo.records import SampleRecord, information_spans
 from mrtpo.step import credit_step
+from mrtpo.step_log import LocalResponse as StepResponse
+from mrtpo.step_log import StepLog
 from mrtpo.tasks import faults as faults_mod
 from mrtpo.tasks.base import Example, Task
 from mrtpo.tasks.conditions import condition_metrics, task_conditions
@@ -263,14 +263,13 @@ class MRTPOTrainer(GRPOTrainer):
         self._bounds = torch.tensor(self.reward_bounds, dtype=torch.float32)  # [K, 2]
         # what the configuration alone cannot check, checked now against the task, naming the field
         args.method.check_rewards(len(self.reward_names), self.reward_names, self.reward_bounds)
-        if args.method.scheme.replay == "gradient":  # p2t: a rule-only task would get credit reward
-            require_differentiable(vs, args.method.credit, field="method.credit")
-        if args.method.credit == "rlsd" and not has_privileged(first.segments):
-            logger.warning(
-                "RLSD: example %r has no privileged segment, so the teacher context equals the rollout prompt "
-                "and RLSD gives it the response-level advantage",
-                first.id,
-            )
+        kind = args.method.scheme.kind  # whether the task suits the scheme's replay kind: its own answer
+        for line in (
+            []
+            if kind is None
+            else kind.check_task(vs, first, credit=args.method.credit, field="method.credit")
+        ):
+            logger.warning(line)
         if args.loss == "opsd" and not has_privileged(first.segments):
             logger.warning(
                 "OPSD: example %r has no privileged segment, so the teacher context equals the rollout prompt "
@@ -292,7 +291,6 @@ class MRTPOTrainer(GRPOTrainer):
         self._sharding: str | None = None  # resolved at the first replay (the model is wrapped by then)
         self._warned_identical = False
         self._audit = CreditAudit(self.reward_names)
-        self._attributed: torch.Tensor | None = None  # [B, K'] rows a kind attributed (not distances)
         if hasattr(task, "attach_policy"):  # judges of model rewards that are the policy itself
             task.attach_policy(self._unwrapped(), processing_class)
         self.last_batch: dict[str, Any] = {}
@@ -469,6 +467,7 @@ class MRTPOTrainer(GRPOTrainer):
             if kind is not None
             else None,
             step=self.state.global_step,
+            reward_names=self.reward_names,
         )
         adv_all = res.advantages
 
@@ -476,8 +475,22 @@ class MRTPOTrainer(GRPOTrainer):
         for _ in range(min(n, len(self._logs["advantages"]))):  # the completions table shows ours
             self._logs["advantages"].pop()
         self._logs["advantages"].extend(adv_all.sum(1).tolist())
-        self._log_batch_metrics(mode, scored, adv_all)
-        self._audit.log(self, mode, res, mask, out["completion_ids"])
+        self._log_task_metrics(mode, scored)
+        # the step's metrics and samples come from the core (mrtpo.step_log); the trainer reduces and writes
+        responses = [
+            StepResponse(ex, text, ids, vs, r)
+            for ex, text, ids, vs, r in zip(
+                scored.examples,
+                scored.texts,
+                scored.completion_ids,
+                scored.verifiers,
+                scored.rewards[rows].tolist(),
+            )
+        ]
+        log = StepLog(res, mask, responses, self.processing_class, localization=a.log_localization)
+        self._audit.log(self, mode, log.parts())
+        if res.replayed is not None:
+            self._warn_if_nothing_differs(res)
 
         token_adv = res.token_advantages if scheme.token_level and a.loss != "opsd" else None
         if a.loss == "opsd":
@@ -485,11 +498,6 @@ class MRTPOTrainer(GRPOTrainer):
             out["opsd_full_ids"] = [self._full_ids(ex) for ex in scored.examples]
         else:
             out["advantages"] = res.token_advantages if scheme.token_level else res.response_advantages
-        if res.replayed is not None:
-            self._log_replay_metrics(mode, scored, res, mask)
-            self._warn_if_nothing_differs(res)
-        if scheme.metrics is not None:
-            self._log_scheme_metrics(mode, res, mask)
 
         self.last_batch = {
             "rewards": scored.rewards,
@@ -498,6 +506,7 @@ class MRTPOTrainer(GRPOTrainer):
             "token_advantages": None if token_adv is None else token_adv.detach(),
             "distances": None if res.distances is None else res.distances.detach(),
             "replayed": res.replayed,
+            "attributed": res.attributed,
             "completion_mask": mask,
             "process_rows": (rows.start, rows.stop),
             "examples": scored.examples,
@@ -508,7 +517,8 @@ class MRTPOTrainer(GRPOTrainer):
         if mode == "train" and a.run_files and self.accelerator.is_main_process and a.log_samples:
             step = self.state.global_step + 1
             if step == 1 or step % max(1, int(self.args.logging_steps)) == 0:
-                self._write_samples(step, scored, res, token_adv, mask)
+                records = log.records(step, a.log_samples, method=mc.method)
+                append_jsonl(f"{a.output_dir}/{SAMPLES_JSONL}", [r.to_json() for r in records])
         return out
 
     # ------------------------------------------------------------------ replay
@@ -567,9 +577,11 @@ class MRTPOTrainer(GRPOTrainer):
                     self.args.method_config.credit_options,
                 ),
             )
-        self._attributed = res.attributed
         dev = self.accelerator.device
-        return replace(res, distances=res.distances.to(dev), replayed=res.replayed.to(dev))
+        attributed = None if res.attributed is None else res.attributed.to(dev)
+        return replace(
+            res, distances=res.distances.to(dev), replayed=res.replayed.to(dev), attributed=attributed
+        )
 
     def _warn_if_nothing_differs(self, res) -> None:
         """Once: a warning when every context the replay kind compared was identical to ``C`` (RLSD
@@ -583,23 +595,6 @@ class MRTPOTrainer(GRPOTrainer):
             "privileged segment?): its token credit equals the response level",
             res.scheme.replay,
         )
-
-    def _log_scheme_metrics(self, mode, res, mask):
-        """The credit scheme's own metrics (:attr:`mrtpo.credit.CreditScheme.metrics`: CoRT's ramped β,
-        RLSD's λ and mean weight): each ``(sum, count)`` reduced over processes, logged as their ratio."""
-        parts = res.metrics(mask)
-        if not parts:
-            return
-        dev = self.accelerator.device
-        names = sorted(parts)
-        flat = torch.tensor(
-            [float(x) for name in names for x in parts[name]], dtype=torch.float64, device=dev
-        )  # [2 M]: sum, count per metric
-        tot = self.accelerator.reduce(flat, "sum").view(-1, 2)
-        m = self._metrics[mode]
-        for name, (total, count) in zip(names, tot.tolist()):
-            if count > 0:
-                m[name].append(total / count)
 
     # ------------------------------------------------------------------ seam 3: OPSD loss
 
@@ -673,11 +668,10 @@ class MRTPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ logging
 
-    def _log_batch_metrics(self, mode, scored, adv_all):
+    def _log_task_metrics(self, mode, scored):
+        """The task's metrics of the local responses (``task/<key>``) and, for conditioned rewards,
+        ``conditions/<reward>/*``, reduced over processes."""
         m = self._metrics[mode]
-        stds = adv_all.std(0).tolist() if adv_all.shape[0] > 1 else [0.0] * adv_all.shape[1]  # one reduction
-        for name, std in zip(self.reward_names, stds):
-            m[f"advantage/{name}/std"].append(std)
         b = len(scored.examples)
         pi = self.accelerator.process_index
         raw = scored.raw if scored.raw is not None else scored.rewards  # task metrics: the raw rewards
@@ -696,121 +690,3 @@ class MRTPOTrainer(GRPOTrainer):
             num = sum(n * d[key] for n, d in parts if key in d)
             den = sum(n for n, d in parts if key in d)
             m[f"task/{key}"].append(num / den if den else 0.0)
-
-    def _checked_masks(self, scored, j: int) -> dict[int, torch.Tensor]:
-        """Per reward column with checked spans, the [T_j] 0/1 mask of the tokens the verifier reads."""
-        masks = data_mod.checked_token_masks(
-            self.processing_class,
-            scored.verifiers[j],
-            scored.examples[j],
-            scored.texts[j],
-            scored.completion_ids[j],
-        )
-        return {k: torch.tensor(m, dtype=torch.float32) for k, m in masks.items()}
-
-    def _log_replay_metrics(self, mode, scored, res, mask):
-        """replay/{fpe, seconds, skipped, full_reused}, ``distance/<row>/mean`` for each row of the replay
-        kind (its :meth:`~mrtpo.replay.ReplayKind.row_names`: the reward names, or its shared row's name) and,
-        for a per-reward kind, ``localization/<reward>/*`` (reduced over processes)."""
-        dev = self.accelerator.device
-        m = self._metrics[mode]
-        kind = res.scheme.kind
-        distances, replayed, st = res.distances, res.replayed, res.replay_stats  # [B, K', T], [B, K']
-        names = kind.row_names(self.reward_names)
-        kk = distances.shape[1]
-        b = distances.shape[0]
-        measured = replayed if self._attributed is None else replayed & ~self._attributed.to(replayed.device)
-        valid = mask[:, None, :].float() * measured[:, :, None].float()  # [B, K', T]: distances, not weights
-        dsum = (distances * valid).sum(dim=(0, 2))  # [K']
-        dcnt = valid.sum(dim=(0, 2))  # [K']
-        # localization sums per reward: distance on checked tokens, distance, checked tokens, tokens
-        loc = torch.zeros(kk, 4, device=dev)
-        if self.args.log_localization and kind.per_reward:
-            for j in range(b):
-                if not replayed[j].any():
-                    continue
-                for k, cm in self._checked_masks(scored, j).items():
-                    if not replayed[j, k]:
-                        continue
-                    t = cm.numel()
-                    d = distances[j, k, :t].float()
-                    cm = cm.to(dev) * mask[j, :t].float()
-                    loc[k] += torch.stack([(d * cm).sum(), d.sum(), cm.sum(), mask[j, :t].float().sum()])
-        head = torch.tensor(
-            [
-                st.fpe_per_response * b,
-                st.seconds,
-                st.pairs_skipped,
-                b * kk,
-                b,
-                st.full_reused,
-                st.full_reused + st.full_run,
-            ],
-            device=dev,
-        )
-        nh = head.numel()
-        flat = torch.cat([head, dsum.to(dev), dcnt.to(dev), loc.reshape(-1)])
-        tot = self.accelerator.reduce(flat, "sum")
-        nproc = self.accelerator.num_processes
-        m["replay/fpe"].append((tot[0] / tot[4].clamp(min=1)).item())
-        m["replay/seconds"].append((tot[1] / nproc).item())
-        m["replay/skipped"].append((tot[2] / tot[3].clamp(min=1)).item())
-        if tot[6] > 0:  # share of replayed responses whose C came from TRL's rollout pass
-            m["replay/full_reused"].append((tot[5] / tot[6]).item())
-        dsum, dcnt = tot[nh : nh + kk], tot[nh + kk : nh + 2 * kk]
-        loc = tot[nh + 2 * kk :].view(kk, 4)
-        for k, name in enumerate(names):
-            if dcnt[k] > 0:
-                m[f"distance/{name}/mean"].append((dsum[k] / dcnt[k]).item())
-            if loc[k, 1] > 0 and loc[k, 3] > 0 and loc[k, 2] > 0:
-                ds, ts = (loc[k, 0] / loc[k, 1]).item(), (loc[k, 2] / loc[k, 3]).item()
-                m[f"localization/{name}/distance_share"].append(ds)
-                m[f"localization/{name}/token_share"].append(ts)
-                m[f"localization/{name}/ratio"].append(ds / ts)
-
-    def _write_samples(self, step, scored, res, token_adv, mask):
-        """A few local responses with their credit (samples.jsonl). The record carries the replay kind, the
-        names of its rows and the rows it ran (a null row: not replayed), and ``credit_beta`` the strength
-        this step used (CoRT's ramped β, RLSD's scheduled λ), so that its token advantages follow from its
-        own fields. A kind whose measure is signed (RLSD's gap) keeps no rows."""
-        tok = self.processing_class
-        a = self.args
-        mc = a.method
-        kind = res.scheme.kind
-        adv_local, distances, replayed = res.local, res.distances, res.replayed
-        records = []
-        for j in range(min(a.log_samples, len(scored.examples))):
-            ids = scored.completion_ids[j]
-            t = int(mask[j].sum().item()) if token_adv is not None else len(ids)
-            rows = None
-            if kind is not None and not kind.signed:
-                rows = [
-                    distances[j, r, :t].tolist() if replayed[j, r] else None
-                    for r in range(distances.shape[1])
-                ]
-            checked = self._checked_masks(scored, j)
-            prompt = "\n\n".join(msg["content"] for msg in scored.examples[j].messages())
-            rec = SampleRecord(
-                step=step,
-                prompt=prompt,
-                response=scored.texts[j],
-                tokens=[tok.decode([i]) for i in ids[:t]],
-                reward_names=self.reward_names,
-                rewards=scored.rewards[self.accelerator.process_index * len(scored.examples) + j].tolist(),
-                advantages=adv_local[j].tolist(),
-                method=mc.method,
-                credit=mc.credit,
-                credit_beta=float(res.credit_beta),
-                replay=None if kind is None else kind.name,
-                rows=None if kind is None else kind.row_names(self.reward_names),
-                distances=rows,
-                token_advantages=(
-                    token_adv[j, :t] if token_adv is not None else adv_local[j].sum().expand(t)
-                ).tolist(),
-                checked_tokens={self.reward_names[k]: cm[:t].int().tolist() for k, cm in checked.items()}
-                if checked
-                else None,
-                information=information_spans(prompt, scored.examples[j].segments, self.reward_names) or None,
-            )
-            records.append(rec.to_json())
-        append_jsonl(f"{a.output_dir}/{SAMPLES_JSONL}", records)

@@ -80,7 +80,13 @@ from mrtpo.integrations.verl.config import (
     VERL_VERSION,
     VerlMRTPOConfig,
 )
-from mrtpo.integrations.verl.credit import batch_credit, response_advantages, reward_columns, reward_matrix
+from mrtpo.integrations.verl.credit import (
+    batch_credit,
+    response_advantages,
+    reward_bounds,
+    reward_columns,
+    reward_matrix,
+)
 from mrtpo.integrations.verl.estimators import (
     EstimatorFn,
     estimator_names,
@@ -144,6 +150,7 @@ __all__ = [
     "register_estimators",
     "replay_distances",
     "response_advantages",
+    "reward_bounds",
     "reward_columns",
     "reward_matrix",
     "task_from_extra_info",

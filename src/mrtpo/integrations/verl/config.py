@@ -143,6 +143,13 @@ class VerlMRTPOConfig:
         default=0.1,
         metadata={"help": "Under 'min', the largest share of a batch's N·K verdicts that may fail."},
     )
+    log_samples: int = field(
+        default=2,
+        metadata={
+            "help": "Responses of each step saved to samples.jsonl in trainer.default_local_dir, with their "
+            "per-token rows and token advantages (mrtpo.integrations.verl.main; 0: none)."
+        },
+    )
     replay: dict[str, Any] = field(
         default_factory=dict,
         metadata={
@@ -165,9 +172,14 @@ class VerlMRTPOConfig:
             raise ValueError(
                 f"algorithm.mrtpo.replay must be a mapping of replay options; got {self.replay!r}"
             )
+        if (
+            isinstance(self.log_samples, bool)
+            or not isinstance(self.log_samples, int)
+            or self.log_samples < 0
+        ):
+            raise ValueError(f"algorithm.mrtpo.log_samples={self.log_samples!r} must be an integer >= 0")
         block = {name: getattr(self, name) for name in METHOD_FIELDS}
-        block["seed"] = 0 if block["seed"] is None else block["seed"]
-        self.method_config = MethodConfig.from_dict(block, prefix=f"algorithm.{CONFIG_NODE}.")
+        self.method_config = MethodConfig.from_dict(block, prefix=f"algorithm.{CONFIG_NODE}.")  # seed None: 0
         if self.reward_keys is not None:
             if not self.reward_keys or not all(isinstance(k, str) for k in self.reward_keys):
                 raise ValueError(

@@ -4,6 +4,7 @@ and bounds, and :func:`mrtpo.step.credit_step` (:func:`batch_credit`)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import zlib
 from collections.abc import Mapping, Sequence
@@ -13,12 +14,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from mrtpo import credit as credit_mod
 from mrtpo import replay as replay_mod
 from mrtpo import step as step_mod
 from mrtpo.integrations.verl.config import DISTANCES_KEY, VerlMRTPOConfig
 from mrtpo.integrations.verl.reward import TASK_KEY, example_from_extra_info, task_from_extra_info
 from mrtpo.method import MethodConfig
 from mrtpo.tasks.conditions import task_conditions
+
+logger = logging.getLogger(__name__)
 
 
 def reward_matrix(non_tensor_batch: Mapping[str, Any], keys: Sequence[str]) -> Tensor:
@@ -101,6 +105,16 @@ def reward_columns(config: Any, non_tensor_batch: Mapping[str, Any]) -> list[str
     return _columns(cfg, non_tensor_batch).keys
 
 
+def reward_bounds(config: Any, non_tensor_batch: Mapping[str, Any]) -> list[list[float]] | None:
+    """The K rewards' ``[min, max]`` in column order (``algorithm.mrtpo.reward_min`` / ``reward_max``, else
+    the task's verifiers' declared bounds); None when neither gives both."""
+    cfg = config if isinstance(config, VerlMRTPOConfig) else VerlMRTPOConfig.from_algorithm(config)
+    cols = _columns(cfg, non_tensor_batch)
+    if cols.reward_min is None or cols.reward_max is None:
+        return None
+    return [[float(lo), float(hi)] for lo, hi in zip(cols.reward_min, cols.reward_max)]
+
+
 def batch_credit(
     method: str,
     response_mask: Tensor,
@@ -159,8 +173,8 @@ def batch_credit(
             "mrtpo.integrations.verl.adapter.install() a distances_for, or set algorithm.mrtpo.credit=none for the "
             "response-level method"
         )
-    if mc.scheme.replay == "gradient":  # p2t: a rule-only task would get credit reward under another name
-        _require_differentiable(non_tensor_batch, mc.credit)
+    if mc.scheme.kind is not None:  # whether the task suits the scheme's replay kind: the kind's answer
+        _check_task(mc.scheme.kind, non_tensor_batch, mc.credit)
     return step_mod.credit_step(
         mc,
         rewards,
@@ -172,6 +186,7 @@ def batch_credit(
         distances=distances,
         generator=_shuffle_generator(mc.seed, index),
         step=step,
+        reward_names=cols.keys,
     )
 
 
@@ -188,23 +203,25 @@ def response_advantages(
     reward-key order.
     """
     cfg = config if isinstance(config, VerlMRTPOConfig) else VerlMRTPOConfig.from_algorithm(config)
-    cfg = dataclasses.replace(cfg, credit="none", credit_options={})
+    cfg = dataclasses.replace(cfg, credit=credit_mod.RESPONSE_LEVEL, credit_options={})
     return batch_credit(method, response_mask, index, non_tensor_batch, cfg).advantages
 
 
-def _require_differentiable(non_tensor_batch: Mapping[str, Any], credit: str) -> None:
-    """:func:`mrtpo.attribution.require_differentiable` on the verifiers of the batch's first example (its
-    task from ``extra_info``); a batch without ``extra_info`` is not checked."""
-    from mrtpo.attribution import require_differentiable
-
+def _check_task(kind: replay_mod.ReplayKind, non_tensor_batch: Mapping[str, Any], credit: str) -> None:
+    """:meth:`mrtpo.replay.ReplayKind.check_task` on the verifiers of the batch's first example (its task from
+    ``extra_info``; a batch without ``extra_info`` is not checked): a refusal raises, a warning is logged once."""
     infos = non_tensor_batch.get("extra_info")
     first = None if infos is None or len(infos) == 0 else infos[0]
     if isinstance(first, Mapping) and first.get(TASK_KEY):
-        require_differentiable(
-            task_from_extra_info(first).verifiers(example_from_extra_info(first)),
-            credit,
-            "algorithm.mrtpo.credit",
-        )
+        example = example_from_extra_info(first)
+        verifiers = task_from_extra_info(first).verifiers(example)
+        for line in kind.check_task(verifiers, example, credit=credit, field="algorithm.mrtpo.credit"):
+            if kind.name not in _warned:  # once per kind (the example named is the first batch's)
+                _warned.add(kind.name)
+                logger.warning(line)
+
+
+_warned: set[str] = set()
 
 
 def _shuffle_generator(seed: int, index: Sequence[Any]) -> torch.Generator:

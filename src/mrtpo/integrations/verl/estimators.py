@@ -11,6 +11,7 @@ from torch import Tensor
 from mrtpo import advantages as adv_registry
 from mrtpo import replay as replay_mod
 from mrtpo.integrations.verl.config import (
+    ATTRIBUTED_KEY,
     DISTANCES_KEY,
     ESTIMATOR_PREFIX,
     REPLAYED_KEY,
@@ -41,7 +42,8 @@ def make_estimator(method: str) -> EstimatorFn:
     - config: verl's algorithm config; its ``mrtpo`` node is :class:`VerlMRTPOConfig`;
     - non_tensor_batch: per-reward score arrays and ``extra_info``;
     - batch: tensors; ``batch["mrtpo_distances"]`` (bs, K', response_length) for credit schemes that replay,
-      with ``batch["mrtpo_replayed"]`` (bs, K') the rows replay measured.
+      with ``batch["mrtpo_replayed"]`` (bs, K') the rows replay measured and ``batch["mrtpo_attributed"]``
+      (bs, K') those that hold token weights (credit ``p2t``), carried on in the credit step's result.
 
     Returns ``advantages == returns``, (bs, response_length) in the dtype of ``token_level_rewards``,
     exactly 0 where ``response_mask`` is 0.
@@ -73,9 +75,12 @@ def make_estimator(method: str) -> EstimatorFn:
         distances = kwargs.get("distance_fn")  # from compute_advantage: replays when the scheme asks
         if batch is not None and DISTANCES_KEY in batch:  # the answer of an earlier replay, as stored
             distances = batch[DISTANCES_KEY]
-            if REPLAYED_KEY in batch:
+            if REPLAYED_KEY in batch:  # the rows replayed, and those holding token weights (p2t)
                 lengths = response_mask.sum(1)
-                distances = replay_mod.ReplayResult(distances, lengths, replayed=batch[REPLAYED_KEY])
+                attributed = batch.get(ATTRIBUTED_KEY, None)
+                distances = replay_mod.ReplayResult(
+                    distances, lengths, replayed=batch[REPLAYED_KEY], attributed=attributed
+                )
         step = int(kwargs.get("mrtpo_step") or 0)  # from compute_advantage: verl's global step - 1
         res = batch_credit(method, response_mask, index, non_tensor_batch, config, distances, step)
         on_result = kwargs.get("mrtpo_on_result")  # from compute_advantage: the credit audit of the batch

@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mrtpo import audit
 from mrtpo import replay as replay_mod
 from mrtpo.integrations.verl.config import (
     ATTRIBUTED_KEY,
@@ -26,10 +25,11 @@ from mrtpo.integrations.verl.config import (
     VerlMRTPOConfig,
     _method_of,
 )
-from mrtpo.integrations.verl.credit import reward_columns
+from mrtpo.integrations.verl.credit import reward_bounds
 from mrtpo.integrations.verl.estimators import make_estimator, register_estimators
 from mrtpo.integrations.verl.replay import DistancesFor
 from mrtpo.integrations.verl.reward import apply_verifier_policy
+from mrtpo.integrations.verl.run_folder import RunFolder, step_metrics
 
 
 def compute_advantage(
@@ -44,6 +44,7 @@ def compute_advantage(
     original: Callable[..., Any] | None = None,
     distances_for: DistancesFor | None = None,
     step_fn: Callable[[], int] | None = None,
+    run_folder: RunFolder | None = None,
 ) -> Any:
     """verl's ``ray_trainer.compute_advantage`` with the DataProto passed on to ``mrtpo_*`` estimators.
 
@@ -54,10 +55,12 @@ def compute_advantage(
     ``distances_for(data)(kind, Â)`` (``batch["mrtpo_distances"]`` and ``batch["mrtpo_replayed"]``, the rows
     replayed, and ``batch["mrtpo_attributed"]``, the rows P2T attributed); then it calls the estimator with
     ``non_tensor_batch`` and ``batch``, writes ``batch["advantages"]`` and ``batch["returns"]``
-    ((bs, response_length)) and the batch's credit audit (:mod:`mrtpo.audit`: each reward's advantage
-    component, the Gini and effective token ratio of its token weights) into
-    ``data.meta_info["mrtpo/credit_audit"]``. Every other name goes to ``original`` (verl's own function)
-    with the same arguments.
+    ((bs, response_length)) and the step's metrics (:class:`mrtpo.step_log.StepLog`: the credit audit, each
+    reward's advantage component and the concentration of its token weights; replay, distances, the
+    scheme's own) into ``data.meta_info["mrtpo/credit_audit"]``; with a ``run_folder``, the step's files
+    too (samples.jsonl, metrics.jsonl; :class:`~mrtpo.integrations.verl.run_folder.RunFolder`, which
+    adds localization). Every other name goes to ``original`` (verl's own function) with the same
+    arguments.
 
     Args:
         data: verl ``DataProto`` with ``batch["token_level_rewards"]``, ``batch["response_mask"]`` (or
@@ -66,6 +69,8 @@ def compute_advantage(
         gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config: as verl's function.
         original: verl's ``compute_advantage`` (required for non-mrtpo names).
         distances_for: see :data:`DistancesFor`.
+        run_folder: the run folder the driver writes (:class:`mrtpo.integrations.verl.main.MRTPORayPPOTrainer`
+            gives one); None: the metrics only.
         step_fn: the trainer's optimizer step, 0-based (a scheduled credit scheme: RLSD's λ).
             :class:`mrtpo.integrations.verl.main.MRTPORayPPOTrainer` gives ``global_steps - 1``; without
             it ``data.meta_info["global_steps"] - 1`` when present. A scheduled scheme with neither
@@ -131,27 +136,13 @@ def compute_advantage(
     )
     batch["advantages"] = advantages
     batch["returns"] = returns
-    if results and isinstance(getattr(data, "meta_info", None), dict):
-        names = reward_columns(cfg, ntb)
-        parts = audit.result_parts(results[-1], batch["response_mask"].cpu(), names, batch["responses"].cpu())
-        metrics = {k: s / c for k, (s, c) in parts.items() if c > 0}
-        metrics.update(_replay_metrics(results[-1]))
+    if results and isinstance(getattr(data, "meta_info", None), dict):  # the step's metrics (and files)
+        if run_folder is not None:
+            metrics = run_folder.log(data, results[-1], step + 1, reward_bounds(cfg, ntb))
+        else:
+            metrics = step_metrics(data, results[-1])
         data.meta_info[CREDIT_AUDIT_META] = metrics
     return data
-
-
-def _replay_metrics(result: Any) -> dict[str, float]:
-    """``replay/{fpe, seconds, skipped}`` of a credit step that replayed (the TRL trainer's names): forward-pass
-    equivalents per response, wall seconds (the slowest worker), the share of (response, row) pairs skipped."""
-    st, d = result.replay_stats, result.distances
-    if st is None or d is None or d.dim() != 3:
-        return {}
-    pairs = d.shape[0] * d.shape[1]
-    return {
-        "replay/fpe": float(st.fpe_per_response),
-        "replay/seconds": float(st.seconds),
-        "replay/skipped": st.pairs_skipped / pairs if pairs else 0.0,
-    }
 
 
 def _optimizer_step(data: Any, config: Any, step_fn: Callable[[], int | None] | None) -> int:
@@ -185,12 +176,19 @@ HOOKED_MODULES = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils")
 the v1 trainer reaches it through the second, but does not put reward_extra_info into the batch)."""
 
 
-def _hook(module: Any, distances_for: DistancesFor | None, step_fn: Callable[[], int] | None = None) -> None:
+def _hook(
+    module: Any,
+    distances_for: DistancesFor | None,
+    step_fn: Callable[[], int] | None = None,
+    run_folder: RunFolder | None = None,
+) -> None:
     current = getattr(module, "compute_advantage", None)
     if current is None:
         return
     orig = getattr(current, "__mrtpo_original__", current)
-    hooked = functools.partial(compute_advantage, original=orig, distances_for=distances_for, step_fn=step_fn)
+    hooked = functools.partial(
+        compute_advantage, original=orig, distances_for=distances_for, step_fn=step_fn, run_folder=run_folder
+    )
     hooked.__mrtpo_original__ = orig  # type: ignore[attr-defined]
     module.compute_advantage = hooked
 
@@ -245,13 +243,14 @@ def install(
     distances_for: DistancesFor | None = None,
     modules: Sequence[str] = HOOKED_MODULES,
     step_fn: Callable[[], int] | None = None,
+    run_folder: RunFolder | None = None,
 ) -> list[str]:
     """Register the ``mrtpo_*`` estimators and hook :func:`compute_advantage` into verl.
 
     Replaces the module-level ``compute_advantage`` of each of ``modules`` (now if imported, otherwise
     right after its import) by :func:`compute_advantage` bound to verl's original and ``distances_for``.
-    Calling it again rebinds ``distances_for`` and ``step_fn`` (the trainer's 0-based optimizer step, for
-    scheduled credit schemes; see :func:`compute_advantage`) (the original is kept). Must run in the process that
+    Calling it again rebinds ``distances_for``, ``step_fn`` (the trainer's 0-based optimizer step, for
+    scheduled credit schemes; see :func:`compute_advantage`) and ``run_folder`` (the original is kept). Must run in the process that
     computes advantages (verl's TaskRunner); ``VERL_USE_EXTERNAL_MODULES=mrtpo.integrations.verl.plugin``
     arranges that for every verl process.
 
@@ -266,5 +265,7 @@ def install(
     import_plugins()
     names = register_estimators()
     for mod in modules:
-        after_import(mod, functools.partial(_hook, distances_for=distances_for, step_fn=step_fn))
+        after_import(
+            mod, functools.partial(_hook, distances_for=distances_for, step_fn=step_fn, run_folder=run_folder)
+        )
     return names

@@ -48,10 +48,12 @@ from verl.trainer import main_ppo_v0
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.utils import Role
 
+from mrtpo.advantages import ADVANTAGES
 from mrtpo.audit import AuditLog
 from mrtpo.integrations.verl.config import CREDIT_AUDIT_META, VerlMRTPOConfig, _get
 from mrtpo.integrations.verl.hook import install
 from mrtpo.integrations.verl.reward import VERIFIER_ERRORS_META
+from mrtpo.integrations.verl.run_folder import RunFolder
 from mrtpo.integrations.verl.worker import MRTPOActorRolloutRefWorker, ReplayConfig, make_worker_distances_for
 from mrtpo.plugins import ENV_VAR as PLUGINS_ENV_VAR
 from mrtpo.plugins import env_plugins, import_plugins, split_plugin_args
@@ -73,10 +75,33 @@ class MRTPORayPPOTrainer(RayPPOTrainer):
             _get(self.config, "algorithm")
         ).method_config.credit_options
         self.mrtpo_distances_for = make_worker_distances_for(self.actor_rollout_wg, options, credit_options)
+        self.mrtpo_run_folder = self._mrtpo_run_folder()
         # the step of RLSD's λ schedule: verl's global_steps counts from 1 and is current during the step
         # (fit() sets it; before that, None: the batch's meta_info or a refusal decides)
-        install(distances_for=self.mrtpo_distances_for, step_fn=self._mrtpo_step)
+        install(
+            distances_for=self.mrtpo_distances_for, step_fn=self._mrtpo_step, run_folder=self.mrtpo_run_folder
+        )
         logger.info("mrtpo: compute_advantage replays on the actor workers (%s)", options)
+
+    def _mrtpo_run_folder(self) -> RunFolder | None:
+        """The run folder the driver writes each step into (run.json, metrics.jsonl, samples.jsonl):
+        ``trainer.default_local_dir``, beside verl's checkpoints; None without that folder or a tokenizer."""
+        folder = _get(_get(self.config, "trainer"), "default_local_dir")
+        tokenizer = getattr(self, "tokenizer", None)
+        if folder is None or tokenizer is None:
+            return None
+        algorithm = _get(self.config, "algorithm")
+        cfg = VerlMRTPOConfig.from_algorithm(algorithm)
+        mc = cfg.method_config
+        info = {
+            "engine": "verl",
+            "model": _get(_get(_get(self.config, "actor_rollout_ref"), "model"), "path"),
+            "method": mc.to_dict(),
+            "seed": mc.seed,
+        }
+        if mc.method is not None:
+            info["method_label"] = ADVANTAGES.get(mc.method).label
+        return RunFolder(Path(str(folder)), tokenizer, info, log_samples=cfg.log_samples)
 
     def _mrtpo_step(self) -> int | None:
         steps = getattr(self, "global_steps", None)

@@ -47,8 +47,8 @@ import contextlib
 import logging
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -104,13 +104,14 @@ _SENT_KEYS = ("prompts", "responses", "attention_mask")
 
 @dataclass
 class ReplayConfig:
-    """The worker replay's config node, ``algorithm.mrtpo.replay`` of verl's config.
+    """The worker replay's config node, ``algorithm.mrtpo.replay`` of verl's config: the replay block every
+    engine reads (:class:`mrtpo.replay.ReplayOptions`, its ``sharding`` "auto" by default: FSDP2 "gather", an
+    unsharded module "none", see :func:`resolve_sharding`) and verl's own two keys. The block's fields read
+    as attributes of this node (``cfg.token_budget``).
 
     Attributes:
-        sharding: "auto" (FSDP2: "gather"; an unsharded module: "none"), "gather", "lockstep" or "none"
-            (:data:`mrtpo.replay.SHARDING_SETTINGS`; see :func:`resolve_sharding`).
-        token_budget, chunk_size, prefix_sharing, projection_dtype, distance_kernel: the fields of
-            :class:`mrtpo.replay.ReplayOptions` (checked there).
+        replay: :class:`mrtpo.replay.ReplayOptions` of the block (checked there, named
+            ``algorithm.mrtpo.replay.<key>``).
         template_kwargs: chat-template kwargs; must equal verl's ``data.apply_chat_template_kwargs``
             (the task runner fills them from there when this is empty).
         temperature: sampling temperature of the log-probability kinds (CoRT, RLSD); None: verl's
@@ -118,22 +119,13 @@ class ReplayConfig:
             ``meta_info["temperature"]``, else 1.
     """
 
-    sharding: Literal["auto", "none", "gather", "lockstep"] = "auto"
-    token_budget: int | None = replay_mod.DEFAULT_TOKEN_BUDGET
-    chunk_size: int = replay_mod.DEFAULT_CHUNK_SIZE
-    prefix_sharing: bool = True
-    projection_dtype: str = "float32"
-    distance_kernel: str = "auto"
+    replay: replay_mod.ReplayOptions = field(
+        default_factory=lambda: replay_mod.ReplayOptions(sharding="auto")
+    )
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     temperature: float | None = None
 
     def __post_init__(self) -> None:
-        if self.sharding not in replay_mod.SHARDING_SETTINGS:
-            raise ValueError(
-                f"algorithm.mrtpo.replay.sharding={self.sharding!r} must be one of "
-                f"{', '.join(replay_mod.SHARDING_SETTINGS)}"
-            )
-        self.options("none")  # the engine options, checked by mrtpo.replay.ReplayOptions
         if not isinstance(self.template_kwargs, dict):
             raise ValueError(
                 f"algorithm.mrtpo.replay.template_kwargs must be a mapping; got {self.template_kwargs!r}"
@@ -147,24 +139,31 @@ class ReplayConfig:
                 f"algorithm.mrtpo.replay.temperature={self.temperature!r} must be a positive number or null"
             )
 
+    def __getattr__(self, name: str) -> Any:  # the block's fields: cfg.sharding, cfg.token_budget, ...
+        if name in replay_mod.REPLAY_FIELDS and "replay" in self.__dict__:
+            return getattr(self.__dict__["replay"], name)
+        raise AttributeError(name)
+
     def options(self, sharding: str) -> replay_mod.ReplayOptions:
         """:class:`mrtpo.replay.ReplayOptions` with ``sharding`` the mode resolved for the module."""
-        return replay_mod.ReplayOptions.from_fields(self, sharding=sharding, label="algorithm.mrtpo.replay.")
+        return self.replay.resolved(sharding)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> ReplayConfig:
-        """From a dict / DictConfig (None: defaults); unknown keys raise ValueError listing the known ones."""
+        """From a dict / DictConfig (None: defaults); unknown keys raise ValueError naming the key and the
+        known ones."""
         values = _plain(values) if values is not None else {}
         if not isinstance(values, dict):
             raise ValueError(f"algorithm.mrtpo.replay must be a mapping; got {type(values).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
+        own = {k: values.pop(k) for k in VERL_REPLAY_KEYS if k in values}
+        unknown = sorted(k for k in values if k not in replay_mod.REPLAY_FIELDS)
         if unknown:
+            known = ", ".join(sorted([*replay_mod.REPLAY_FIELDS, *VERL_REPLAY_KEYS]))
             raise ValueError(
-                f"unknown key(s) {', '.join(map(repr, unknown))} under algorithm.mrtpo.replay; "
-                f"known: {', '.join(sorted(known))}"
+                f"unknown key(s) {', '.join(map(repr, unknown))} under algorithm.mrtpo.replay; known: {known}"
             )
-        return cls(**values)
+        block = replay_mod.ReplayOptions.from_mapping(values, label="algorithm.mrtpo.replay.")
+        return cls(block, **own)
 
     @classmethod
     def from_config(cls, config: Any) -> ReplayConfig:
@@ -184,7 +183,16 @@ class ReplayConfig:
         return opts
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The node as one flat mapping (what :meth:`from_mapping` reads back; sent to the workers)."""
+        return {
+            **self.replay.as_dict(),
+            "template_kwargs": dict(self.template_kwargs),
+            "temperature": self.temperature,
+        }
+
+
+VERL_REPLAY_KEYS = ("template_kwargs", "temperature")
+"""The keys of ``algorithm.mrtpo.replay`` that are verl's own (the others are the replay block's)."""
 
 
 def resolve_sharding(module: Any, requested: str = "auto") -> str:
