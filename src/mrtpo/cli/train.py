@@ -266,6 +266,8 @@ def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally, break_lo
         return 130
     _close_process_group(barrier=True)
     _summarize(tally)
+    if trainer is None:  # --resume of a finished run: train() said "already complete at step N"
+        return 0
     if trainer.accelerator.is_main_process:  # several processes: one final line
         print(
             f"mrtpo train: {trainer.state.global_step} steps; run folder and final model: {trainer.args.output_dir}"

@@ -7,6 +7,7 @@ starts that load without pickle. One section per failure; the runs are the tiny 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -143,3 +144,60 @@ def test_a_second_train_into_a_folder_in_use_is_refused_in_one_line(tmp_path, ca
             first.kill()
     assert _train_steps(run) == [1, 2]
     assert not (run / "run.lock").exists()
+
+
+# ------------------------------------------------------------------- 2. resume is idempotent
+
+
+def _snapshot(run: Path) -> dict[str, tuple[str, int]]:
+    return {
+        str(p.relative_to(run)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(run.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_resume_of_a_finished_run_trains_nothing_and_changes_no_file(tmp_path, capsys):
+    run = tmp_path / "run"
+    args = ["train", RECIPE, *SMALL, f"--trl.output_dir={run}"]
+    assert main(args) == 0
+    capsys.readouterr()
+    before = _snapshot(run)
+    assert "checkpoint-2/optimizer.pt" in before and "model.safetensors" in before
+    for _ in range(2):  # a requeue script that always passes --resume
+        assert main([*args, "--resume"]) == 0
+        lines = _err_lines(capsys)
+        assert lines == [
+            f"mrtpo train: already complete at step 2 (trl.max_steps 2; {run / 'checkpoint-2'}): nothing to "
+            "train, no file changed; the final model is in the run folder; a larger --trl.max_steps trains "
+            "further"
+        ]
+        assert _snapshot(run) == before
+    assert _train_steps(run) == [1, 2]
+
+
+def test_a_kill_during_the_log_rewrite_leaves_the_previous_file_whole(tmp_path, monkeypatch):
+    from mrtpo import io as io_mod
+    from mrtpo.integrations.trl.run_logging import truncate_after
+
+    path = tmp_path / "metrics.jsonl"
+    rows = [json.dumps({"step": s, "loss": s / 10}) + "\n" for s in range(1, 6)]
+    path.write_text("".join(rows) + '{"step": 6, "lo')  # a last line cut off by a kill
+    before = path.read_bytes()
+
+    class Killed(BaseException):  # what a kill looks like to the code: nothing after it runs
+        pass
+
+    def killed(*a, **k):
+        raise Killed
+
+    for name in ("fsync", "replace"):  # after the data is written, before / at the rename
+        with monkeypatch.context() as m:
+            m.setattr(io_mod.os, name, killed)
+            with pytest.raises(Killed):
+                truncate_after(path, 3)
+        assert path.read_bytes() == before
+        assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]  # no temporary file left
+    assert truncate_after(path, 3) is True
+    assert path.read_text() == "".join(rows[:3])
+    assert truncate_after(path, 3) is False  # nothing to drop: not rewritten

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mrtpo.integrations.trl import run_lock
+from mrtpo.integrations.trl import run_folder, run_lock
 from mrtpo.integrations.trl.checks import load_task_spec
 from mrtpo.integrations.trl.schema import (
     TRAINER_DEFAULTS,
@@ -352,7 +352,8 @@ def train(
     ``overwrite`` (delete its run files, checkpoints, logs and model first). At the end the model and
     tokenizer are saved into it (``trainer.save_model()``; loadable with ``from_pretrained``). The run
     folder's lock (``RUN/run.lock``) is held from before anything is written until the end (a second
-    process is refused: :class:`mrtpo.integrations.trl.run_lock.RunFolderLocked`).
+    process is refused: :class:`mrtpo.integrations.trl.run_lock.RunFolderLocked`). ``resume`` of a run
+    that already reached its last step trains nothing, changes no file and returns None.
 
     Ctrl-C (SIGINT, in the main thread) stops after the current optimizer step, saves a checkpoint and
     raises :class:`TrainingInterrupted`; a second Ctrl-C stops at once (KeyboardInterrupt). A failed
@@ -379,7 +380,14 @@ def train(
         cfg = load_config(config, overrides)
     out = Path(cfg.trainer["output_dir"])
     cfg.check()  # a bad field fails before anything is deleted or loaded
-    cfg.trainer_config()
+    args = cfg.trainer_config()
+    if resume:
+        done = run_folder.completed_step(out, resume, args)
+        if done is not None:  # a finished run: nothing is trained, no file is touched (no lock either)
+            if int(os.environ.get("RANK", "0")) == 0:
+                log(done[1])
+            return None
+        resume = _resume_target(out, resume, log)  # read only: a bad checkpoint is named before the lock
     lock = run_lock.take(out, break_lock=break_lock, log=log)  # before anything is written
     try:
         return _train_locked(cfg, out, resume, overwrite, save_final, log, lock, build_kwargs)
@@ -396,7 +404,6 @@ def _train_locked(cfg, out: Path, resume, overwrite: bool, save_final: bool, log
     from mrtpo.tasks.faults import VerifierError
 
     if resume:
-        resume = _resume_target(out, resume, log)
         if int(os.environ.get("RANK", "0")) == 0:
             step = _checkpoint_step(resume)
             log(f"resuming from {Path(resume).resolve()} (step {step})")

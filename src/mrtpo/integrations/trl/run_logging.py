@@ -97,14 +97,41 @@ def append_jsonl(path: str | Path, records: list[dict[str, Any]]) -> None:
     io.append_jsonl(path, [_jsonable(r) for r in records])
 
 
-def truncate_after(path: str | Path, step: int) -> None:
+def truncate_after(path: str | Path, step: int) -> bool:
     """Drop the lines of ``path`` whose ``step`` is greater than ``step`` (a resumed run rewrites them),
-    and a last line cut off by the interrupted run."""
+    and a last line cut off by the interrupted run; whether the file was rewritten (not when nothing
+    was to drop). The file is replaced through a temporary file, a rename and ``fsync``
+    (:func:`mrtpo.io.replace_file`): a kill during the rewrite leaves the previous file whole. The kept
+    lines are copied byte for byte."""
     path = Path(path)
     if not path.exists():
-        return
-    rows = io.read_jsonl(path, partial_last_line=True)
-    io.write_jsonl(path, [r for r in rows if r.get("step", 0) is None or r.get("step", 0) <= step])
+        return False
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    tail = lines.pop()  # after the last newline: b"" for a whole file, else a line cut off
+    kept = []
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise ValueError(f"{path}:{i}: not JSON ({e})") from None
+        s = row.get("step", 0) if isinstance(row, dict) else 0
+        if s is None or s <= step:
+            kept.append(line + b"\n")
+    if tail.strip():
+        try:  # a last line without its newline that parses is kept (with one)
+            row = json.loads(tail)
+            s = row.get("step", 0) if isinstance(row, dict) else 0
+            if s is None or s <= step:
+                kept.append(tail + b"\n")
+        except ValueError:
+            pass
+    if sum(map(len, kept)) == len(data):
+        return False
+    io.replace_file(path, kept, durable=True)
+    return True
 
 
 class JSONLMetricsCallback(TrainerCallback):
