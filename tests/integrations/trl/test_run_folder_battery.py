@@ -21,6 +21,9 @@ import pytest
 from mrtpo.cli.main import main
 from mrtpo.integrations.trl import run_lock
 from mrtpo.integrations.trl.run_lock import RunFolderLocked, RunLock
+from mrtpo.tasks import faults
+from mrtpo.tasks.base import Example, Verdict, Verifier
+from mrtpo.tasks.faults import VerifierPolicy
 
 ROOT = Path(__file__).resolve().parents[3]
 RECIPE = str(ROOT / "recipes" / "tiny_cpu.yaml")
@@ -201,3 +204,63 @@ def test_a_kill_during_the_log_rewrite_leaves_the_previous_file_whole(tmp_path, 
     assert truncate_after(path, 3) is True
     assert path.read_text() == "".join(rows[:3])
     assert truncate_after(path, 3) is False  # nothing to drop: not rewritten
+
+
+# ----------------------------------------------------- 3. faults stop at the first failure
+
+
+class SleepingVerifier(Verifier):
+    """A test double of a judge that is down: every verdict sleeps far past its timeout."""
+
+    name, bounds, timeout = "judge", (0.0, 1.0), 0.2
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def verdict(self, example, response):
+        self.calls += 1
+        time.sleep(30)
+        return Verdict(1.0, "late")
+
+
+@pytest.mark.parametrize("on_error", ["raise", "min"])
+def test_a_hanging_verifier_stops_a_32_response_batch_within_3_timeouts(on_error):
+    judge = SleepingVerifier()
+    examples = [Example(id=f"ex{i}", segments=[]) for i in range(32)]
+    policy = VerifierPolicy(on_error, max_error_rate=0.05)  # min: 1 of 32 passes, the 2nd stops
+    start = time.monotonic()
+    values, found = faults.score_batch([[judge]] * 32, examples, ["x"] * 32, ["judge"], policy=policy)
+    elapsed = time.monotonic() - start
+    stops_at = 1 if on_error == "raise" else 2
+    assert judge.calls == stops_at and len(found) == stops_at and found.unscored == 32 - stops_at
+    assert elapsed < 3 * judge.timeout * stops_at  # one timeout per failure found, not per response
+    assert values.tolist() == [[0.0]] * 32  # failed and unscored verdicts hold the minimum
+    with pytest.raises(faults.VerifierError) as stopped:
+        faults.apply_policy(found, 32, policy)
+    assert str(stopped.value).endswith(
+        f"took longer than its timeout of 0.2 s; {32 - stops_at} verdict(s) of the batch not scored (stopped here)"
+    )
+
+
+def test_training_stops_at_the_first_hanging_verdict_of_a_32_response_batch(tmp_path, capsys, monkeypatch):
+    timings: list[float] = []
+    real = faults.score_batch
+
+    def timed(*a, **k):  # a spy on the trainer's scoring: its wall time per batch
+        start = time.monotonic()
+        try:
+            return real(*a, **k)
+        finally:
+            timings.append(time.monotonic() - start)
+
+    monkeypatch.setattr(faults, "score_batch", timed)
+    run = tmp_path / "run"
+    args = [*SMALL, "--trl.per_device_train_batch_size=32", "--trl.max_steps=1", GATED]
+    opts = "--task.options={sleep: 30, timeout: 0.5, size: 32}"
+    assert main(["train", RECIPE, *args, opts, f"--trl.output_dir={run}"]) == 1
+    line = _err_lines(capsys)[-1]
+    assert line.startswith("mrtpo train: stopped after step 0: verifier 'start' failed on example 'train-")
+    assert (
+        "took longer than its timeout of 0.5 s; 159 verdict(s) of the batch not scored (stopped here)" in line
+    )
+    assert len(timings) == 1 and timings[0] < 1.5  # 32 responses x 5 rewards; 3 x the timeout
