@@ -231,7 +231,8 @@ def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally, break_lo
         where = (
             f"saved {e.checkpoint}; resume with: {_resume_command(args, rest, threads, plugins)}"
             if e.checkpoint
-            else "no checkpoint was written (no step had completed: start again with --overwrite)"
+            else "no checkpoint was written (no step had completed: the same command starts again in this "
+            "folder)"
             if e.step == 0
             else "no checkpoint could be written"
         )

@@ -264,3 +264,66 @@ def test_training_stops_at_the_first_hanging_verdict_of_a_32_response_batch(tmp_
         "took longer than its timeout of 0.5 s; 159 verdict(s) of the batch not scored (stopped here)" in line
     )
     assert len(timings) == 1 and timings[0] < 1.5  # 32 responses x 5 rewards; 3 x the timeout
+
+
+# ------------------------------------------- 4. every value checked before anything is built
+
+
+def test_a_negative_learning_rate_is_one_line_naming_the_field_before_anything_is_built(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", RECIPE, *SMALL, "--trl.learning_rate", "-1e-3", f"--trl.output_dir={run}"]) == 2
+    assert _err_lines(capsys) == [
+        "mrtpo train: error: invalid config: field 'trl.learning_rate': -0.001 is not >= 0 (the optimizer "
+        "refuses it) (from the command line)"
+    ]
+    assert not run.exists()  # nothing was written, no model was built
+
+
+def test_every_bounded_trl_default_is_in_its_range_and_each_bound_refuses_a_value():
+    from mrtpo.integrations.trl import trl_fields
+    from mrtpo.integrations.trl.trl_bounds import BOUNDS, bound_errors
+
+    described = trl_fields.load()["fields"]
+    assert set(BOUNDS) <= set(described)
+    defaults = {n: described[n]["default"] for n in BOUNDS}
+    assert bound_errors(defaults) == []
+    for name, (low, low_in, high, high_in, _) in BOUNDS.items():
+        below = low - 1 if low_in else low  # just outside the low end
+        assert len(bound_errors({name: below})) == 1, name
+        if high != float("inf"):
+            above = high + 1 if high_in else high
+            assert len(bound_errors({name: above})) == 1, name
+    assert bound_errors({"num_train_epochs": 0}) == [
+        "field 'trl.num_train_epochs': 0 is not > 0 (trl.max_steps is not set: no step would train)"
+    ]
+    assert bound_errors({"num_train_epochs": 0, "max_steps": 5}) == []
+
+
+def test_a_run_that_fails_at_its_first_step_leaves_a_folder_the_same_command_reuses(tmp_path, capsys):
+    run = tmp_path / "run"
+    args = ["train", RECIPE, *SMALL, "--trl.max_steps=1", f"--trl.output_dir={run}"]
+    faulty = [
+        "--task.name=tests.tasks.faulty_task:FaultyToy",
+        "--task.options={kind: nan, fail_at: [1], size: 32}",
+    ]
+    assert main([*args, *faulty]) == 1  # verdict 1 fails: step 1 never completes
+    assert _err_lines(capsys)[-1].endswith(
+        "(no step had completed: the same command starts again in this folder)"
+    )
+    assert (run / "run.json").is_file() and not list(run.glob("checkpoint-*"))
+    (run / "notes.txt").write_text("mine")  # a user's file: the folder is not ours to clear
+    assert main(args) == 2
+    assert "is not empty" in _err_lines(capsys)[-1]
+    (run / "notes.txt").unlink()
+    assert main(args) == 0  # the corrected command, no --overwrite
+    lines = _err_lines(capsys)
+    assert f"mrtpo train: {run} holds a run that stopped before its first step: starting it again" in lines
+    assert _train_steps(run) == [1]
+    again = tmp_path / "again"  # --resume of such a folder starts it again too
+    assert main([*args[:-1], f"--trl.output_dir={again}", *faulty]) == 1
+    assert main([*args[:-1], f"--trl.output_dir={again}", "--resume"]) == 0
+    assert (
+        f"mrtpo train: {again} holds no trained step (the run stopped before its first): starting it again"
+        in (_err_lines(capsys))
+    )
+    assert _train_steps(again) == [1]

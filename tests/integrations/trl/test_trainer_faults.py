@@ -135,6 +135,6 @@ def test_a_failure_before_any_step_completed_writes_no_checkpoint(tmp_path, caps
     assert line.startswith("mrtpo train: stopped after step 0: verifier 'start' failed on example 'train-")
     assert line.endswith(
         ": returned nan; 39 verdict(s) of the batch not scored (stopped here); no checkpoint was written "
-        "(no step had completed: start again with --overwrite)"
+        "(no step had completed: the same command starts again in this folder)"
     )
     assert not list(run.glob("checkpoint-*"))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 from mrtpo.integrations.trl import run_folder, run_lock
 from mrtpo.integrations.trl.checks import load_task_spec
+from mrtpo.integrations.trl.run_folder import RUN_FILES  # noqa: F401  (recipe.RUN_FILES)
 from mrtpo.integrations.trl.schema import (
     TRAINER_DEFAULTS,
     RunConfig,
@@ -59,29 +59,6 @@ TINY_KEYS = (
     "seed",
 )
 """``model.tiny`` keys that go to :func:`mrtpo.models.tiny.build_model` (``words`` goes to the tokenizer)."""
-# what `--overwrite` deletes in a run folder: the run files, checkpoints, TensorBoard logs, final model
-RUN_FILES = (
-    "run.json",
-    "metrics.jsonl",
-    "samples.jsonl",
-    "runs",
-    "checkpoint-*",
-    "model*.safetensors*",
-    "adapter_config.json",  # a peft run's final adapter
-    "adapter_model*.safetensors*",
-    "pytorch_model*.bin*",
-    "config.json",
-    "generation_config.json",
-    "tokenizer*",
-    "special_tokens_map.json",
-    "chat_template.*",
-    "vocab.*",
-    "merges.txt",
-    "training_args.bin",
-    "README.md",
-    "base",  # a LoRA run's base model, when it had no folder or hub id of its own (the tiny model)
-    "adapter",  # a LoRA run's adapter, when peft.save_merged put the merged model in the run folder
-)
 
 
 def _tiny_model_and_tokenizer(spec: dict[str, Any], examples, dtype: str = "auto") -> tuple[Any, Any]:
@@ -246,9 +223,14 @@ class TrainingInterrupted(Exception):
         self.step, self.checkpoint, self.trainer = step, checkpoint, trainer
 
 
-def _prepare_run_folder(out: Path, overwrite: bool) -> None:
+def _prepare_run_folder(out: Path, overwrite: bool, log) -> None:
     entries = [p for p in out.iterdir() if p.name != run_lock.LOCK_NAME] if out.is_dir() else []
     if not entries:
+        return
+    if not overwrite and run_folder.untrained(out):  # a run that failed before its first step
+        if int(os.environ.get("RANK", "0")) == 0:
+            log(f"{out} holds a run that stopped before its first step: starting it again")
+            run_folder.clear(out)
         return
     if not overwrite:
         first = ("run.json", "metrics.jsonl", "samples.jsonl", "model.safetensors")
@@ -262,14 +244,8 @@ def _prepare_run_folder(out: Path, overwrite: bool) -> None:
             "--overwrite to delete its run files and checkpoints and start again, or choose another "
             "--trl.output_dir"
         )
-    if int(os.environ.get("RANK", "0")) != 0:  # several processes (accelerate launch): the first deletes
-        return
-    for pattern in RUN_FILES:
-        for p in out.glob(pattern):
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
+    if int(os.environ.get("RANK", "0")) == 0:  # several processes (accelerate launch): the first deletes
+        run_folder.clear(out)
 
 
 def _resume_target(out: Path, resume: str | bool, log) -> str:
@@ -387,7 +363,12 @@ def train(
             if int(os.environ.get("RANK", "0")) == 0:
                 log(done[1])
             return None
-        resume = _resume_target(out, resume, log)  # read only: a bad checkpoint is named before the lock
+        if run_folder.untrained(out):  # the run stopped before its first step: nothing to continue
+            if int(os.environ.get("RANK", "0")) == 0:
+                log(f"{out} holds no trained step (the run stopped before its first): starting it again")
+            resume = None
+        else:
+            resume = _resume_target(out, resume, log)  # read only: a bad checkpoint is named before the lock
     lock = run_lock.take(out, break_lock=break_lock, log=log)  # before anything is written
     try:
         return _train_locked(cfg, out, resume, overwrite, save_final, log, lock, build_kwargs)
@@ -408,7 +389,7 @@ def _train_locked(cfg, out: Path, resume, overwrite: bool, save_final: bool, log
             step = _checkpoint_step(resume)
             log(f"resuming from {Path(resume).resolve()} (step {step})")
     else:
-        _prepare_run_folder(out, overwrite)
+        _prepare_run_folder(out, overwrite, log)
     trainer = build_trainer(cfg, **build_kwargs)
     trainer.add_callback(run_lock.guard_callback(out, lock))
     if trainer.accelerator.is_main_process:
