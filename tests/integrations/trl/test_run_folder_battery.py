@@ -7,6 +7,7 @@ starts that load without pickle. One section per failure; the runs are the tiny 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -327,3 +328,85 @@ def test_a_run_that_fails_at_its_first_step_leaves_a_folder_the_same_command_reu
         in (_err_lines(capsys))
     )
     assert _train_steps(again) == [1]
+
+
+# ------------------------------------------------ 5. output-folder failures are one line
+
+
+def test_a_run_folder_below_a_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    run = tmp_path / "file" / "run"
+    assert main(["train", RECIPE, *SMALL, f"--trl.output_dir={run}"]) == 2
+    assert _err_lines(capsys) == [
+        f"mrtpo train: error: field 'trl.output_dir': cannot write the run folder '{run}': "
+        f"'{tmp_path / 'file'}' is a file, not a folder; choose another --trl.output_dir"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("code", "cause"),
+    [
+        (errno.EROFS, "read-only file system"),
+        (errno.EACCES, "permission denied ({run}/run.lock)"),
+        (errno.ENOSPC, "no space left on the device ("),
+    ],
+)
+def test_an_unwritable_run_folder_is_one_line(tmp_path, capsys, monkeypatch, code, cause):
+    run = tmp_path / "run"
+    real_open = os.open
+
+    def refusing_open(path, flags, *args):  # a test double of a folder the kernel refuses to write
+        if str(path).startswith(str(run)):
+            raise OSError(code, os.strerror(code), str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(run_lock.os, "open", refusing_open)
+    assert main(["train", RECIPE, *SMALL, f"--trl.output_dir={run}"]) == 2
+    lines = _err_lines(capsys)
+    assert len(lines) == 1
+    head = f"mrtpo train: error: field 'trl.output_dir': cannot write the run folder '{run}': "
+    assert lines[0].startswith(head + cause.format(run=run))
+
+
+def test_a_write_error_without_errno_is_named_and_others_pass():
+    from mrtpo.integrations.trl.run_folder import folder_failure
+
+    out = Path("/nowhere/run")
+    disk = RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert folder_failure(out, disk).startswith(
+        "field 'trl.output_dir': cannot write the run folder '/nowhere/run': no space left on the device"
+    )
+    assert folder_failure(out, ValueError("Invalid learning rate")) is None
+    elsewhere = PermissionError(errno.EACCES, "Permission denied", "/root/.cache/huggingface/x")
+    assert folder_failure(out, elsewhere) is None  # not the run folder's
+
+
+def test_the_forecast_is_compared_with_free_space(tmp_path, capsys, monkeypatch):
+    from mrtpo.integrations.trl import run_folder
+
+    real = run_folder.shutil.disk_usage
+    free = {"bytes": 10_000}
+
+    def small_disk(path):  # a test double: the real disk with little free space
+        usage = real(path)
+        return usage._replace(free=free["bytes"])
+
+    monkeypatch.setattr(run_folder.shutil, "disk_usage", small_disk)
+    run = tmp_path / "run"
+    args = ["train", RECIPE, *SMALL, "--trl.max_steps=1", f"--trl.output_dir={run}"]
+    assert main(args) == 2
+    line = _err_lines(capsys)[-1]
+    assert line.startswith(
+        f"mrtpo train: error: field 'trl.output_dir': the run folder '{run}' has 10 kB free and the first "
+        "checkpoint takes about "
+    )
+    assert not list(run.glob("checkpoint-*"))
+    checkpoint_mb = float(line.rpartition("takes about ")[2].split()[0])
+    # room for the first checkpoint, not for the whole run (2 checkpoints and the final model): a
+    # warning, and the run trains (the folder the refusal left is reused: it holds no trained step)
+    free["bytes"] = int(checkpoint_mb * 1.2e6)
+    assert main([*args, "--trl.max_steps=2", "--trl.save_total_limit=null"]) == 0
+    warning = [x for x in _err_lines(capsys) if x.startswith("mrtpo train: warning: this run writes about")]
+    assert len(warning) == 1
+    assert f"the run folder '{run}' has {checkpoint_mb * 1.2:.1f} MB free (trl.output_dir)" in warning[0]
+    assert _train_steps(run) == [1, 2]

@@ -369,9 +369,11 @@ def train(
             resume = None
         else:
             resume = _resume_target(out, resume, log)  # read only: a bad checkpoint is named before the lock
-    lock = run_lock.take(out, break_lock=break_lock, log=log)  # before anything is written
+    with run_folder.output_dir_errors(out):  # below a file, read-only, full: one line
+        lock = run_lock.take(out, break_lock=break_lock, log=log)  # before anything is written
     try:
-        return _train_locked(cfg, out, resume, overwrite, save_final, log, lock, build_kwargs)
+        with run_folder.output_dir_errors(out):
+            return _train_locked(cfg, out, resume, overwrite, save_final, log, lock, build_kwargs)
     finally:
         if lock is not None:
             lock.release()
@@ -395,7 +397,9 @@ def _train_locked(cfg, out: Path, resume, overwrite: bool, save_final: bool, log
     if trainer.accelerator.is_main_process:
         from mrtpo.integrations.trl.run_logging import estimate_run_bytes
 
-        log(estimate_run_bytes(trainer)["text"])
+        forecast = estimate_run_bytes(trainer)
+        log(forecast["text"])
+        run_folder.check_free_space(out, forecast, log)  # the first checkpoint must fit
     stopper = _interrupt_callback()
     trainer.add_callback(stopper)
 

@@ -7,10 +7,15 @@ takes the folder's lock or builds anything.
   and changes no file ("already complete at step N").
 - :func:`untrained`: a folder whose run stopped before its first step (a bad value, a failed verdict,
   a crash) holds nothing to keep: the corrected command reuses it without ``--overwrite``.
+- :func:`output_dir_errors`, :func:`check_free_space`: a folder that cannot be written (below a file,
+  read-only, not permitted, a full disk) is one line naming ``trl.output_dir``, not a traceback; the
+  run's size forecast is compared with the free space before the first step.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fnmatch
 import json
 import shutil
@@ -121,3 +126,117 @@ def completed_step(out: str | Path, resume: str | bool, args) -> tuple[int, str]
         f"already complete at step {step} ({what}; {folder}): nothing to train, no file changed; "
         f"{final}; a larger --trl.max_steps trains further"
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# Output-folder failures: one line naming trl.output_dir
+
+
+class RunFolderError(ValueError):
+    """The run folder (``trl.output_dir``) cannot be written: not a folder, read-only, no permission,
+    full, or too small for the run's first checkpoint."""
+
+
+def _megabytes(n: float) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.0f} kB"
+
+
+def _free(out: Path) -> int | None:
+    for p in (out, *out.parents):
+        if p.is_dir():
+            try:
+                return shutil.disk_usage(p).free
+            except OSError:
+                return None
+    return None
+
+
+_TEXTS = {  # the messages of errors that carry no errno (safetensors' and torch's writers)
+    "No space left on device": errno.ENOSPC,
+    "os error 28": errno.ENOSPC,
+    "Disk quota exceeded": errno.EDQUOT,
+    "Read-only file system": errno.EROFS,
+    "os error 30": errno.EROFS,
+}
+
+
+def _under(path: Any, out: Path) -> bool:
+    try:
+        p, o = Path(path).absolute(), out.absolute()
+    except (TypeError, ValueError):
+        return False
+    return p == o or o in p.parents or p in o.parents
+
+
+def folder_failure(out: str | Path, e: BaseException) -> str | None:
+    """The one line for an error ``e`` raised while writing the run folder ``out`` (None when ``e`` is
+    not about it): the folder is below a file, read-only, not permitted, or the disk is full."""
+    out = Path(out)
+    code = e.errno if isinstance(e, OSError) else None
+    if code is None:
+        code = next((c for text, c in _TEXTS.items() if text in str(e)), None)
+    if code is None:
+        return None
+    filename = getattr(e, "filename", None)
+    if filename is not None and not _under(filename, out):
+        return None  # another folder's failure (a cache, a model folder)
+    head = f"field 'trl.output_dir': cannot write the run folder {str(out)!r}"
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        free = _free(out)
+        left = f" ({_megabytes(free)} free)" if free is not None else ""
+        what = "no space left on the device" if code == errno.ENOSPC else "disk quota exceeded"
+        return f"{head}: {what}{left}; free space or choose another --trl.output_dir"
+    if code == errno.EROFS:
+        return f"{head}: read-only file system; choose another --trl.output_dir"
+    if code in (errno.ENOTDIR, errno.EEXIST):
+        blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            return f"{head}: {str(blocker)!r} is a file, not a folder; choose another --trl.output_dir"
+    if code in (errno.EACCES, errno.EPERM):
+        where = f" ({filename})" if filename else ""
+        return f"{head}: permission denied{where}; choose another --trl.output_dir"
+    if isinstance(e, OSError) and filename is not None:
+        return f"{head}: {e.strerror or type(e).__name__} ({filename})"
+    return None
+
+
+@contextlib.contextmanager
+def output_dir_errors(out: str | Path):
+    """Turn a failure to write the run folder (:func:`folder_failure`) into one line,
+    :class:`RunFolderError`, naming ``trl.output_dir``; any other error passes unchanged."""
+    try:
+        yield
+    except Exception as e:
+        if isinstance(e, RunFolderError):
+            raise
+        line = folder_failure(out, e)
+        if line is None:
+            raise
+        raise RunFolderError(line) from None
+
+
+def check_free_space(out: str | Path, forecast: dict[str, Any], log) -> None:
+    """Compare the run's size forecast (:func:`mrtpo.integrations.trl.run_logging.estimate_run_bytes`)
+    with the free space of the run folder's disk: RunFolderError when the first checkpoint (the final
+    model, for a run that saves none) does not fit, a warning through ``log`` when the whole run does
+    not."""
+    out = Path(out)
+    free = _free(out)
+    if free is None:
+        return
+    first, what = (
+        (forecast["checkpoint"], "the first checkpoint")
+        if forecast.get("checkpoints_kept")
+        else (forecast["final_model"], "the final model")
+    )
+    if first > free:
+        raise RunFolderError(
+            f"field 'trl.output_dir': the run folder {str(out)!r} has {_megabytes(free)} free and {what} "
+            f"takes about {_megabytes(first)}; free space or choose another --trl.output_dir"
+        )
+    if forecast["total"] > free:
+        log(
+            f"warning: this run writes about {_megabytes(forecast['total'])} and the run folder {str(out)!r} "
+            f"has {_megabytes(free)} free (trl.output_dir): it will stop when the disk is full; keep fewer "
+            "checkpoints (trl.save_total_limit) or free space"
+        )

@@ -208,7 +208,8 @@ class RunLock:
         """Remove the lock if it is still this process's (idempotent)."""
         self._stop.set()
         if self.held and self.owned():
-            self.path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a folder turned read-only: the lock stays, stale
+                self.path.unlink(missing_ok=True)
         self.held = False
 
     def __enter__(self) -> RunLock:
