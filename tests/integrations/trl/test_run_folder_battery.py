@@ -410,3 +410,53 @@ def test_the_forecast_is_compared_with_free_space(tmp_path, capsys, monkeypatch)
     assert len(warning) == 1
     assert f"the run folder '{run}' has {checkpoint_mb * 1.2:.1f} MB free (trl.output_dir)" in warning[0]
     assert _train_steps(run) == [1, 2]
+
+
+# ------------------------------------------------------ 6. metrics.jsonl: one row per step
+
+
+def test_metrics_has_one_row_per_step_and_the_summary_its_own_file_which_report_reads(tmp_path, capsys):
+    from mrtpo.analysis.report import build_report
+    from mrtpo.analysis.runs import load_run
+
+    run = tmp_path / "run"
+    args = ["train", RECIPE, *SMALL, f"--trl.output_dir={run}"]
+    assert main([*args, "--trl.max_steps=1"]) == 0
+    assert main([*args, "--trl.max_steps=2", "--resume"]) == 0  # a second session: steps 2
+    assert _steps(run) == [1, 2]  # unique: the sessions' summaries are not rows of metrics.jsonl
+    summary = [json.loads(x) for x in (run / "summary.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["resumed_from"]) for r in summary] == [(1, 0), (2, 1)]
+    assert all(r["train_runtime"] > 0 and "train_loss" in r for r in summary)
+    # a run that saved no checkpoint: --resume reads its completion from summary.jsonl
+    nockpt = tmp_path / "nockpt"
+    once = [
+        "train",
+        RECIPE,
+        *SMALL,
+        "--trl.max_steps=1",
+        "--trl.save_strategy=no",
+        f"--trl.output_dir={nockpt}",
+    ]
+    assert main(once) == 0
+    capsys.readouterr()
+    assert main([*once, "--resume"]) == 0
+    assert _err_lines(capsys) == [
+        f"mrtpo train: already complete at step 1 (trl.max_steps 1; {nockpt / 'summary.jsonl'}): nothing to "
+        "train, no file changed; the final model is in the run folder; a larger --trl.max_steps trains further"
+    ]
+    # an earlier version's folder: its summary row inside metrics.jsonl is moved to Run.summary
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "run.json").write_text((run / "run.json").read_text())
+    rows = (run / "metrics.jsonl").read_text() + json.dumps(summary[0]) + "\n"
+    (old / "metrics.jsonl").write_text(rows)
+    for folder in (run, old):
+        loaded = load_run(folder)
+        assert [m["step"] for m in loaded.metrics] == [1, 2]
+    assert load_run(old).train_seconds == pytest.approx(summary[0]["train_runtime"])
+    seconds = summary[0]["train_runtime"] + summary[1]["train_runtime"]
+    assert load_run(run).train_seconds == pytest.approx(seconds)
+    html = build_report([run], tmp_path / "report")
+    rep = json.loads((html.parent / "report.json").read_text())
+    assert [(r["rows"], r["last_step"], r["sessions"]) for r in rep["runs"]] == [(2, 2, 2)]
+    assert rep["runs"][0]["train_seconds"] == pytest.approx(seconds)

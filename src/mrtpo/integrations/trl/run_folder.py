@@ -29,6 +29,8 @@ RUN_FILES = (
     "run.json",
     "metrics.jsonl",
     "samples.jsonl",
+    "summary.jsonl",
+    "eval.jsonl",
     "runs",
     "checkpoint-*",
     "model*.safetensors*",
@@ -95,16 +97,30 @@ def _state(folder: Path) -> dict[str, Any]:
     return state if isinstance(state, dict) else {}
 
 
+def _last_summary(path: Path) -> dict[str, Any]:
+    """summary.jsonl's last session as a trainer state (``global_step``), or {}."""
+    try:
+        lines = [x for x in path.read_text().splitlines() if x.strip()]
+        row = json.loads(lines[-1]) if lines else {}
+    except (OSError, ValueError):
+        return {}
+    return {"global_step": row.get("step")} if isinstance(row, dict) else {}
+
+
 def completed_step(out: str | Path, resume: str | bool, args) -> tuple[int, str] | None:
-    """``(step, notice)`` when the checkpoint ``resume`` names (True: the newest complete one of ``out``)
-    has already reached the run's last step, else None. The last step is ``args.max_steps`` when set
+    """``(step, notice)`` when the checkpoint ``resume`` names (True: the newest complete one of ``out``,
+    or, for a run that saved none, the last session of its summary.jsonl) has already reached the run's
+    last step, else None. The last step is ``args.max_steps`` when set
     (a larger ``--trl.max_steps`` resumes and trains further), else the checkpoint's own ``max_steps``
     when the run counts epochs and ``args.num_train_epochs`` is the checkpoint's."""
     out = Path(out)
     folder = Path(resume) if isinstance(resume, str) else pick_checkpoint(out)[0]
-    if folder is None or not folder.is_dir() or checkpoint_problems(folder):
+    if folder is None and resume is True:  # a run that saved no checkpoint: its sessions' summaries
+        folder, state = out / "summary.jsonl", _last_summary(out / "summary.jsonl")
+    elif folder is None or not folder.is_dir() or checkpoint_problems(folder):
         return None  # the resume itself names what is wrong
-    state = _state(folder)
+    else:
+        state = _state(folder)
     step = state.get("global_step")
     if not isinstance(step, int):
         return None
@@ -121,6 +137,8 @@ def completed_step(out: str | Path, resume: str | bool, args) -> tuple[int, str]
         "the final model is in the run folder"
         if any((out / w).is_file() for w in weights)
         else f"the final model was not saved: its weights are {folder.name}'s"
+        if folder.is_dir()
+        else "the final model was not saved"
     )
     return step, (
         f"already complete at step {step} ({what}; {folder}): nothing to train, no file changed; "
