@@ -460,3 +460,33 @@ def test_metrics_has_one_row_per_step_and_the_summary_its_own_file_which_report_
     rep = json.loads((html.parent / "report.json").read_text())
     assert [(r["rows"], r["last_step"], r["sessions"]) for r in rep["runs"]] == [(2, 2, 2)]
     assert rep["runs"][0]["train_seconds"] == pytest.approx(seconds)
+
+
+# --------------------------------------------- 8. the demo's warm starts load without pickle
+
+
+class _RunsCodeWhenUnpickled:
+    """A test double of a malicious object: unpickling it creates ``marker`` (runs code)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_copy_phase_holding_a_pickled_object_is_refused_without_running_it(tmp_path):
+    import torch
+
+    from mrtpo.demo.warmstart import WarmStartConfig, train_imperfect_phase
+
+    marker = tmp_path / "code-ran"
+    path = tmp_path / "copy_phase.pt"
+    torch.save({"config": {}, "model": {}, "evil": _RunsCodeWhenUnpickled(marker)}, path)
+    torch.load(path, weights_only=False)  # the double works: a pickle load runs it
+    assert marker.exists()
+    marker.unlink()
+    with pytest.raises(ValueError, match=r"is not a copy phase this demo wrote: .*weights_only=True") as e:
+        train_imperfect_phase(WarmStartConfig(steps=2, clean_steps=1), path, 0, progress=False)
+    assert "\n" not in str(e.value)
+    assert not marker.exists()
