@@ -363,12 +363,8 @@ def train(
             if int(os.environ.get("RANK", "0")) == 0:
                 log(done[1])
             return None
-        if run_folder.untrained(out):  # the run stopped before its first step: nothing to continue
-            if int(os.environ.get("RANK", "0")) == 0:
-                log(f"{out} holds no trained step (the run stopped before its first): starting it again")
-            resume = None
-        else:
-            resume = _resume_target(out, resume, log)  # read only: a bad checkpoint is named before the lock
+        if isinstance(resume, str):  # read only: a bad checkpoint named is refused before the lock
+            resume = _resume_target(out, resume, log)
     with run_folder.output_dir_errors(out):  # below a file, read-only, full: one line
         lock = run_lock.take(out, break_lock=break_lock, log=log)  # before anything is written
     try:
@@ -386,6 +382,13 @@ def _train_locked(cfg, out: Path, resume, overwrite: bool, save_final: bool, log
 
     from mrtpo.tasks.faults import VerifierError
 
+    first = int(os.environ.get("RANK", "0")) == 0  # the others may find it emptied by the first already
+    if resume is True and run_folder.untrained(out, empty=not first):  # stopped before its first step
+        if first:
+            log(f"{out} holds no trained step (the run stopped before its first): starting it again")
+        resume = None
+    elif resume is True:
+        resume = _resume_target(out, resume, log)
     if resume:
         if int(os.environ.get("RANK", "0")) == 0:
             step = _checkpoint_step(resume)

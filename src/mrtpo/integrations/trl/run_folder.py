@@ -66,14 +66,16 @@ def clear(out: str | Path) -> None:
                 p.unlink()
 
 
-def untrained(out: str | Path) -> bool:
+def untrained(out: str | Path, *, empty: bool = False) -> bool:
     """Whether ``out`` holds only the files of a run that never completed a step: every entry is a run
     file (:data:`RUN_FILES`; the lock aside), none is a checkpoint or a model's weights, and
-    ``metrics.jsonl`` has no row of a step >= 1. False for an absent or empty folder (nothing to do)
-    and for a folder holding anything else (a user's file is never deleted)."""
+    ``metrics.jsonl`` has no row of a step >= 1. False for a folder holding anything else (a user's
+    file is never deleted), and for an absent or empty folder unless ``empty``."""
     out = Path(out)
     names = [p.name for p in out.iterdir() if p.name != LOCK_NAME] if out.is_dir() else []
-    if not names or not all(any(fnmatch.fnmatch(n, pat) for pat in RUN_FILES) for n in names):
+    if not names:
+        return empty
+    if not all(any(fnmatch.fnmatch(n, pat) for pat in RUN_FILES) for n in names):
         return False
     if any(n.startswith("checkpoint-") or any(fnmatch.fnmatch(n, w) for w in WEIGHT_FILES) for n in names):
         return False
