@@ -9,17 +9,20 @@ still writing (or that a crash cut off) can end in a line without its newline th
 ``partial_last_line=True`` skips that line; every other bad line is an error.
 
 Writing: :func:`write_jsonl` (replace the file) and :func:`append_jsonl`, one ``json.dumps`` per line,
-non-ASCII characters kept, the parent folder created.
+non-ASCII characters kept, the parent folder created. A file is replaced through a temporary file in
+the same folder and a rename (:func:`replace_file`): a reader, or a kill during the write, sees the old
+file whole or the new one whole, never a truncated one.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_jsonl", "iter_jsonl", "parse_jsonl", "read_jsonl", "write_jsonl"]
+__all__ = ["append_jsonl", "iter_jsonl", "parse_jsonl", "read_jsonl", "replace_file", "write_jsonl"]
 
 
 def _parse(text: str, where: str, *, objects: bool, partial_last_line: bool) -> Iterator[tuple[str, Any]]:
@@ -81,15 +84,46 @@ def _lines(rows: Iterable[Any], default: Callable[[Any], Any] | None) -> str:
     return "".join(json.dumps(r, ensure_ascii=False, default=default) + "\n" for r in rows)
 
 
-def write_jsonl(
-    path: str | Path, rows: Iterable[Any], *, default: Callable[[Any], Any] | None = None
-) -> Path:
-    """Replace ``path`` by one JSON value per line (UTF-8), creating the parent folder; ``default`` as
-    ``json.dumps``'s (how to write a value JSON has no type for)."""
+def replace_file(path: str | Path, chunks: Iterable[bytes | str], *, durable: bool = False) -> Path:
+    """Replace ``path`` by the concatenated ``chunks`` (text is UTF-8) atomically: they are written to a
+    temporary file beside it, which is then renamed over it, so that ``path`` holds the old content or
+    the new, whole, whatever stops the process in between (the temporary file is removed on an error).
+    ``durable``: ``fsync`` the file before the rename and the folder after it (the new content survives
+    a power loss, not only a kill). Creates the parent folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_lines(rows, default), encoding="utf-8")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as f:
+            for chunk in chunks:
+                f.write(chunk.encode("utf-8") if isinstance(chunk, str) else chunk)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if durable and hasattr(os, "O_DIRECTORY"):
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     return path
+
+
+def write_jsonl(
+    path: str | Path,
+    rows: Iterable[Any],
+    *,
+    default: Callable[[Any], Any] | None = None,
+    durable: bool = False,
+) -> Path:
+    """Replace ``path`` by one JSON value per line (UTF-8), creating the parent folder, atomically
+    (:func:`replace_file`; ``durable`` as there); ``default`` as ``json.dumps``'s (how to write a value
+    JSON has no type for)."""
+    return replace_file(path, [_lines(rows, default)], durable=durable)
 
 
 def append_jsonl(

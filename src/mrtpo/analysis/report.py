@@ -422,12 +422,14 @@ def _render(report: dict[str, Any], images: dict[str, Path | None]) -> str:
     # runs
     parts.append(
         "<h2>Runs</h2><table><tr><th class='l'>method</th><th>seed</th><th class='l'>run</th>"
-        "<th>steps logged</th><th>last step</th><th>samples</th></tr>"
+        "<th>steps logged</th><th>last step</th><th>samples</th><th>sessions</th><th>train time (s)</th></tr>"
     )
     for r in report["runs"]:
+        secs = r.get("train_seconds")
         parts.append(
             f"<tr><td class='l'>{e(r['method'])}</td><td>{e(str(r['seed']))}</td><td class='l'>{e(r['path'])}</td>"
-            f"<td>{r['rows']}</td><td>{r['last_step']}</td><td>{r['samples']}</td></tr>"
+            f"<td>{r['rows']}</td><td>{r['last_step']}</td><td>{r['samples']}</td>"
+            f"<td>{r.get('sessions', 0)}</td><td>{'' if secs is None else f'{secs:.1f}'}</td></tr>"
         )
     parts.append("</table>")
     # curves
@@ -746,6 +748,8 @@ def build_report(
                     "rows": len(r.metrics),
                     "last_step": last,
                     "samples": n_samples,
+                    "sessions": len(r.summary),
+                    "train_seconds": r.train_seconds,
                 }
             )
     report = {

@@ -124,12 +124,26 @@ class Run:
     Attributes:
         path: the folder.
         config: run.json.
-        metrics: the rows of metrics.jsonl in file order.
+        metrics: the rows of metrics.jsonl in file order: one per logged training step.
+        summary: the rows of summary.jsonl, one per training session (a run, each resume): its closing
+            summary (``train_runtime``, ``train_loss``, ...; ``resumed_from``).
+        evals: the rows of eval.jsonl, one per evaluation (``eval_*`` keys).
+
+    Run folders of earlier versions wrote the summary and the evaluations into metrics.jsonl, repeating
+    a step number: :func:`load_run` moves those rows here.
     """
 
     path: Path
     config: dict[str, Any]
     metrics: list[dict[str, Any]] = field(default_factory=list)
+    summary: list[dict[str, Any]] = field(default_factory=list)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def train_seconds(self) -> float | None:
+        """The training time of the run, summed over its sessions (None when none ended)."""
+        times = [r["train_runtime"] for r in self.summary if isinstance(r.get("train_runtime"), (int, float))]
+        return float(sum(times)) if times else None
 
     @property
     def seed(self) -> Any:
@@ -186,7 +200,15 @@ def load_run(path: str | Path) -> Run:
         step = row.get("step")
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step):
             raise ValueError(f"{metrics_path}: row {i + 1} has step={step!r}; expected an integer")
-    return Run(path, config, metrics)
+    summary, evals = (
+        read_jsonl(p, partial_last_line=True) if p.exists() else []
+        for p in (path / "summary.jsonl", path / "eval.jsonl")
+    )
+    legacy_summary = [r for r in metrics if "train_runtime" in r]  # run folders of earlier versions
+    legacy_evals = [r for r in metrics if "train_runtime" not in r and any(k.startswith("eval_") for k in r)]
+    if legacy_summary or legacy_evals:
+        metrics = [r for r in metrics if not any(r is x for x in (*legacy_summary, *legacy_evals))]
+    return Run(path, config, metrics, legacy_summary + summary, legacy_evals + evals)
 
 
 def find_run_dirs(paths: Sequence[str | Path], *, max_depth: int = 3) -> list[Path]:

@@ -7,7 +7,10 @@ is refused unless ``--resume`` (continue from its newest complete checkpoint, or
 optimizer state, scheduler, RNG and data order) or ``--overwrite`` (start again) is given. Ctrl-C saves
 a checkpoint after the current step and prints the command that resumes; so does a failed verdict that
 the task's policy does not absorb (``task.on_verifier_error``, :mod:`mrtpo.tasks.faults`), in one line
-naming the verifier, the example and the cause (exit code 1). ``--plugin MODULE`` (repeatable,
+naming the verifier, the example and the cause (exit code 1). The run folder is locked while a process
+trains it (``RUN/run.lock``, :mod:`mrtpo.integrations.trl.run_lock`): a second ``mrtpo train`` into it
+(``--resume`` too) is refused in one line naming the holder; ``--break-lock`` takes a lock left behind
+on another host. ``--plugin MODULE`` (repeatable,
 before or after the config) imports a module of the user's own before the config is validated, as the
 config's ``plugins:`` list does (:mod:`mrtpo.plugins`).
 """
@@ -86,6 +89,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch CPU threads (default: torch's; 1 is faster when other work loads the cores)",
     )
     parser.add_argument(
+        "--break-lock",
+        action="store_true",
+        help="take the run folder's lock (RUN/run.lock) even when it names a process that may be running: "
+        "for a lock left behind on another host (on the same host a lock whose process is gone is taken "
+        "over without it)",
+    )
+    parser.add_argument(
         "--verbose",
         action="store_true",
         help="print third-party warnings (transformers, TRL, DeepSpeed, torch) as they come; by default "
@@ -120,7 +130,7 @@ def _resume_command(
         if tok == "--resume":
             skip = True
             continue
-        if tok.startswith("--resume=") or tok in ("--overwrite", "--verbose"):
+        if tok.startswith("--resume=") or tok in ("--overwrite", "--verbose", "--break-lock"):
             continue
         kept.append(tok)
     if threads is not None:
@@ -151,7 +161,9 @@ def run(args: argparse.Namespace) -> int:
         print_config = True
     overwrite = "--overwrite" in rest
     verbose = bool(getattr(args, "verbose", False)) or "--verbose" in rest
-    pairs, resume = parse_overrides([t for t in rest if t not in ("--overwrite", "--verbose")])
+    break_lock = bool(getattr(args, "break_lock", False)) or "--break-lock" in rest
+    flags = ("--overwrite", "--verbose", "--break-lock")
+    pairs, resume = parse_overrides([t for t in rest if t not in flags])
     if resume and overwrite:
         raise ValueError("--resume continues the run folder and --overwrite starts it again: give one")
     with warnings.catch_warnings(record=True) as caught:  # deprecated spellings: one line each
@@ -170,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
 
     tally = None if verbose else WarningTally().install()
     try:
-        return _train(args, cfg, rest, threads, plugins, resume, overwrite, tally)
+        return _train(args, cfg, rest, threads, plugins, resume, overwrite, tally, break_lock)
     finally:
         _summarize(tally)
 
@@ -187,7 +199,7 @@ def _summarize(tally) -> None:
         print(f"mrtpo train: {line}", file=sys.stderr, flush=True)
 
 
-def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally) -> int:
+def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally, break_lock=False) -> int:
     cfg.check()  # the task, the registries' names, what this machine lacks: one line naming every field
     if threads is not None:
         import torch
@@ -210,14 +222,17 @@ def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally) -> int:
         callbacks.append(CoverHandlers())
     out = cfg.trainer["output_dir"]
     try:
-        trainer = train(cfg, resume=resume, overwrite=overwrite, callbacks=callbacks or None)
+        trainer = train(
+            cfg, resume=resume, overwrite=overwrite, break_lock=break_lock, callbacks=callbacks or None
+        )
     except VerifierError as e:  # a failed verdict (task.on_verifier_error): one line, the checkpoint, resume
         _close_process_group()
         _summarize(tally)  # before the stop line, which stays the last line
         where = (
             f"saved {e.checkpoint}; resume with: {_resume_command(args, rest, threads, plugins)}"
             if e.checkpoint
-            else "no checkpoint was written (no step had completed: start again with --overwrite)"
+            else "no checkpoint was written (no step had completed: the same command starts again in this "
+            "folder)"
             if e.step == 0
             else "no checkpoint could be written"
         )
@@ -252,6 +267,8 @@ def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally) -> int:
         return 130
     _close_process_group(barrier=True)
     _summarize(tally)
+    if trainer is None:  # --resume of a finished run: train() said "already complete at step N"
+        return 0
     if trainer.accelerator.is_main_process:  # several processes: one final line
         print(
             f"mrtpo train: {trainer.state.global_step} steps; run folder and final model: {trainer.args.output_dir}"

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -312,7 +313,9 @@ def train_copy_phase(config: WarmStartConfig, out_dir: str | Path, *, progress: 
     meet every constraint (the model learns to copy), from ``config.seed``.
 
     Saves ``out_dir/copy_phase.pt`` (model, optimizer and scheduler state, the data stream's state, the
-    losses and the probe curve) for :func:`train_imperfect_phase`; returns its path.
+    losses and the probe curve: tensors and plain data only) for :func:`train_imperfect_phase`, which
+    loads it with ``torch.load(weights_only=True)`` (no pickled object is rebuilt: a file that holds one
+    is refused); returns its path.
     """
     import torch
 
@@ -387,7 +390,14 @@ def train_imperfect_phase(
 
     from mrtpo.tasks.toy import build_toy_tokenizer, generate_examples
 
-    state = torch.load(Path(copy_phase), weights_only=False)
+    try:  # tensors and plain data only: loading runs no code of the file's (no pickle)
+        state = torch.load(Path(copy_phase), weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = " ".join(str(e).split())[:200]
+        raise ValueError(
+            f"{copy_phase} is not a copy phase this demo wrote: it holds objects other than tensors and "
+            f"plain data, which are not loaded (weights_only=True: {first})"
+        ) from None
     if state["config"] != asdict(config):
         changed = sorted(k for k in state["config"] if state["config"][k] != asdict(config).get(k))
         raise ValueError(f"{copy_phase} was trained with other warm-start settings (differs in {changed})")

@@ -12,7 +12,9 @@ verdict **fails** when the verifier
 Every engine scores a batch through :func:`score_batch` (each failure is a :class:`Fault` naming the
 reward, the example and the cause) and hands the faults of the whole batch to :func:`apply_policy`,
 which applies the run's :class:`VerifierPolicy` (config ``task.on_verifier_error`` and
-``task.max_verifier_error_rate`` for ``mrtpo train``; ``algorithm.mrtpo.*`` on verl):
+``task.max_verifier_error_rate`` for ``mrtpo train``; ``algorithm.mrtpo.*`` on verl). Given the
+policy, :func:`score_batch` stops scoring at the failure that stops the run (``mrtpo train``): a
+verifier that hangs costs one timeout before the stop, not one per response of the batch:
 
 - ``raise`` (default): the run stops with one line naming the verifier, the example and the cause
   (:class:`VerifierError`); the engine saves a checkpoint of the last completed step first.
@@ -37,7 +39,7 @@ import numbers
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,13 +138,16 @@ def apply_policy(faults: Sequence[Fault], verdicts: int, policy: VerifierPolicy)
     if not faults:
         return
     first = faults[0]
+    unscored = int(getattr(faults, "unscored", 0))
+    skipped = f"; {unscored} verdict(s) of the batch not scored (stopped here)" if unscored else ""
     if policy.on_error == "raise":
         more = f" ({len(faults) - 1} more failed verdict(s) in this batch)" if len(faults) > 1 else ""
-        raise VerifierError(first.line() + more, first)
+        raise VerifierError(first.line() + more + skipped, first)
     if len(faults) > policy.max_error_rate * verdicts:
         raise VerifierError(
             f"{len(faults)} of {verdicts} verdicts of one batch failed ({len(faults) / verdicts:.1%} > "
-            f"{policy.prefix}max_verifier_error_rate={policy.max_error_rate:g}); first: {first.line()}",
+            f"{policy.prefix}max_verifier_error_rate={policy.max_error_rate:g}); first: {first.line()}"
+            + skipped,
             first,
         )
 
@@ -300,10 +305,12 @@ def safe_verdict(verifier: Verifier, example: Example, response: str) -> tuple[f
 
 def _column(
     objs: Sequence[Verifier], examples: Sequence[Example], texts: Sequence[str]
-) -> list[tuple[float | None, str | None]]:
-    """The verdicts of one reward column: one batch call when a single verifier object with a batch
-    call of its own scores every row (a pool that parallelises); a batch call that fails or returns the
-    wrong count is redone row by row, so that the failing response is named."""
+) -> Iterator[tuple[float | None, str | None]]:
+    """The verdicts of one reward column, row by row as they come: one batch call when a single
+    verifier object with a batch call of its own scores every row (a pool that parallelises); a batch
+    call that fails or returns the wrong count is redone row by row, so that the failing response is
+    named. The rows of the row-by-row path are scored one at a time as the caller asks for them (a caller
+    that stops asking scores no more)."""
     first = objs[0]
     shared = all(o is first for o in objs) and type(first).__call__ is not Verifier.__call__
     if shared and len(objs) > 1:
@@ -313,8 +320,25 @@ def _column(
         except Exception:
             out = None
         if out is not None and len(out) == len(objs):
-            return [check_value(v, first.bounds) for v in out]
-    return [safe_verdict(o, ex, t) for o, ex, t in zip(objs, examples, texts, strict=True)]
+            yield from (check_value(v, first.bounds) for v in out)
+            return
+    for o, ex, t in zip(objs, examples, texts, strict=True):
+        yield safe_verdict(o, ex, t)
+
+
+class Faults(list):
+    """The faults of a batch (a list of :class:`Fault`), with ``unscored``: the verdicts that
+    :func:`score_batch` did not ask for because the policy had already stopped the run."""
+
+    unscored: int = 0
+
+
+def stop_after(policy: VerifierPolicy | None, verdicts: int) -> float:
+    """How many failed verdicts of a batch of ``verdicts`` the policy lets pass before it stops the run
+    (``inf``: no policy); scoring stops at the next."""
+    if policy is None:
+        return math.inf
+    return 0 if policy.on_error == "raise" else policy.max_error_rate * verdicts
 
 
 def score_batch(
@@ -323,21 +347,39 @@ def score_batch(
     texts: Sequence[str],
     names: Sequence[str],
     row_offset: int = 0,
-) -> tuple[torch.Tensor, list[Fault]]:
+    *,
+    policy: VerifierPolicy | None = None,
+    verdicts: int | None = None,
+) -> tuple[torch.Tensor, Faults]:
     """Rewards ``[B, K]`` float32 of a batch and its faults (ordered by row, then column); a failed
     verdict holds its verifier's minimum (``bounds[0]``), the value policy ``min`` trains on.
     ``verifiers[j][k]`` scores reward ``names[k]`` of response ``texts[j]``. Fault rows count from
-    ``row_offset`` (this process's first row in the gathered batch)."""
+    ``row_offset`` (this process's first row in the gathered batch).
+
+    With ``policy``, scoring stops as soon as the faults found stop the run under it (:func:`stop_after`:
+    the first under ``raise``; under ``min`` the first beyond ``max_error_rate`` of ``verdicts``, the
+    batch's N·K over every process, default B·K): no further verdict is asked for, so a verifier that
+    hangs costs one timeout, not one per response. The verdicts left hold their minimum and are counted
+    in ``faults.unscored``; :func:`apply_policy` then stops the run."""
     b, k = len(examples), len(names)
-    values = torch.zeros(b, k, dtype=torch.float32)
-    faults: list[Fault] = []
+    values = torch.tensor(
+        [[float(vs[col].bounds[0]) for col in range(k)] for vs in verifiers], dtype=torch.float32
+    ).reshape(b, k)  # every verdict holds its minimum until it is scored
+    faults = Faults()
+    limit = stop_after(policy, b * k if verdicts is None else verdicts)
+    scored = 0
     for col in range(k):
         objs = [vs[col] for vs in verifiers]
         for row, (value, cause) in enumerate(_column(objs, examples, texts)):
+            scored += 1
             if cause is None:
                 values[row, col] = value
-            else:
-                values[row, col] = float(objs[row].bounds[0])
-                faults.append(Fault(names[col], col, row + row_offset, str(examples[row].id), cause))
+                continue
+            faults.append(Fault(names[col], col, row + row_offset, str(examples[row].id), cause))
+            if len(faults) > limit:
+                break
+        if len(faults) > limit:
+            faults.unscored = b * k - scored
+            break
     faults.sort(key=lambda f: (f.row, f.col))
     return values, faults

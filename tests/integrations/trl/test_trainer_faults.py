@@ -59,7 +59,9 @@ def test_a_failed_verdict_stops_in_one_line_after_a_checkpoint_and_resumes(kind,
     ex = json.loads((run / "samples.jsonl").read_text().splitlines()[0])  # step 1's samples only
     assert ex["step"] == 1
     assert line.startswith("mrtpo train: stopped after step 1: verifier 'start' failed on example 'train-")
-    assert f"': {CAUSES[kind]}; saved {run / 'checkpoint-1'}; resume with: mrtpo train " in line
+    # scoring stopped at that failure: verdict 2 of step 2's 8 x 5; the other 38 were not asked for
+    unscored = "38 verdict(s) of the batch not scored (stopped here)"
+    assert f"': {CAUSES[kind]}; {unscored}; saved {run / 'checkpoint-1'}; resume with: mrtpo train " in line
     assert line.endswith(" --resume")
     assert checkpoint_problems(run / "checkpoint-1") == []
     assert [m["step"] for m in _metrics(run)] == [1]
@@ -105,7 +107,11 @@ def test_min_policy_stops_when_a_batch_fails_beyond_the_limit(tmp_path, capsys):
         "mrtpo train: stopped after step 2: 5 of 40 verdicts of one batch failed (12.5% > "
         "task.max_verifier_error_rate=0.1); first: verifier 'start' failed on example 'train-"
     )
-    assert f"raised TimeoutError: judge timed out; saved {run / 'checkpoint-2'}; resume with: " in line
+    # the 5th failure (row 5 of 'start') stops the scoring: 35 of step 3's 40 verdicts not asked for
+    assert (
+        f"raised TimeoutError: judge timed out; 35 verdict(s) of the batch not scored (stopped here); "
+        f"saved {run / 'checkpoint-2'}; resume with: "
+    ) in line
     assert [m["verifier_errors/start"] for m in _metrics(run)] == [0, 4]
     assert checkpoint_problems(run / "checkpoint-2") == []
 
@@ -128,6 +134,7 @@ def test_a_failure_before_any_step_completed_writes_no_checkpoint(tmp_path, caps
     line = _last_line(capsys)
     assert line.startswith("mrtpo train: stopped after step 0: verifier 'start' failed on example 'train-")
     assert line.endswith(
-        ": returned nan; no checkpoint was written (no step had completed: start again with --overwrite)"
+        ": returned nan; 39 verdict(s) of the batch not scored (stopped here); no checkpoint was written "
+        "(no step had completed: the same command starts again in this folder)"
     )
     assert not list(run.glob("checkpoint-*"))

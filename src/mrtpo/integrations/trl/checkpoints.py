@@ -160,7 +160,7 @@ def trim_log_history(checkpoint: str | Path, keep: int = 1) -> int:
     2,000 of the tiny recipe, 4.2 MB of each 5 MB checkpoint). Resuming never reads it (it restores the
     step, epoch, RNG, optimizer and scheduler; the history only feeds a model card), and a run folder
     holds every logged step in ``metrics.jsonl``, so a checkpoint keeps the last entry only."""
-    import os
+    from mrtpo.io import replace_file
 
     path = Path(checkpoint) / "trainer_state.json"
     try:
@@ -173,7 +173,5 @@ def trim_log_history(checkpoint: str | Path, keep: int = 1) -> int:
         return 0
     state["log_history"] = history[-keep:] if keep > 0 else []
     new = json.dumps(state, indent=2, sort_keys=True) + "\n"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(new)
-    os.replace(tmp, path)
+    replace_file(path, [new], durable=True)
     return len(text) - len(new)

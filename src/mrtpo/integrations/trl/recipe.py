@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mrtpo.integrations.trl import run_folder, run_lock
 from mrtpo.integrations.trl.checks import load_task_spec
+from mrtpo.integrations.trl.run_folder import RUN_FILES  # noqa: F401  (recipe.RUN_FILES)
 from mrtpo.integrations.trl.schema import (
     TRAINER_DEFAULTS,
     RunConfig,
@@ -58,29 +59,6 @@ TINY_KEYS = (
     "seed",
 )
 """``model.tiny`` keys that go to :func:`mrtpo.models.tiny.build_model` (``words`` goes to the tokenizer)."""
-# what `--overwrite` deletes in a run folder: the run files, checkpoints, TensorBoard logs, final model
-RUN_FILES = (
-    "run.json",
-    "metrics.jsonl",
-    "samples.jsonl",
-    "runs",
-    "checkpoint-*",
-    "model*.safetensors*",
-    "adapter_config.json",  # a peft run's final adapter
-    "adapter_model*.safetensors*",
-    "pytorch_model*.bin*",
-    "config.json",
-    "generation_config.json",
-    "tokenizer*",
-    "special_tokens_map.json",
-    "chat_template.*",
-    "vocab.*",
-    "merges.txt",
-    "training_args.bin",
-    "README.md",
-    "base",  # a LoRA run's base model, when it had no folder or hub id of its own (the tiny model)
-    "adapter",  # a LoRA run's adapter, when peft.save_merged put the merged model in the run folder
-)
 
 
 def _tiny_model_and_tokenizer(spec: dict[str, Any], examples, dtype: str = "auto") -> tuple[Any, Any]:
@@ -245,12 +223,18 @@ class TrainingInterrupted(Exception):
         self.step, self.checkpoint, self.trainer = step, checkpoint, trainer
 
 
-def _prepare_run_folder(out: Path, overwrite: bool) -> None:
-    if not out.is_dir() or not any(out.iterdir()):
+def _prepare_run_folder(out: Path, overwrite: bool, log) -> None:
+    entries = [p for p in out.iterdir() if p.name != run_lock.LOCK_NAME] if out.is_dir() else []
+    if not entries:
+        return
+    if not overwrite and run_folder.untrained(out):  # a run that failed before its first step
+        if int(os.environ.get("RANK", "0")) == 0:
+            log(f"{out} holds a run that stopped before its first step: starting it again")
+            run_folder.clear(out)
         return
     if not overwrite:
         first = ("run.json", "metrics.jsonl", "samples.jsonl", "model.safetensors")
-        held = sorted((p.name for p in out.iterdir()), key=lambda n: (n not in first, n))
+        held = sorted((p.name for p in entries), key=lambda n: (n not in first, n))
         n_ckpt = sum(1 for h in held if h.startswith("checkpoint-"))
         shown = [h for h in held if not h.startswith("checkpoint-")][:4]
         if n_ckpt:
@@ -260,14 +244,8 @@ def _prepare_run_folder(out: Path, overwrite: bool) -> None:
             "--overwrite to delete its run files and checkpoints and start again, or choose another "
             "--trl.output_dir"
         )
-    if int(os.environ.get("RANK", "0")) != 0:  # several processes (accelerate launch): the first deletes
-        return
-    for pattern in RUN_FILES:
-        for p in out.glob(pattern):
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
+    if int(os.environ.get("RANK", "0")) == 0:  # several processes (accelerate launch): the first deletes
+        run_folder.clear(out)
 
 
 def _resume_target(out: Path, resume: str | bool, log) -> str:
@@ -339,6 +317,7 @@ def train(
     *,
     resume: str | bool | None = None,
     overwrite: bool = False,
+    break_lock: bool = False,
     save_final: bool = True,
     log=None,
     **build_kwargs,
@@ -347,7 +326,10 @@ def train(
 
     The run folder (``trl.output_dir``) must be empty or absent, unless ``resume`` (continue it) or
     ``overwrite`` (delete its run files, checkpoints, logs and model first). At the end the model and
-    tokenizer are saved into it (``trainer.save_model()``; loadable with ``from_pretrained``).
+    tokenizer are saved into it (``trainer.save_model()``; loadable with ``from_pretrained``). The run
+    folder's lock (``RUN/run.lock``) is held from before anything is written until the end (a second
+    process is refused: :class:`mrtpo.integrations.trl.run_lock.RunFolderLocked`). ``resume`` of a run
+    that already reached its last step trains nothing, changes no file and returns None.
 
     Ctrl-C (SIGINT, in the main thread) stops after the current optimizer step, saves a checkpoint and
     raises :class:`TrainingInterrupted`; a second Ctrl-C stops at once (KeyboardInterrupt). A failed
@@ -359,15 +341,12 @@ def train(
         resume: True for the newest complete checkpoint in ``trl.output_dir`` (incomplete newer ones are
             skipped and named through ``log``), a checkpoint folder (refused when incomplete), or None.
         overwrite: start again in a non-empty run folder.
+        break_lock: take the run folder's lock even when another process holds it
+            (:mod:`mrtpo.integrations.trl.run_lock`; a lock left behind on another host).
         save_final: save the final model and tokenizer into ``trl.output_dir``.
         log: a ``str -> None`` for notices (default: print to stderr).
         build_kwargs: see :func:`build_trainer` (model, tokenizer, task, train_examples, ...).
     """
-    import signal
-    import threading
-
-    from mrtpo.tasks.faults import VerifierError
-
     log = log or (lambda msg: print(f"mrtpo train: {msg}", file=sys.stderr, flush=True))
     if isinstance(config, RunConfig):
         cfg = config if not overrides else load_config(raw=config.raw, overrides=overrides)
@@ -377,19 +356,53 @@ def train(
         cfg = load_config(config, overrides)
     out = Path(cfg.trainer["output_dir"])
     cfg.check()  # a bad field fails before anything is deleted or loaded
-    cfg.trainer_config()
+    args = cfg.trainer_config()
     if resume:
+        done = run_folder.completed_step(out, resume, args)
+        if done is not None:  # a finished run: nothing is trained, no file is touched (no lock either)
+            if int(os.environ.get("RANK", "0")) == 0:
+                log(done[1])
+            return None
+        if isinstance(resume, str):  # read only: a bad checkpoint named is refused before the lock
+            resume = _resume_target(out, resume, log)
+    with run_folder.output_dir_errors(out):  # below a file, read-only, full: one line
+        lock = run_lock.take(out, break_lock=break_lock, log=log)  # before anything is written
+    try:
+        with run_folder.output_dir_errors(out):
+            return _train_locked(cfg, out, resume, overwrite, save_final, log, lock, build_kwargs)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train_locked(cfg, out: Path, resume, overwrite: bool, save_final: bool, log, lock, build_kwargs):
+    """:func:`train` once the run folder's lock is held (``lock``: None on the other processes)."""
+    import signal
+    import threading
+
+    from mrtpo.tasks.faults import VerifierError
+
+    first = int(os.environ.get("RANK", "0")) == 0  # the others may find it emptied by the first already
+    if resume is True and run_folder.untrained(out, empty=not first):  # stopped before its first step
+        if first:
+            log(f"{out} holds no trained step (the run stopped before its first): starting it again")
+        resume = None
+    elif resume is True:
         resume = _resume_target(out, resume, log)
+    if resume:
         if int(os.environ.get("RANK", "0")) == 0:
             step = _checkpoint_step(resume)
             log(f"resuming from {Path(resume).resolve()} (step {step})")
     else:
-        _prepare_run_folder(out, overwrite)
+        _prepare_run_folder(out, overwrite, log)
     trainer = build_trainer(cfg, **build_kwargs)
+    trainer.add_callback(run_lock.guard_callback(out, lock))
     if trainer.accelerator.is_main_process:
         from mrtpo.integrations.trl.run_logging import estimate_run_bytes
 
-        log(estimate_run_bytes(trainer)["text"])
+        forecast = estimate_run_bytes(trainer)
+        log(forecast["text"])
+        run_folder.check_free_space(out, forecast, log)  # the first checkpoint must fit
     stopper = _interrupt_callback()
     trainer.add_callback(stopper)
 

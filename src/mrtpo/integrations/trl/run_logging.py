@@ -1,8 +1,11 @@
-"""The run folder (docs/run-format.md): run.json, metrics.jsonl and samples.jsonl.
+"""The run folder (docs/run-format.md): run.json, metrics.jsonl, samples.jsonl, summary.jsonl, eval.jsonl.
 
-Only the main process writes. ``metrics.jsonl`` receives every dict the Trainer logs (TRL's metrics
-plus the trainer's per-reward ones), beside whatever ``report_to`` backends are configured; on resume,
-lines of steps after the checkpoint are dropped first so the file has one line per logged step.
+Only the main process writes. ``metrics.jsonl`` receives every dict the Trainer logs of a training step
+(TRL's metrics plus the trainer's per-reward ones), beside whatever ``report_to`` backends are
+configured: one row per logged step. The summary transformers logs at the end of a training session
+(``train_runtime``, ``train_loss``, ...) goes to ``summary.jsonl`` (one row per session: a run and
+each resume), an evaluation's dict (``eval_*``) to ``eval.jsonl``, so that no step of metrics.jsonl
+appears twice. On resume, lines of steps after the checkpoint are dropped first from each.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from mrtpo import io
 RUN_JSON = "run.json"
 METRICS_JSONL = "metrics.jsonl"
 SAMPLES_JSONL = "samples.jsonl"
+SUMMARY_JSONL = "summary.jsonl"
+EVAL_JSONL = "eval.jsonl"
 LOG_HISTORY_KEPT = 1000
 """Entries of the Trainer's in-memory ``state.log_history`` kept while ``metrics.jsonl`` records every
 logged step: transformers appends one dict per logged step for the whole run (unbounded, the tiny
@@ -59,8 +64,10 @@ def folder_contents(trl: dict[str, Any] | None) -> dict[str, str]:
     report_to = trl.get("report_to") or []
     files = {
         "run.json": "this file: the resolved config and what the folder holds",
-        "metrics.jsonl": "one JSON object per logged step (docs/run-format.md)",
+        "metrics.jsonl": "one JSON object per logged training step (docs/run-format.md)",
         "samples.jsonl": "a few responses per logged step with their per-token credit",
+        "summary.jsonl": "one JSON object per training session (a run, each resume): its closing summary",
+        "eval.jsonl": "one JSON object per evaluation (trl.eval_strategy), when the run evaluates",
         "checkpoint-N/": ckpt,
         "model.safetensors, config.json, tokenizer*": "the final model and tokenizer, written at the end",
         "README.md": "TRL's model card",
@@ -97,27 +104,68 @@ def append_jsonl(path: str | Path, records: list[dict[str, Any]]) -> None:
     io.append_jsonl(path, [_jsonable(r) for r in records])
 
 
-def truncate_after(path: str | Path, step: int) -> None:
+def truncate_after(path: str | Path, step: int) -> bool:
     """Drop the lines of ``path`` whose ``step`` is greater than ``step`` (a resumed run rewrites them),
-    and a last line cut off by the interrupted run."""
+    and a last line cut off by the interrupted run; whether the file was rewritten (not when nothing
+    was to drop). The file is replaced through a temporary file, a rename and ``fsync``
+    (:func:`mrtpo.io.replace_file`): a kill during the rewrite leaves the previous file whole. The kept
+    lines are copied byte for byte."""
     path = Path(path)
     if not path.exists():
-        return
-    rows = io.read_jsonl(path, partial_last_line=True)
-    io.write_jsonl(path, [r for r in rows if r.get("step", 0) is None or r.get("step", 0) <= step])
+        return False
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    tail = lines.pop()  # after the last newline: b"" for a whole file, else a line cut off
+    kept = []
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise ValueError(f"{path}:{i}: not JSON ({e})") from None
+        s = row.get("step", 0) if isinstance(row, dict) else 0
+        if s is None or s <= step:
+            kept.append(line + b"\n")
+    if tail.strip():
+        try:  # a last line without its newline that parses is kept (with one)
+            row = json.loads(tail)
+            s = row.get("step", 0) if isinstance(row, dict) else 0
+            if s is None or s <= step:
+                kept.append(tail + b"\n")
+        except ValueError:
+            pass
+    if sum(map(len, kept)) == len(data):
+        return False
+    io.replace_file(path, kept, durable=True)
+    return True
+
+
+def log_file(logs: dict[str, Any]) -> str:
+    """Which run file a logged dict goes to: :data:`SUMMARY_JSONL` for the end of a training session,
+    :data:`EVAL_JSONL` for an evaluation, else :data:`METRICS_JSONL`."""
+    if "train_runtime" in logs:
+        return SUMMARY_JSONL
+    if any(k.startswith("eval_") for k in logs):
+        return EVAL_JSONL
+    return METRICS_JSONL
 
 
 class JSONLMetricsCallback(TrainerCallback):
-    """Appends ``{"step": global_step, **logs}`` to ``<output_dir>/metrics.jsonl`` on every log, keeps the
-    log history out of the checkpoints it saves and bounds it in memory to the last
-    :data:`LOG_HISTORY_KEPT` entries (metrics.jsonl has all of it)."""
+    """Appends ``{"step": global_step, **logs}`` to ``<output_dir>/metrics.jsonl`` on every log of a
+    training step (the session's summary to summary.jsonl with ``"resumed_from"``, the step it started
+    at; an evaluation to eval.jsonl: :func:`log_file`), keeps the log history out of the checkpoints it
+    saves and bounds it in memory to the last :data:`LOG_HISTORY_KEPT` entries (metrics.jsonl has all of
+    it)."""
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
+        self.start_step = 0
 
     def on_train_begin(self, args, state, control, **kwargs):
+        self.start_step = int(state.global_step)
         if state.is_world_process_zero:
-            for name in (METRICS_JSONL, SAMPLES_JSONL):
+            for name in (METRICS_JSONL, SAMPLES_JSONL, SUMMARY_JSONL, EVAL_JSONL):
                 truncate_after(self.run_dir / name, state.global_step)
 
     def on_save(self, args, state, control, **kwargs):
@@ -134,8 +182,11 @@ class JSONLMetricsCallback(TrainerCallback):
         if not state.is_world_process_zero or not logs:
             return
         record = {"step": int(state.global_step)}
+        name = log_file(logs)
+        if name == SUMMARY_JSONL:
+            record["resumed_from"] = self.start_step
         record.update({k: v for k, v in logs.items() if isinstance(v, (int, float)) or v is None})
-        append_jsonl(self.run_dir / METRICS_JSONL, [record])
+        append_jsonl(self.run_dir / name, [record])
 
 
 def _megabytes(n: float) -> str:

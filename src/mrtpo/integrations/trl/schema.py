@@ -54,7 +54,7 @@ from pydantic import (
     model_validator,
 )
 
-from mrtpo.integrations.trl import trl_fields
+from mrtpo.integrations.trl import trl_bounds, trl_fields
 from mrtpo.integrations.trl.fields import CONFIG_KEYS, MRTPOFields, deprecated_fields, option_fields
 from mrtpo.integrations.trl.reading import (
     Origins,
@@ -495,6 +495,8 @@ class RunConfig:
         trl_raw = raw.get("trl")
         if not isinstance(trl_raw, dict) or "output_dir" not in trl_raw:
             errors.append("field 'trl.output_dir' is required (the run folder)")
+        if valid is not None:  # the numbers torch / TRL would refuse only once training started
+            errors.extend(trl_bounds.bound_errors(valid.trl.model_dump(exclude_unset=True), origins.note))
         if errors:
             raise ValueError("invalid config: " + "; ".join(errors))
         trainer: dict[str, Any] = {"method": valid.method.model_dump(exclude_unset=True)}

@@ -365,14 +365,15 @@ class MRTPOTrainer(GRPOTrainer):
         verifiers = [self.task.verifiers(ex) for ex in examples]
         b = len(examples)
         # failed verdicts (None, NaN, inf, out of bounds, an exception, a timeout) hold the reward's
-        # minimum; the policy then stops the run or keeps those minima and counts them
+        # minimum; the policy then stops the run (scoring stops at that failure) or keeps and counts them
+        n_all = b * self.accelerator.num_processes
         local, faults = faults_mod.score_batch(
-            verifiers, examples, texts, self.reward_names, self.accelerator.process_index * b
-        )
+            verifiers, examples, texts, self.reward_names, self.accelerator.process_index * b,
+            policy=self.verifier_policy, verdicts=n_all * len(self.reward_names),
+        )  # fmt: skip
         many = self.accelerator.num_processes > 1
         if many and int(gather(torch.tensor([len(faults)], device=device)).sum()):  # every process sees all
             faults = [f for part in gather_object([faults]) for f in part]
-        n_all = b * self.accelerator.num_processes
         faults_mod.apply_policy(faults, n_all * len(self.reward_names), self.verifier_policy)
         if self.verifier_policy.on_error == "min":
             mode = "train" if self.model.training else "eval"
