@@ -109,6 +109,12 @@ def add_arguments(parser) -> None:
         "CPU cores; quick: 1)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="empty the output folder first (without it, the same command run again into its folder resumes, "
+        "reusing every finished warm start and RL run, and another command into a used folder is refused)",
+    )
 
 
 def run(args) -> int:
@@ -164,7 +170,7 @@ def run(args) -> int:
         clean = round(args.warm_start_steps * ws.clean_steps / ws.steps)  # the clean phase keeps its share
         changes["warm_start"] = dataclasses.replace(ws, steps=args.warm_start_steps, clean_steps=clean)
     cfg = dataclasses.replace(cfg, **changes)
-    summary = run_demo(cfg)
+    summary = run_demo(cfg, overwrite=args.overwrite)
     print(format_table(summary))
     print(f"wrote {cfg.output_dir}/index.html and {cfg.output_dir}/summary.json")
     return 0

@@ -12,10 +12,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mrtpo.demo.resume import claim_folder, clear_unfinished, load_result, save_result
 from mrtpo.demo.runs import DEFAULT_METHODS, METHODS, RLConfig
 from mrtpo.demo.warmstart import WarmStartConfig, heldout_examples
 
 SATISFACTION_KEY = "task/satisfaction"
+
+COPY_RESULT = "copy_phase.done.json"
+"""Beside ``copy_phase.pt``: the copy phase finished (with the settings it names)."""
 
 RETEST_SEED = 1_000
 """The second held-out evaluation of a final policy samples with the RL seed + this."""
@@ -151,6 +155,12 @@ def prepare_warm_start(job: dict[str, Any]) -> dict[str, Any]:
 
     from mrtpo.demo.warmstart import evaluate_policy, load_warm_start, train_imperfect_phase
 
+    own = not job.get("reuse")  # a folder of this demo's (not an earlier demo's warm start)
+    if own:
+        done = load_result(job["dir"], job)
+        if done is not None:
+            return done
+        clear_unfinished(job["dir"])
     if job.get("threads"):
         torch.set_num_threads(job["threads"])
     _quiet_loading()
@@ -162,7 +172,7 @@ def prepare_warm_start(job: dict[str, Any]) -> dict[str, Any]:
             job["config"], job["copy_phase"], job["warm_start"], job["dir"], progress=False
         )
     heldout, _ = evaluate_policy(model, tok, heldout_examples(job["eval_examples"]), temperature=1.0, seed=0)
-    return {
+    result = {
         "warm_start": job["warm_start"],
         "dir": str(job["dir"]),
         "reused": bool(job.get("reuse")),
@@ -171,6 +181,9 @@ def prepare_warm_start(job: dict[str, Any]) -> dict[str, Any]:
         "heldout": heldout,
         **{k: info.get(k) for k in ("sampled", "greedy", "final_loss", "curve", "parameters")},
     }
+    if own:
+        save_result(job["dir"], job, result)
+    return result
 
 
 def train_and_evaluate(job: dict[str, Any]) -> dict[str, Any]:
@@ -192,6 +205,10 @@ def train_and_evaluate(job: dict[str, Any]) -> dict[str, Any]:
     from mrtpo.demo.summary import METRICS, steps_to_threshold
     from mrtpo.demo.warmstart import evaluate_policy, load_warm_start
 
+    done = load_result(job["run_dir"], job)
+    if done is not None:
+        return done
+    clear_unfinished(job["run_dir"])  # a run stopped before its end starts again
     if job.get("threads"):
         torch.set_num_threads(job["threads"])
     _quiet_loading()
@@ -219,7 +236,9 @@ def train_and_evaluate(job: dict[str, Any]) -> dict[str, Any]:
     }
     res["curves"] = run_curves(rows, rl.curve_every, rl.steps) if rl.curve_every > 0 else None
     res["cpu_seconds"] = time.process_time() - cpu0
-    return {"method": res.pop("method"), "warm_start": res.pop("warm_start"), **res}
+    result = {"method": res.pop("method"), "warm_start": res.pop("warm_start"), **res}
+    save_result(job["run_dir"], job, result)
+    return result
 
 
 def _run_jobs(
@@ -315,8 +334,16 @@ def _load_avg() -> str:
         return "?"
 
 
-def run_demo(config: DemoConfig) -> dict[str, Any]:
-    """Run the demo; returns the summary (also written to ``<output_dir>/summary.json``)."""
+def run_demo(config: DemoConfig, *, overwrite: bool = False) -> dict[str, Any]:
+    """Run the demo; returns the summary (also written to ``<output_dir>/summary.json``).
+
+    The same command run again into its folder resumes it: finished units are reused, verified by their
+    settings (:mod:`mrtpo.demo.resume`); another command into a used folder is refused unless ``overwrite``.
+
+    Raises:
+        FileExistsError: the output folder holds another command's demo (or other files), without
+            ``overwrite``.
+    """
     import platform
 
     import torch
@@ -325,7 +352,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
 
     torch.set_num_threads(config.threads)
     out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    claim_folder(out, config, overwrite=overwrite)
     load_before = _load_avg()
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
@@ -375,7 +402,13 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     else:
         ws_root = out / "warmstart"
         t0 = time.perf_counter()
-        copy = train_copy_phase(config.warm_start, ws_root, progress=config.progress)
+        copy_job = {"config": config.warm_start}
+        done = load_result(ws_root, copy_job, COPY_RESULT)
+        if done is not None and (ws_root / "copy_phase.pt").exists():
+            copy = ws_root / "copy_phase.pt"
+        else:
+            copy = train_copy_phase(config.warm_start, ws_root, progress=config.progress)
+            save_result(ws_root, copy_job, {"path": str(copy)}, COPY_RESULT)
         copy_seconds = time.perf_counter() - t0
         ws_jobs = [
             {
