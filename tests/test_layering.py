@@ -137,5 +137,7 @@ def test_a_command_builds_only_its_own_parser():
     loaded = _loaded_after("from mrtpo.cli.main import build_parser; build_parser(['train', 'x.yaml'])")
     assert "mrtpo.cli.train" in loaded
     assert not {"mrtpo.cli.demo", "mrtpo.cli.eval", "mrtpo.cli.explain", "mrtpo.cli.bench_replay"} & loaded
-    two = _loaded_after("from mrtpo.cli.main import build_parser; build_parser(['bench', 'replay', '--help'][:2])")
+    two = _loaded_after(
+        "from mrtpo.cli.main import build_parser; build_parser(['bench', 'replay', '--help'][:2])"
+    )
     assert "mrtpo.cli.bench_replay" in two and "mrtpo.cli.bench_train" not in two

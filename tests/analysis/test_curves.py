@@ -186,7 +186,9 @@ def test_plot_labels_say_what_the_lines_are(tmp_path, monkeypatch):
     figs = []
     monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))  # keep the figure to read it
     one = seed_band([(np.array([1, 2, 3]), np.array([0.1, 0.5, 0.9]))])
-    two = seed_band([(np.array([1, 2, 3]), np.array([0.1, 0.5, 0.9])), (np.array([1, 2, 3]), np.array([0.2, 0.4, 0.8]))])
+    two = seed_band(
+        [(np.array([1, 2, 3]), np.array([0.1, 0.5, 0.9])), (np.array([1, 2, 3]), np.array([0.2, 0.4, 0.8]))]
+    )
     plot_curves({"reward": {"gdpo": one}}, tmp_path / "one.png", thresholds={"reward": 0.5})
     plot_curves({"reward": {"gdpo": one, "mrtpo": two}}, tmp_path / "two.png", threshold_label="level (given)",
                 thresholds={"reward": 0.25})  # fmt: skip

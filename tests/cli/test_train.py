@@ -477,6 +477,11 @@ def test_rerun_refuses_unless_resume_or_overwrite_and_the_final_model_loads(tmp_
     for text in ["apple first", "many words pillow first", "<b> apple </b> last"]:
         assert auto(text).input_ids == tok(text).input_ids == trainer.processing_class(text).input_ids
     assert model.generate(ids, max_new_tokens=2, do_sample=False).shape == (1, ids.shape[1] + 2)
+    # the model card names what the run started from (TRL's template would say "[None]")
+    trainer.create_model_card()
+    card = (out / "README.md").read_text()
+    assert "None" not in card and "# Model Card for run" in card and f'model="{out.resolve()}"' in card
+    assert "This model was trained with mrtpo from " in card
     # TensorBoard (the recipe's report_to): event files with the training loss of both steps
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -276,7 +276,9 @@ def plot_curves(
             if n_seeds > 1:
                 ax.fill_between(band.steps, band.lo, band.hi, color=c, alpha=0.2, lw=0)
         if thresholds and key in thresholds and thresholds[key] is not None:
-            ax.axhline(thresholds[key], color="0.2", ls=":", lw=1, label=f"{threshold_label} {thresholds[key]:.3g}")
+            ax.axhline(
+                thresholds[key], color="0.2", ls=":", lw=1, label=f"{threshold_label} {thresholds[key]:.3g}"
+            )
         if reference and key in reference:
             v = reference[key]
             what = "ratio 1: no localization" if key.endswith("/ratio") and v == 1 else f"reference {v:g}"
@@ -285,7 +287,9 @@ def plot_curves(
         ax.set_xlabel("step")
         most = max((int(b.count.max()) for b in panels[key].values() if b.steps.size), default=1)
         ax.set_ylabel(
-            f"{center_name} over runs (seeds), {band_name} band" if most > 1 else "one run per method (no band)",
+            f"{center_name} over runs (seeds), {band_name} band"
+            if most > 1
+            else "one run per method (no band)",
             fontsize=8,
         )
         ax.grid(alpha=0.3)

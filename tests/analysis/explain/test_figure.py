@@ -53,7 +53,9 @@ def test_one_distance_scale_per_figure_and_the_early_warning():
     from mrtpo.analysis.explain import distance_scale, early_warning
     from mrtpo.analysis.explain.view import EARLY_STEP
 
-    faint = credit_view(_record(advantages=[1.0, 1.0], distances=[[0.013, 0.0, 0.006, 0.01], [0.78, 0.1, 0.2, 0.3]]))
+    faint = credit_view(
+        _record(advantages=[1.0, 1.0], distances=[[0.013, 0.0, 0.006, 0.01], [0.78, 0.1, 0.2, 0.3]])
+    )
     late = credit_view(_record(step=EARLY_STEP, distances=[[0.5, 0.1, 0.2, 0.3], None]))
     assert distance_scale([faint]) == pytest.approx(0.78)
     assert distance_scale([faint, late]) == pytest.approx(0.78)
@@ -62,7 +64,9 @@ def test_one_distance_scale_per_figure_and_the_early_warning():
     ax_d = next(ax for ax in fig.axes if ax.images)
     assert ax_d.images[0].norm.vmax == pytest.approx(0.78)
     shown = ax_d.images[0].norm(np.asarray(ax_d.images[0].get_array()))
-    assert float(shown[0].max()) == pytest.approx(0.013 / 0.78) and float(shown[1].max()) == pytest.approx(1.0)
+    assert float(shown[0].max()) == pytest.approx(0.013 / 0.78) and float(shown[1].max()) == pytest.approx(
+        1.0
+    )
     labels = [t.get_text() for t in ax_d.get_yticklabels()]
     assert labels == ["start  d (max 0.013)", "wrap  d (max 0.78)"]
     # step 7 < EARLY_STEP: the warning is the figure's title; at EARLY_STEP none

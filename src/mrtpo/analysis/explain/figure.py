@@ -279,4 +279,3 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
     else:
         fig.suptitle(legend, color="0.3", **text)
     return fig
-
