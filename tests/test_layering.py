@@ -130,3 +130,15 @@ def test_the_cycle_finder_sees_a_lazy_import_cycle(tmp_path):
 
 def test_no_import_cycles_in_the_package():
     assert _cycles(_import_graph(SRC)) == []
+
+
+def test_a_command_builds_only_its_own_parser():
+    """`mrtpo train ...` imports the train command's module, not every other command's (their tasks,
+    evaluations and demo): each command's own imports are what it waits for."""
+    loaded = _loaded_after("from mrtpo.cli.main import build_parser; build_parser(['train', 'x.yaml'])")
+    assert "mrtpo.cli.train" in loaded
+    assert not {"mrtpo.cli.demo", "mrtpo.cli.eval", "mrtpo.cli.explain", "mrtpo.cli.bench_replay"} & loaded
+    two = _loaded_after(
+        "from mrtpo.cli.main import build_parser; build_parser(['bench', 'replay', '--help'][:2])"
+    )
+    assert "mrtpo.cli.bench_replay" in two and "mrtpo.cli.bench_train" not in two

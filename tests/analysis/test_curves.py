@@ -174,3 +174,31 @@ def test_plot_curves_writes_a_png(tmp_path):
     assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 200
     with pytest.raises(ValueError, match="no metric"):
         plot_curves({}, tmp_path / "d.png")
+
+
+def test_plot_labels_say_what_the_lines_are(tmp_path, monkeypatch):
+    """One run is not a median: a panel whose methods have one run each says so; the dotted line is named
+    as the steps-to-threshold level; the credit audit's panels have plain titles."""
+    import matplotlib.pyplot as plt
+
+    from mrtpo.analysis.curves import metric_title
+
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))  # keep the figure to read it
+    one = seed_band([(np.array([1, 2, 3]), np.array([0.1, 0.5, 0.9]))])
+    two = seed_band(
+        [(np.array([1, 2, 3]), np.array([0.1, 0.5, 0.9])), (np.array([1, 2, 3]), np.array([0.2, 0.4, 0.8]))]
+    )
+    plot_curves({"reward": {"gdpo": one}}, tmp_path / "one.png", thresholds={"reward": 0.5})
+    plot_curves({"reward": {"gdpo": one, "mrtpo": two}}, tmp_path / "two.png", threshold_label="level (given)",
+                thresholds={"reward": 0.25})  # fmt: skip
+    ax_one, ax_two = figs[0].axes[0], figs[1].axes[0]
+    assert ax_one.get_ylabel() == "one run per method (no band)"
+    assert ax_two.get_ylabel() == "median over runs (seeds), IQR band"
+    assert "steps-to-threshold level 0.5" in ax_one.get_legend_handles_labels()[1]
+    assert "level (given) 0.25" in ax_two.get_legend_handles_labels()[1]
+    assert metric_title("credit/format/adv_share") == "format: share of Σ|Â| over rewards"
+    assert metric_title("credit/format/gini") == "format: Gini of its token weights"
+    monkeypatch.undo()
+    for fig in figs:
+        plt.close(fig)

@@ -64,3 +64,16 @@ def test_cli_explain_samples_and_live(toy, tmp_path, monkeypatch, capsys):
     rec = json.loads((out / "record.jsonl").read_text())
     assert any("over a group of 3" in n for n in rec["notes"])
     assert len(rec["advantages"]) == 5 and rec["advantages"][2] == 0.0  # include: constant 0 in the group
+
+
+def test_a_metrics_file_is_named_as_one(tmp_path, capsys):
+    """explain --samples on a metrics.jsonl: one line that says so, before any record is picked."""
+    from mrtpo.cli.main import main
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "loss": 0.4}\n')
+    assert main(["explain", "--samples", str(path), "--out", str(tmp_path / "x")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert "holds no sample record" in err and "looks like a metrics.jsonl" in err
+    assert not (tmp_path / "x").exists()

@@ -477,6 +477,11 @@ def test_rerun_refuses_unless_resume_or_overwrite_and_the_final_model_loads(tmp_
     for text in ["apple first", "many words pillow first", "<b> apple </b> last"]:
         assert auto(text).input_ids == tok(text).input_ids == trainer.processing_class(text).input_ids
     assert model.generate(ids, max_new_tokens=2, do_sample=False).shape == (1, ids.shape[1] + 2)
+    # the model card names what the run started from (TRL's template would say "[None]")
+    trainer.create_model_card()
+    card = (out / "README.md").read_text()
+    assert "None" not in card and "# Model Card for run" in card and f'model="{out.resolve()}"' in card
+    assert "This model was trained with mrtpo from " in card
     # TensorBoard (the recipe's report_to): event files with the training loss of both steps
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -603,3 +608,23 @@ def test_missing_local_model_folder_is_an_immediate_error(tmp_path, capsys, monk
         assert looks_like_path(path), path
     for hub_id in ["Qwen/Qwen2.5-7B-Instruct", "gpt2", "mrtpo-demo/warmstart"]:
         assert not looks_like_path(hub_id), hub_id
+
+
+def test_no_recipe_and_a_gpu_recipe_on_cpu_are_one_line_each(capsys):
+    """`mrtpo train` alone names the missing recipe (overrides are optional); a GPU recipe's bf16 on a
+    machine without a GPU names trl.bf16 and the way out, not TRL's words."""
+    from mrtpo.cli.main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["train"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "a recipe is required" in err and "overrides are optional" in err
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU machine accepts bf16")
+    assert main(["train", "recipes/sql_qwen2.5-coder-7b.yaml", "--print-config"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "field 'trl.bf16'" in err and "trl.use_cpu: true" in err and "doesn't support" not in err

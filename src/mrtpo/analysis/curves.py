@@ -183,6 +183,16 @@ def resolve_metric(name: str, keys: set[str]) -> str:
     raise ValueError(f"metric {name!r} is not in metrics.jsonl; logged keys: {known}")
 
 
+CREDIT_TITLES = {
+    "adv_abs_mean": "mean |Â| (its advantage's size)",
+    "adv_share": "share of Σ|Â| over rewards",
+    "gini": "Gini of its token weights",
+    "effective_token_ratio": "effective token ratio",
+    "top_token_repeat": "top-token repeat",
+}
+"""Panel titles of the credit audit's metrics (``credit/<reward>/<metric>``)."""
+
+
 def metric_title(key: str) -> str:
     """A short title: ``rewards/format/mean`` -> ``format reward``, ``distance/format/mean`` ->
     ``format: mean JS distance``."""
@@ -192,7 +202,7 @@ def metric_title(key: str) -> str:
     if len(parts) == 3 and parts[0] == "distance" and parts[2] == "mean":
         return f"{parts[1]}: mean JS distance"
     if len(parts) == 3 and parts[0] == "credit":
-        return f"{parts[1]}: {parts[2].replace('_', ' ')}"
+        return f"{parts[1]}: {CREDIT_TITLES.get(parts[2], parts[2].replace('_', ' '))}"
     if len(parts) == 3 and parts[0] == "localization":
         return f"{parts[1]}: localization {parts[2].replace('_', ' ')}"
     if key == "reward":
@@ -209,6 +219,7 @@ def plot_curves(
     thresholds: Mapping[str, float] | None = None,
     reference: Mapping[str, float] | None = None,
     ncols: int = 3,
+    threshold_label: str = "steps-to-threshold level",
 ) -> Path:
     """One panel per metric, one line (center) and shaded band per method; written as a PNG.
 
@@ -221,6 +232,10 @@ def plot_curves(
         thresholds: metric key -> a horizontal dotted line (the steps-to-threshold level).
         reference: metric key -> a horizontal gray line (e.g. ratio 1 = no localization).
         ncols: panels per row.
+        threshold_label: what the dotted line is, in the legend (its value follows).
+
+    The y label says what a line is: the center and band over a method's runs, or "one run" when no method
+    of the panel has more than one (then there is no band).
     """
     import matplotlib
 
@@ -261,14 +276,22 @@ def plot_curves(
             if n_seeds > 1:
                 ax.fill_between(band.steps, band.lo, band.hi, color=c, alpha=0.2, lw=0)
         if thresholds and key in thresholds and thresholds[key] is not None:
-            ax.axhline(thresholds[key], color="0.2", ls=":", lw=1, label=f"threshold {thresholds[key]:.3g}")
+            ax.axhline(
+                thresholds[key], color="0.2", ls=":", lw=1, label=f"{threshold_label} {thresholds[key]:.3g}"
+            )
         if reference and key in reference:
             v = reference[key]
             what = "ratio 1: no localization" if key.endswith("/ratio") and v == 1 else f"reference {v:g}"
             ax.axhline(v, color="0.6", ls="--", lw=1, label=what)
         ax.set_title(metric_title(key), fontsize=11)
         ax.set_xlabel("step")
-        ax.set_ylabel(f"{center_name} over runs (seeds), {band_name} band", fontsize=8)
+        most = max((int(b.count.max()) for b in panels[key].values() if b.steps.size), default=1)
+        ax.set_ylabel(
+            f"{center_name} over runs (seeds), {band_name} band"
+            if most > 1
+            else "one run per method (no band)",
+            fontsize=8,
+        )
         ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         lo, hi = ax.get_xlim()

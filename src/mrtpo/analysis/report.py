@@ -715,6 +715,11 @@ def build_report(
         colors=colors,
         stat=stat,  # type: ignore[arg-type]
         thresholds={key: threshold_value} if threshold_value is not None else None,
+        threshold_label=(
+            "steps-to-threshold level (90% from the lowest first to the highest last value)"
+            if threshold is None
+            else "steps-to-threshold level (given)"
+        ),
     )
     diag_keys = [f"distance/{n}/mean" for n in names if f"distance/{n}/mean" in keys]
     diag_keys += [f"localization/{n}/ratio" for n in names if f"localization/{n}/ratio" in keys]

@@ -201,6 +201,16 @@ def _explain_samples(args):
     records = read_jsonl(args.samples)
     if not records:
         raise ValueError(f"{args.samples} has no record")
+    if not any(isinstance(r, dict) and "tokens" in r for r in records):  # checked before any is picked
+        hint = (
+            " (it looks like a metrics.jsonl: use the samples.jsonl beside it)"
+            if any(isinstance(r, dict) and "step" in r and "reward_names" not in r for r in records)
+            else ""
+        )
+        raise ValueError(
+            f"{args.samples} holds no sample record (no record has 'tokens'){hint}: --samples reads a run's "
+            "samples.jsonl"
+        )
     source = Path(args.samples).name
     rewards = None
     if args.reward:

@@ -52,7 +52,10 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser. With ``argv``, only the command it names gets its options (its module is
+    imported); the others are listed by name and help alone, so ``mrtpo train --help`` does not import
+    every command's dependencies. Without ``argv``, every command is complete."""
     parser = argparse.ArgumentParser(
         prog="mrtpo",
         description="Multi-reward RL with token-level credit (MRTPO).",
@@ -69,10 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
                 g = top.add_parser(words[0], help=f"{words[0]} commands")
                 groups[words[0]] = g.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
             sub = groups[words[0]].add_parser(words[1], help=help_, description=help_)
-        mod = importlib.import_module(f"mrtpo.cli.{module}")
-        mod.add_arguments(sub)
+        if argv is None or _names(argv, words):
+            mod = importlib.import_module(f"mrtpo.cli.{module}")
+            mod.add_arguments(sub)
         sub.set_defaults(_module=module, _words=words)
     return parser
+
+
+def _names(argv: list[str], words: tuple[str, ...]) -> bool:
+    """``argv`` runs the command ``words`` (its first positional words are those)."""
+    given = [a for a in argv if not a.startswith("-")][: len(words)]
+    return tuple(given) == tuple(words)
 
 
 # where a missing package comes from (the verl route's environment, for one, has no TRL)
@@ -87,8 +97,8 @@ _INSTALL = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     if not argv:  # `mrtpo` alone: the commands
         parser.print_help()
         return 0

@@ -108,6 +108,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="overrides, e.g. --method.credit_beta 0.3 --trl.max_steps=10; --resume [CHECKPOINT] continues "
         "the run folder; --overwrite starts it again",
     )
+    error = parser.error
+
+    def named_error(message: str):  # no recipe: say what is missing, not that overrides are required
+        if message.startswith("the following arguments are required: config"):
+            message = (
+                "a recipe is required: mrtpo train RECIPE.yaml [--section.key VALUE ...] (for example "
+                "recipes/tiny_cpu.yaml; overrides are optional)"
+            )
+        error(message)
+
+    parser.error = named_error
     format_help = parser.format_help
 
     def lazy_format_help() -> str:  # the field list imports TRL: only when help is asked for

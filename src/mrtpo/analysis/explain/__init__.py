@@ -21,14 +21,14 @@ Output:
 
 - HTML: one section per record; a grid with one row per reward plus the total, and columns "replay
   distance", "<method>: response level", "MRTPO: token level". Each token is shaded (distance: by
-  ``d / max_t d`` of its row; advantages: blue positive, red negative, the response-level and MRTPO
+  the one distance scale of the page (:func:`~mrtpo.analysis.explain.view.distance_scale`); advantages: blue positive, red negative, the response-level and MRTPO
   cells of a reward on one scale, :func:`advantage_scale`) and carries its exact values in a ``title``
   (hover) and ``data-v`` attribute. Tokens the reward's verifier reads (``checked_tokens``) are
   underlined. Inline CSS, no external asset.
 - PNG (matplotlib, Agg): per record, a title (run, step, method, every reward's Â), the prompt with each
   reward's information (the record's ``information`` spans) highlighted in that reward's colour
   (:mod:`mrtpo.analysis.style`), then heat strips wrapped every ``tokens_per_line`` tokens: a distance
-  panel (one strip per reward, ``d / max_t d``) and an advantage panel: per reward a response-level
+  panel (one strip per reward, all on one distance scale, each row's maximum in its label) and an advantage panel: per reward a response-level
   strip and an MRTPO strip on that reward's scale, then the two totals on theirs (each strip shows
   ``value / scale`` on one symmetric colour map; the scale is in the strip's label).
 
@@ -61,6 +61,8 @@ from mrtpo.analysis.explain.view import (
     check_rewards,
     credit_magnitude,
     credit_view,
+    distance_scale,
+    early_warning,
     restrict,
     select_records,
 )
@@ -74,6 +76,8 @@ __all__ = [
     "check_rewards",
     "credit_magnitude",
     "credit_view",
+    "distance_scale",
+    "early_warning",
     "explain_figure",
     "explain_records",
     "group_advantages",

@@ -7,7 +7,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mrtpo.analysis.explain.view import ZERO_TOL, CreditView, advantage_scale, signed_label
+from mrtpo.analysis.explain.view import (
+    ZERO_TOL,
+    CreditView,
+    advantage_scale,
+    distance_scale,
+    early_warning,
+    signed_label,
+)
 
 
 def advantage_rows(view: CreditView) -> tuple[np.ndarray, list[float]]:
@@ -117,12 +124,15 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
 
     Per view and per line of at most ``tokens_per_line`` tokens, two axes:
 
-    - distance: image ``[K', L]`` of ``d[k, t] / max_t d[k, :]`` (0 in skipped rows), colormap Oranges;
+    - distance: image ``[K', L]`` of ``d[k, t]`` on one scale for the whole figure, ``[0, max d]`` over
+      every view's replayed rows (:func:`distance_scale`), so a faint row looks faint; each row's own
+      maximum is in its label; skipped rows gray; colormap Oranges;
     - advantage: image ``[2K + 2, L]`` of ``value / scale``: per reward k the rows ``response_level[k]``
       and ``token_level[k]`` on that reward's scale, then ``response_total`` and ``token_total`` on theirs
       (:func:`advantage_rows`); colormap RdBu on ``[-1, 1]``; zero is white.
 
-    Tokens beyond ``max_tokens`` are left out (noted in the title). Returns the Figure (Agg backend).
+    Tokens beyond ``max_tokens`` are left out (noted in the title). Responses from before
+    :data:`EARLY_STEP` carry a warning line (:func:`early_warning`). Returns the Figure (Agg backend).
     """
     import matplotlib
 
@@ -134,6 +144,7 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
         raise ValueError("tokens_per_line and max_tokens must be positive")
     from mrtpo.analysis.style import reward_colors
 
+    d_scale = distance_scale(views)
     line_len = min(tokens_per_line, max(min(len(v.tokens), max_tokens) for v in views))
     width = max(7.5, 3.2 + 0.27 * line_len)
     chars = max(40, int((width - 3.6) * 72 / 4.22))  # monospace 7 pt: 4.2 pt a character
@@ -183,14 +194,14 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
         ax_d, ax_a = axes.pop(0), axes.pop(0)
         x = np.arange(s, e)
         top = v.distances.max(axis=1, keepdims=True)  # [K', 1]
-        dn = np.divide(v.distances, top, out=np.zeros_like(v.distances), where=top > 0)[:, s:e]  # [K', L]
+        dn = v.distances[:, s:e]  # [K', L], on the figure's one scale
         skipped = np.asarray(v.skipped)[:, None].repeat(e - s, axis=1)  # [K', L]
         cmap_d = matplotlib.colormaps["Oranges"].with_extremes(bad="0.85")
         im_d = ax_d.imshow(
             np.ma.masked_array(dn, skipped),
             aspect="auto",
             cmap=cmap_d,
-            norm=Normalize(0.0, 1.0),
+            norm=Normalize(0.0, d_scale),
             interpolation="nearest",
             extent=(s - 0.5, e - 0.5, dn.shape[0] - 0.5, -0.5),
         )
@@ -250,18 +261,23 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
             )
         cb_d = fig.colorbar(im_d, ax=ax_d, fraction=0.02, pad=0.01)
         cb_d.ax.tick_params(labelsize=7)
-        cb_d.set_label("d / max d", fontsize=7)
+        cb_d.set_label("d (one scale)", fontsize=7)
         cb = fig.colorbar(im_a, ax=ax_a, fraction=0.02, pad=0.01)
         cb.ax.tick_params(labelsize=7)
         cb.set_label("advantage / its reward's scale", fontsize=7)
-    fig.suptitle(
-        "distance strips: d / max d per reward; ▲ in a row: a token that reward's verifier reads; "
-        "gray: row skipped by replay (its rule)\n"
+    legend = (
+        f"distance strips: replay distance d, one scale for every row (0 to {d_scale:.2g}), each row's own "
+        "maximum in its label; ▲ in a row: a token that reward's verifier reads;\n"
+        "gray: no replay for that reward in this response (its kind's rule skips it, e.g. Â = 0: no credit to "
+        "move; its token weights are 1)\n"
         "advantage strips: per reward the response level and MRTPO on that reward's scale (in the label),\n"
-        "then both totals on theirs; an advantage of at most 1e-8 in absolute value is drawn as 0",
-        fontsize=7.5,
-        x=0.01,
-        ha="left",
-        color="0.3",
+        "then both totals on theirs; an advantage of at most 1e-8 in absolute value is drawn as 0"
     )
+    text = {"fontsize": 7.5, "x": 0.01, "ha": "left"}
+    warning = early_warning(views)
+    if warning:  # the warning on top, in red, before anyone reads the strips; the key below them
+        fig.suptitle(warning, color="firebrick", **{**text, "fontsize": 8.5})
+        fig.supxlabel(legend, color="0.3", **text)
+    else:
+        fig.suptitle(legend, color="0.3", **text)
     return fig

@@ -8,7 +8,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mrtpo.analysis.explain.view import ZERO_TOL, CreditView, advantage_scale, signed_label
+from mrtpo.analysis.explain.view import (
+    ZERO_TOL,
+    CreditView,
+    advantage_scale,
+    distance_scale,
+    early_warning,
+    signed_label,
+)
 from mrtpo.analysis.style import reward_colors, tint
 
 _DIST_RGB = (217, 72, 1)  # dark orange (distance)
@@ -62,6 +69,7 @@ _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:18px 24px;color:#1d1d1f;background:#fff}
 h1{font-size:20px;margin:0 0 6px}
 h2{font-size:16px;margin:26px 0 6px;padding-top:10px;border-top:2px solid #ddd}
+p.warn{color:#b22222;font-weight:600;font-size:14px;margin:4px 0 8px}
 p.legend{font-size:12.5px;color:#444;max-width:70em;margin:4px 0 10px}
 .key{display:inline-block;width:2.2em;height:0.9em;vertical-align:middle;border:1px solid #bbb}
 table.meta{border-collapse:collapse;font-size:12.5px;margin:6px 0 10px}
@@ -118,7 +126,7 @@ def _prompt_html(view: CreditView) -> str:
     return f"<details{' open' if shown else ''}><summary>{summary}</summary><pre>{''.join(parts)}</pre></details>"
 
 
-def _view_html(view: CreditView, index: int) -> str:
+def _view_html(view: CreditView, index: int, d_scale: float = 1.0) -> str:
     pieces = view.tokens
     method = view.method.upper()
     heading = "<br>".join(html.escape(line) for line in view.title.split("\n"))
@@ -159,7 +167,7 @@ def _view_html(view: CreditView, index: int) -> str:
     out.append('<div class="grid">')
     out.append('<div class="colhead"></div>')
     dist_head = (
-        "replay distance d (shade: d / row max)"
+        f"replay distance d (shade: d on one scale for the page, 0 to {d_scale:.2g})"
         if view.per_reward
         else f"{html.escape(view.rows[0])}: one replay row shared by every reward"
     )
@@ -174,9 +182,11 @@ def _view_html(view: CreditView, index: int) -> str:
         if not view.has_rows:
             return '<div class="cell na">not replayed (response-level run)</div>'
         if view.skipped[drow]:
-            return '<div class="cell na">skipped by replay (its rule, e.g. Â = 0): no distance, w = 1</div>'
+            return (
+                '<div class="cell na">no replay for this reward here: its kind\'s rule skips it (e.g. Â = 0, no '
+                "credit to move); no distance, w = 1</div>"
+            )
         d, w = view.distances[drow], view.weights[drow]
-        top = float(d.max())
         spans = []
         for t, piece in enumerate(pieces):
             if view.attributed[drow]:  # the row holds token weights from a scorer's gradient, not distances
@@ -185,7 +195,7 @@ def _view_html(view: CreditView, index: int) -> str:
                 title = f"token {t} {piece!r}\n{row_name}: d = {_fmt(d[t])}, w = {_fmt(w[t])}"
             if checked is not None:
                 title += "\nchecked by the verifier" if checked[t] else ""
-            color = _mix(_DIST_RGB, d[t] / top if top > 0 else 0.0)
+            color = _mix(_DIST_RGB, min(1.0, d[t] / d_scale))
             spans.append(
                 _span(piece, color, title, row_name, "distance", t, float(d[t]), bool(checked and checked[t]))
             )
@@ -244,7 +254,8 @@ def render_html(views: Sequence[CreditView], *, title: str = "mrtpo explain: per
     legend = (
         f'<p class="legend">Each row is one reward; the last row is the total token advantage. '
         f'<span class="key" style="background:{_mix(_DIST_RGB, 1)}"></span> replay distance d[k,t] = '
-        "sqrt(JSD(π(·|C, y&lt;t), π(·|C−k, y&lt;t))), shaded relative to the row's largest distance. "
+        "sqrt(JSD(π(·|C, y&lt;t), π(·|C−k, y&lt;t))), shaded on one scale for the whole page (0 to the "
+        "largest distance of any row), so a faint row is faint; each row's own largest is in the table. "
         f'<span class="key" style="background:{_mix(_POS_RGB, 1)}"></span> positive / '
         f'<span class="key" style="background:{_mix(_NEG_RGB, 1)}"></span> negative advantage; the '
         "response-level and MRTPO cells of a reward share one scale (max |value| over both), so the "
@@ -252,9 +263,12 @@ def render_html(views: Sequence[CreditView], *, title: str = "mrtpo explain: per
         "(a reward constant in its group, or rounding noise) is white, as zero. "
         "Underlined tokens are those the reward's verifier reads. Hover a token for its exact values.</p>"
     )
-    body = "\n".join(_view_html(v, i) for i, v in enumerate(views))
+    d_scale = distance_scale(views)
+    body = "\n".join(_view_html(v, i, d_scale) for i, v in enumerate(views))
+    warning = early_warning(views)
+    warn = f'<p class="warn">{html.escape(warning)}</p>' if warning else ""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>{legend}\n{body}\n</body></html>\n"
+        f"<h1>{html.escape(title)}</h1>{warn}{legend}\n{body}\n</body></html>\n"
     )

@@ -362,3 +362,32 @@ def advantage_scale(*rows: np.ndarray) -> float:
 def signed_label(v: float) -> str:
     """Short signed value for labels; rounding noise (|v| < 5e-7, e.g. a GDPO row sum of 0) shows as +0."""
     return f"{round(float(v), 6) + 0.0:+.3g}"
+
+
+EARLY_STEP = 20
+"""Responses sampled before this optimizer step are drawn with a warning: the policy is still close to
+where it started, and where replay puts the credit of a model that has not learned the task says little."""
+
+
+def early_warning(views: Sequence[CreditView]) -> str:
+    """The warning line of a figure or page whose responses come from before :data:`EARLY_STEP` ('' when
+    none does; records without a step, such as live explanations, are not judged)."""
+    steps = [v.step for v in views if v.step is not None]
+    if not steps or max(steps) >= EARLY_STEP:
+        return ""
+    return (
+        f"⚠ these responses come from step {max(steps)} or earlier (under {EARLY_STEP}): too early in training "
+        "for where the credit went to mean anything; explain a longer run's later steps"
+    )
+
+
+def distance_scale(views: Sequence[CreditView]) -> float:
+    """The one distance scale of a figure: ``max d`` over every view's replayed rows (1 when none has a
+    positive distance, so an all-zero strip stays white)."""
+    top = 0.0
+    for v in views:
+        if v.distances.size:
+            live = ~np.asarray(v.skipped, dtype=bool)
+            if live.any():
+                top = max(top, float(v.distances[live].max()))
+    return top if top > 0 else 1.0

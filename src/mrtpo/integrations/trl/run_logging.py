@@ -341,3 +341,19 @@ def use_compact_progress(trainer) -> None:
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
     trainer.add_callback(compact_progress_callback(bool(trainer.args.disable_tqdm)))
+
+
+def name_base_model(run_dir: str | Path, model_path: str | None) -> None:
+    """TRL's model card (``RUN/README.md``) names a hub id as the base model and writes "[None]" for a
+    local folder or a model built in memory, and a hub id "None" in its quick start: name what the run
+    started from and load the run folder instead."""
+    card = Path(run_dir) / "README.md"
+    if not card.is_file():
+        return
+    text = card.read_text()
+    what = f"the local model `{model_path}`" if model_path else "a model built in memory (`model.tiny`)"
+    text = text.replace(
+        "This model is a fine-tuned version of [None](https://huggingface.co/None)",
+        f"This model was trained with mrtpo from {what}",
+    ).replace('model="None"', f'model="{Path(run_dir).resolve()}"')
+    card.write_text(text)

@@ -628,7 +628,13 @@ class RunConfig:
             msg = " ".join(str(e).split())
             m = re.match(r"(\w+)=(.*)", msg)
             keys = {**{name: f"trl.{name}" for name in trl_section().model_fields}, **_option_keys()}
-            if m and m.group(1) in keys:
+            if "doesn't support bf16/gpu" in msg:  # TRL's words for bf16 without a GPU or use_cpu
+                msg = (
+                    f"field 'trl.bf16': true{self.origins.note('trl.bf16')} needs a GPU, or trl.use_cpu: true "
+                    "to train on this machine's CPU (no GPU here); a GPU recipe is planned and started with "
+                    "mrtpo plan / mrtpo launch"
+                )
+            elif m and m.group(1) in keys:
                 key = keys[m.group(1)]
                 msg = f"field '{key}': {m.group(2)}{self.origins.note(key)}"
             elif _FIELD_MESSAGE.match(msg):

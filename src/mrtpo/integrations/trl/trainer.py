@@ -79,6 +79,7 @@ Notation: N responses in the gathered batch, B local responses, K rewards, T res
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -322,6 +323,15 @@ class MRTPOTrainer(GRPOTrainer):
         info.update(self.run_info)
         info["trl"] = {k: v for k, v in a.to_dict().items() if not k.startswith("_")}
         return info
+
+    def create_model_card(self, model_name=None, *args, **kwargs):  # TRL's says "None" for a local model
+        super().create_model_card(
+            model_name or os.path.basename(os.path.abspath(self.args.output_dir)), *args, **kwargs
+        )
+        if self.is_world_process_zero():
+            from mrtpo.integrations.trl.run_logging import name_base_model
+
+            name_base_model(self.args.output_dir, self.model.config._name_or_path)
 
     def _unwrapped(self):
         return self.accelerator.unwrap_model(self.model)
