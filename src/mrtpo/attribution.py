@@ -1,4 +1,7 @@
-"""Gradient attribution of a differentiable scorer's verdict to response tokens (P2T), framework-agnostic.
+"""Gradient attribution of a differentiable scorer's verdict to response tokens (P2T's), framework-agnostic.
+
+The credit scheme ``p2t`` is P2T-style attribution with MRTPO's allocation: the weights below reweight each
+reward's own advantage (``S = Σ_k Â_k ((1 − β) + β w_k)``), where P2T adds a non-negative token reward.
 
 A reward given by a model (a sequence-classification reward model, or a generative judge answering a
 rubric with yes/no) is a differentiable function of the scorer's input embeddings. P2T ("Unlocking
@@ -10,7 +13,13 @@ first-order estimate of replacing each token with a null token (docs/methods.md,
           = σ(d)         (``prob``)
           = log σ(d)     (``logprob``)
     I'_t  = mean or sum over the scorer tokens overlapping policy token t of I_i (character spans)
-    w_t   = n_s · softmax_{t ∈ s}(I'_t / τ)          per segment s of n_s valid tokens: mean 1
+    w_t   = n_s · softmax_{t ∈ s}(sign(Â_k) · I'_t / τ)   per segment s of n_s valid tokens: mean 1
+
+The weights follow the direction of the reward's advantage Â_k (as RLSD's ratio does): the influence is
+signed (a token can raise or lower the verdict), the advantage is signed, and their product is what the
+policy gradient applies; without the sign a below-average response (Â_k < 0) would put its largest
+negative credit on the token the scorer liked most and leave the token it disliked almost untouched.
+With the sign, Â_k > 0 credits the tokens that raised the verdict, Â_k < 0 blames the ones that lowered it.
 
 The gradient is taken with respect to the input embeddings only (:func:`attribute` never accumulates
 into parameters: the scorer stays frozen); one gradient-tracked forward and one backward per batch of
@@ -234,7 +243,8 @@ def attribute(
 def influence_weights(
     values: Tensor, mask: Tensor, *, tau: float = 1.0, segments: Tensor | None = None
 ) -> Tensor:
-    """P2T's token weights: ``w = n_s · softmax(I / τ)`` within each segment s of a row's valid tokens.
+    """P2T's token weights: ``w = n_s · softmax(I / τ)`` within each segment s of a row's valid tokens
+    (:func:`gradient_weights` passes ``sign(Â) · I``).
 
     Each segment's weights sum to its number of valid tokens, so every row's weights average 1 over its
     valid tokens (a row without one: all 0), and a segment of one token gets 1. τ → ∞ gives the uniform
@@ -489,7 +499,7 @@ def gradient_weights(
     active_tol: float = 1e-8,
     stats: AttributionStats | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """P2T's token weights ``[B, K, T]`` of every (response, reward) pair with a differentiable scorer.
+    """The ``p2t`` token weights ``[B, K, T]`` of every (response, reward) pair with a differentiable scorer.
 
     For reward k of response j whose verifier is :func:`differentiable` and whose advantage is active
     (``|Â[j, k]| > active_tol``): the scorer's influence on its own tokens (``verifier.attribute``, one
@@ -536,8 +546,9 @@ def gradient_weights(
                 seg = None
                 if opts.segments == "steps":
                     seg = torch.tensor([step_segments(ranges[j][:tj], texts[j])], dtype=torch.long)
+                sign = 1.0 if float(adv[j, col]) > 0 else -1.0  # |Â| > active_tol: never 0 here
                 w = influence_weights(
-                    values[None], torch.ones(1, tj, dtype=torch.bool), tau=opts.tau, segments=seg
+                    sign * values[None], torch.ones(1, tj, dtype=torch.bool), tau=opts.tau, segments=seg
                 )
                 out[j, col, :tj] = w[0]
                 done[j, col] = True

@@ -1,9 +1,10 @@
-"""The replay kind ``gradient`` (credit scheme ``p2t``): each reward with a differentiable scorer gets P2T's token
-weights from the scorer's gradient, every other reward of the response MRTPO's replay distances.
+"""The replay kind ``gradient`` (credit scheme ``p2t``: P2T-style attribution with MRTPO's allocation): each reward
+with a differentiable scorer gets token weights from the scorer's gradient (P2T's attribution, oriented by the sign
+of the reward's advantage), every other reward of the response MRTPO's replay distances.
 
 For a batch of B responses and K rewards (docs/methods.md, "p2t")::
 
-    rows of rewards whose verifier is a differentiable scorer (a model reward): w = n_s · softmax(I'/τ)
+    rows of rewards whose verifier is a differentiable scorer (a model reward): w = n_s · softmax(sign(Â_k) I'/τ)
         (mrtpo.attribution.gradient_weights: the scorer's influence moved onto the policy's tokens)
     rows of the other rewards: the JS distances of C vs C_-k (the kind ``reward``, through for_scheme)
 
