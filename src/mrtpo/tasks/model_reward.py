@@ -71,6 +71,12 @@ _FIELDS = {
     "dtype",
     "batch_size",
     "max_length",
+    "revision",
+    "trust_remote_code",
+    "attribution_batch_size",
+    "gradient_checkpointing",
+    "rest_on_cpu",
+    "min_answer_mass",
 }
 
 
@@ -79,23 +85,14 @@ def _placeholders(template: str, values: Mapping[str, str]) -> str:
     return re.sub(r"\{(rubric|prompt|response)\}", lambda m: values[m.group(1)], template)
 
 
-@contextlib.contextmanager
-def _outside_zero3_init():
-    """Load a model whole although the run is ZeRO-3: transformers' ``from_pretrained`` partitions every
-    model it loads (``deepspeed.zero.Init``) while a ZeRO-3 config is registered (TRL's and accelerate's
-    DeepSpeed runs register it), and a scorer partitioned outside the engine has empty weights ("'weight'
-    must be 2-D"). The registration is hidden for the duration and restored."""
+def _is_device(name: str) -> bool:
+    import torch
+
     try:
-        from transformers.integrations import deepspeed as hf_ds
-    except ImportError:  # pragma: no cover - transformers without its deepspeed integration module
-        yield
-        return
-    saved = getattr(hf_ds, "_hf_deepspeed_config_weak_ref", None)
-    hf_ds._hf_deepspeed_config_weak_ref = None
-    try:
-        yield
-    finally:
-        hf_ds._hf_deepspeed_config_weak_ref = saved
+        torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    return True
 
 
 class ModelReward(Verifier):
@@ -118,8 +115,18 @@ class ModelReward(Verifier):
         template: the judge prompt, with ``{rubric}``, ``{prompt}`` and ``{response}``.
         device: ``auto`` or a torch device string.
         dtype: ``auto`` (bfloat16 on a GPU that has it, else float32), ``float32``, ``bfloat16``, ``float16``.
-        batch_size: sequences per forward.
+        batch_size: sequences per forward of the verdicts (no gradient).
         max_length: scorer tokens kept per sequence (the last ones).
+        revision: the hub revision of ``model`` (a branch, tag or commit).
+        trust_remote_code: run the Python code shipped with the model (its folder or hub repo) to build it;
+            off by default, since that code runs in the training process.
+        attribution_batch_size: sequences per gradient-tracked forward of ``p2t``'s attribution (default 1:
+            its activations are kept for the backward, :func:`mrtpo.attribution.attribution_activation_bytes`).
+        gradient_checkpointing: recompute the scorer's layer activations in the attribution's backward
+            instead of keeping them (a model of its own; a ``policy`` judge is left as the trainer set it).
+        rest_on_cpu: keep the scorer on the CPU between calls, on ``device`` only while it scores.
+        min_answer_mass: a judge's verdict fails when its probability of the yes and no tokens together is
+            below this (the judge is not answering the question).
     """
 
     differentiable = True
@@ -142,6 +149,12 @@ class ModelReward(Verifier):
         dtype: str = "auto",
         batch_size: int = 8,
         max_length: int = 2048,
+        revision: str | None = None,
+        trust_remote_code: bool = False,
+        attribution_batch_size: int = 1,
+        gradient_checkpointing: bool = True,
+        rest_on_cpu: bool = False,
+        min_answer_mass: float = 1e-3,
     ):
         where = f"model reward {name!r}"
         if not isinstance(name, str) or not name:
@@ -166,7 +179,11 @@ class ModelReward(Verifier):
                 raise ValueError(f"{where}: template must contain {{response}}")
             if len(answers) != 2 or not all(isinstance(a, str) and a.strip() for a in answers):
                 raise ValueError(f"{where}: answers={list(answers)!r} must be two words (yes, no)")
-        for label_, value, lo in (("batch_size", batch_size, 1), ("max_length", max_length, 8)):
+        for label_, value, lo in (
+            ("batch_size", batch_size, 1),
+            ("max_length", max_length, 8),
+            ("attribution_batch_size", attribution_batch_size, 1),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ValueError(f"{where}: {label_}={value!r} must be an integer >= {lo}")
         if output == "logit" and bounds is None:
@@ -179,6 +196,27 @@ class ModelReward(Verifier):
             raise ValueError(f"{where}: bounds={bounds!r} must be two finite numbers lo < hi")
         if output == "prob" and (b[0] > 0 or b[1] < 1):
             raise ValueError(f"{where}: bounds={list(b)} must contain [0, 1] with output='prob'")
+        for label_, value in (
+            ("trust_remote_code", trust_remote_code),
+            ("gradient_checkpointing", gradient_checkpointing),
+            ("rest_on_cpu", rest_on_cpu),
+        ):
+            if not isinstance(value, bool):
+                raise ValueError(f"{where}: {label_}={value!r} must be true or false")
+        if revision is not None and (not isinstance(revision, str) or not revision):
+            raise ValueError(f"{where}: revision={revision!r} must be a branch, tag or commit (a string)")
+        m = min_answer_mass
+        if isinstance(m, bool) or not isinstance(m, numbers.Real) or not (0 <= m < 1):
+            raise ValueError(f"{where}: min_answer_mass={m!r} must be a number in [0, 1)")
+        if not isinstance(device, str) or not device or (device != "auto" and not _is_device(device)):
+            raise ValueError(f"{where}: device={device!r} must be 'auto' or a torch device such as cuda:1")
+        self.revision, self.trust_remote_code = revision, trust_remote_code
+        self.attribution_batch_size, self.gradient_checkpointing = (
+            attribution_batch_size,
+            gradient_checkpointing,
+        )
+        self.rest_on_cpu, self.min_answer_mass = rest_on_cpu, float(m)
+        self.last_answer_mass: list[float] = []
         self.bounds = (float(b[0]), float(b[1]))
         self.kind, self.output, self.rubric, self.rubric_segment = kind, output, rubric, rubric_segment
         self.label, self.answers, self.template = int(label), tuple(answers), template
@@ -188,6 +226,7 @@ class ModelReward(Verifier):
         self._model: Any = None
         self._tokenizer: Any = None
         self._answer_ids: tuple[list[int], list[int]] | None = None
+        self._checkpointing = False
 
     # ------------------------------------------------------------------ loading
 
@@ -231,40 +270,53 @@ class ModelReward(Verifier):
             )
         import torch
 
+        from mrtpo.tasks.scorers import enable_checkpointing, load_scorer
+
         device = self._device()
-        model = self._model_spec
-        if isinstance(model, str):
-            from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-
-            dtype = self.dtype_name
-            if dtype == "auto":
-                gpu_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-                dtype = "bfloat16" if gpu_bf16 else "float32"
-            cls = AutoModelForSequenceClassification if self.kind == "classifier" else AutoModelForCausalLM
-            try:
-                with _outside_zero3_init():  # a whole scorer on this process, also in a ZeRO-3 run
-                    model = cls.from_pretrained(model, dtype=getattr(torch, dtype))
-            except (OSError, ValueError) as e:
-                raise ValueError(
-                    f"model reward {self.name!r}: cannot load model {self._model_spec!r}: {e}"
-                ) from None
-        tok = self._tokenizer_spec
-        if tok is None or isinstance(tok, str):
-            from mrtpo.models.loading import load_tokenizer
-
-            path = tok or (self._model_spec if isinstance(self._model_spec, str) else None)
-            if path is None:
-                raise ValueError(
-                    f"model reward {self.name!r}: a loaded model needs its tokenizer (tokenizer=...)"
-                )
-            try:
-                tok = load_tokenizer(path)
-            except (OSError, ValueError) as e:
-                raise ValueError(f"model reward {self.name!r}: cannot load tokenizer {path!r}: {e}") from None
+        dtype = self.dtype_name
+        if dtype == "auto":
+            dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+        model, tok = load_scorer(
+            f"model reward {self.name!r}",
+            self._model_spec,
+            kind=self.kind,
+            tokenizer=self._tokenizer_spec,
+            dtype=getattr(torch, dtype) if isinstance(self._model_spec, str) else None,
+            revision=self.revision,
+            trust_remote_code=self.trust_remote_code,
+        )
         model.requires_grad_(False)  # frozen: attribution differentiates the input embeddings only
-        self._model = model.to(device).eval()
+        self._checkpointing = self.gradient_checkpointing and enable_checkpointing(model)
+        self._model = model.to("cpu" if self.rest_on_cpu else device).eval()
         self._tokenizer = tok
         return self._model, self._tokenizer
+
+    def prepare(self, example: Example | None = None) -> None:
+        """Load the scorer now, so that every way it cannot be had is one line before training (the trainer
+        calls it at its start), and refuse a judge that has no rubric for ``example`` (its question would be
+        empty). A ``policy`` judge is attached later, by the trainer."""
+        if self.kind == "judge" and example is not None and not self._rubric(example).strip():
+            raise ValueError(
+                f"model reward {self.name!r}: a judge needs a rubric, its question: set rubric: '...' or tag a "
+                f"segment of each example with {self.name!r} (example {example.id!r} has none)"
+            )
+        if not self.uses_policy:
+            self._load()
+            if self.kind == "judge":
+                self._answers()
+
+    @contextlib.contextmanager
+    def _placed(self):
+        """The scorer on its device for the block (``rest_on_cpu``: back on the CPU after it)."""
+        model, _ = self._load()
+        if not self.rest_on_cpu or self.uses_policy:
+            yield model
+            return
+        model.to(self._device())
+        try:
+            yield model
+        finally:
+            model.to("cpu")
 
     # ------------------------------------------------------------------ scorer inputs
 
@@ -311,8 +363,10 @@ class ModelReward(Verifier):
             enc = tok(text, add_special_tokens=not templated, return_offsets_mapping=True)
             offsets = [tuple(int(x) for x in o) for o in enc["offset_mapping"]]
         except (NotImplementedError, ValueError, TypeError, KeyError):  # a slow tokenizer: no offsets
+            from mrtpo.attribution import decoded_offsets
+
             enc = tok(text, add_special_tokens=not templated)
-            offsets = [(-1, -1)] * len(enc["input_ids"])
+            offsets, start, end = decoded_offsets(tok, [int(i) for i in enc["input_ids"]], text, start, end)
         ids = [int(i) for i in enc["input_ids"]]
         cut = max(0, len(ids) - self.max_length)
         spans = []
@@ -365,6 +419,8 @@ class ModelReward(Verifier):
 
     def _log_odds_of(self, embeds, mask, pos):
         """The verdict's log-odds d [B] from input embeddings (the one forward of verdicts and attribution)."""
+        import torch
+
         from mrtpo.attribution import log_odds
 
         model, _ = self._load()
@@ -372,11 +428,16 @@ class ModelReward(Verifier):
         kw: dict[str, Any] = {"inputs_embeds": embeds, "attention_mask": mask}
         if "position_ids" in params:
             kw["position_ids"] = pos
+        if "use_cache" in params:
+            kw["use_cache"] = False  # one forward: no cache (and none under gradient checkpointing)
         if self.kind == "judge":
             if "logits_to_keep" in params:
                 kw["logits_to_keep"] = 1
             z = model(**kw).logits[:, -1, :]  # [B, V]
             yes, no = self._answers()
+            with torch.no_grad():  # P(yes or no) over the whole vocabulary: is the judge answering?
+                mass = torch.logsumexp(z.float()[:, yes + no], -1) - torch.logsumexp(z.float(), -1)
+                self.last_answer_mass += mass.exp().tolist()
             return log_odds(z, yes, no)
         z = model(**kw).logits  # [B, C]
         return log_odds(z, self.label)
@@ -406,7 +467,8 @@ class ModelReward(Verifier):
 
         out: list[float] = []
         seqs = [self._encode(ex, r)[0] for ex, r in zip(examples, responses, strict=True)]
-        with self._eval_mode() as model, torch.no_grad():
+        self.last_answer_mass = []
+        with self._placed(), self._eval_mode() as model, torch.no_grad():
             emb = model.get_input_embeddings()
             for i in range(0, len(seqs), self.batch_size):
                 ids, mask, pos = self._batch(seqs[i : i + self.batch_size])
@@ -425,12 +487,26 @@ class ModelReward(Verifier):
         v = min(max(d, self.bounds[0]), self.bounds[1])
         return Verdict(v, f"score {d:.4f}" + (" (clipped)" if v != d else ""))
 
+    def _check_mass(self) -> None:
+        """A judge not answering (P(yes or no) below ``min_answer_mass``) is a failed verdict."""
+        low = [m for m in self.last_answer_mass if m < self.min_answer_mass]
+        if self.kind == "judge" and low:
+            raise ValueError(
+                f"the judge's probability of answering yes or no is {min(low):.3g}, below min_answer_mass="
+                f"{self.min_answer_mass:g} (it is not answering the question; check its template and answers)"
+            )
+
     def verdict(self, example: Example, response: str) -> Verdict:
-        return self._value(self.log_odds([example], [str(response)])[0])
+        d = self.log_odds([example], [str(response)])[0]
+        self._check_mass()
+        return self._value(d)
 
     def __call__(self, completions: Sequence[str], examples: Sequence[Example]) -> list[float]:
-        """Score a batch: ``batch_size`` sequences per forward, on the scorer's device."""
+        """Score a batch: ``batch_size`` sequences per forward, on the scorer's device. A judge that does
+        not answer one of them raises, so that the verdicts are redone one by one and that one fails
+        (:mod:`mrtpo.tasks.faults`)."""
         d = self.log_odds(list(examples), [str(c) for c in completions])
+        self._check_mass()
         return [float(self._value(x).value) for x in d]
 
     # ------------------------------------------------------------------ P2T attribution
@@ -445,8 +521,10 @@ class ModelReward(Verifier):
     ) -> list[Any]:
         """P2T's influence of the scorer's tokens on each response (:func:`mrtpo.attribution.attribute`).
 
-        One gradient-tracked forward and one backward per batch, to the input embeddings only (the scorer's
-        parameters get no gradient). ``scalar``: ``logit_diff`` (d), ``prob`` (σ(d)) or ``logprob``.
+        One gradient-tracked forward and one backward per ``attribution_batch_size`` sequences, to the input
+        embeddings only (the scorer's parameters get no gradient), its layers checkpointed
+        (``gradient_checkpointing``). A response that no scorer token covers gets no values (the caller
+        falls back to replay credit for it). ``scalar``: ``logit_diff`` (d), ``prob`` (σ(d)) or ``logprob``.
 
         Returns:
             ``[B]`` :class:`mrtpo.attribution.ResponseInfluence`: the influence of the scorer tokens
@@ -455,14 +533,17 @@ class ModelReward(Verifier):
         import torch
 
         from mrtpo.attribution import ResponseInfluence, attribute, verdict_scalar
+        from mrtpo.tasks.scorers import checkpointed
 
         enc = [self._encode(ex, r) for ex, r in zip(examples, responses, strict=True)]
         out = []
-        with self._eval_mode() as model:
+        self.last_answer_mass = []
+        size = self.attribution_batch_size
+        with self._placed(), self._eval_mode() as model, checkpointed(model, self._checkpointing):
             emb = model.get_input_embeddings()
             null = self._null(emb)
-            for i in range(0, len(enc), self.batch_size):
-                part = enc[i : i + self.batch_size]
+            for i in range(0, len(enc), size):
+                part = enc[i : i + size]
                 ids, mask, pos = self._batch([e[0] for e in part])
                 with torch.no_grad():
                     e = emb(ids)
@@ -481,6 +562,16 @@ class ModelReward(Verifier):
         if stats is not None:
             stats.responses += len(enc)
         return out
+
+
+def prepare_model_rewards(verifiers: Sequence[Any], example: Example | None = None) -> None:
+    """Load and check every model reward among ``verifiers`` now (:meth:`ModelReward.prepare`): a trainer
+    calls it at its start with the first training example, so that a missing folder, a hub id that cannot
+    be had offline, a model without a trained head or a judge without a rubric is one line before the
+    first generation."""
+    for v in verifiers:
+        if isinstance(v, ModelReward):
+            v.prepare(example)
 
 
 # --------------------------------------------------------------------------------------------------
