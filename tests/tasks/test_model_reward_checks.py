@@ -283,7 +283,7 @@ def test_prepare_loads_once_and_sets_the_pad_token(tmp_path):
     rm = ModelReward("rm", str(path), device="cpu")
     prepare_model_rewards([rm], _ex())
     assert rm._model is not None
-    assert rm._tokenizer.pad_token_id == eos and rm._model.config.pad_token_id == eos
+    assert rm.scorer.tokenizer.pad_token_id == eos and rm._model.config.pad_token_id == eos
 
 
 def test_a_judge_that_does_not_answer_is_a_failed_verdict(tmp_path, lm_dir):
@@ -308,7 +308,7 @@ def test_the_fields_users_expect():
     (rm,) = parse_model_rewards(
         [{"name": "rm", "model": "/x", "revision": "v1", "trust_remote_code": True, "device": "cuda:1"}]
     )
-    assert (rm.revision, rm.trust_remote_code, rm.device_name) == ("v1", True, "cuda:1")
+    assert (rm.revision, rm.trust_remote_code, rm.device) == ("v1", True, "cuda:1")
     (default,) = parse_model_rewards([{"name": "rm", "model": "/x"}])
     assert default.trust_remote_code is False and default.attribution_batch_size == 1
     for field, value, why in (
