@@ -68,6 +68,7 @@ __all__ = [
     "influence_weights",
     "log_odds",
     "require_differentiable",
+    "step_factors",
     "step_segments",
     "token_char_ranges",
     "transfer",
@@ -164,11 +165,34 @@ class ResponseInfluence:
         values: [L] float32, the influence I of the scorer tokens that overlap the response text.
         spans: [L] their character spans ``(start, end)`` in the response text (clipped to it).
         scalar: the scalar S that was differentiated (float).
+        step_scores: a process reward model's score in [0, 1] of each step of the response (P2T's steps,
+            the text between blank lines, in order), each token's influence then being on its own step's
+            score; None for a scorer of the whole response.
     """
 
     values: Tensor
     spans: list[tuple[int, int]]
     scalar: float = 0.0
+    step_scores: list[float] | None = None
+
+
+def step_factors(scores: Sequence[float], sizes: Sequence[int], sign: float) -> Tensor:
+    """How a process reward model's step scores share a response's credit among its steps: per step s of
+    ``n_s`` tokens and score ``p_s`` in [0, 1], ``c_s = T · q_s / Σ_s' n_s' q_s'`` with ``q_s = p_s`` for a
+    positive advantage (the steps the PRM rates well get the credit) and ``1 − p_s`` for a negative one (the
+    steps it rates badly get the blame); ``Σ_s n_s c_s = T``, so weights ``c_s · n_s softmax_s(...)`` keep a
+    mean of 1. All ``q_s = 0``: ``c_s = 1``.
+
+    Returns:
+        [S] float32.
+    """
+    p = torch.as_tensor(list(scores), dtype=torch.float32).clamp(0.0, 1.0)
+    n = torch.as_tensor(list(sizes), dtype=torch.float32)
+    q = p if sign > 0 else 1.0 - p
+    total = float((n * q).sum())
+    if total <= 0:
+        return torch.ones_like(p)
+    return n.sum() * q / total
 
 
 def verdict_scalar(d: Tensor, scalar: str = "logit_diff") -> Tensor:
@@ -675,12 +699,19 @@ def gradient_attribution(
                 tj = min(len(ranges[j]), int(width))
                 values = transfer(res.values, res.spans, ranges[j][:tj], how=opts.transfer)
                 seg = None
-                if opts.segments == "steps":
+                prm = res.step_scores is not None  # a process reward model: per step, its own score
+                if opts.segments == "steps" or prm:
                     seg = torch.tensor([step_segments(ranges[j][:tj], texts[j])], dtype=torch.long)
                 sign = 1.0 if float(adv[j, col]) > 0 else -1.0  # |Â| > active_tol: never 0 here
                 w = influence_weights(
                     sign * values[None], torch.ones(1, tj, dtype=torch.bool), tau=opts.tau, segments=seg
                 )
+                if prm and seg is not None:
+                    ids = seg[0]
+                    sizes = torch.bincount(ids).tolist()
+                    scores = list(res.step_scores)[: len(sizes)]
+                    scores += [scores[-1] if scores else 0.5] * (len(sizes) - len(scores))
+                    w = w * step_factors(scores, sizes, sign)[ids][None]
                 out[j, col, :tj] = w[0]
                 done[j, col] = True
     if bool((skipped == 1).any()):

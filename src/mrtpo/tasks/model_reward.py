@@ -72,6 +72,14 @@ __all__ = [
 _SPEC_FIELDS = FIELDS - {"name", "model", "tokenizer"}
 
 
+def _scorer_class(kind: str) -> type[Scorer]:
+    if kind == "prm":
+        from mrtpo.tasks.prm_scorer import PRMScorer
+
+        return PRMScorer
+    return SCORERS[kind]
+
+
 class ModelReward(Verifier):
     """A reward from a model (see the module's docstring).
 
@@ -89,7 +97,7 @@ class ModelReward(Verifier):
         self.spec = ModelRewardSpec(name, model, **fields)
         self.name = name
         self.bounds = tuple(self.spec.bounds)
-        self.scorer: Scorer = SCORERS[self.spec.kind](self.spec, self._rubric)
+        self.scorer: Scorer = _scorer_class(self.spec.kind)(self.spec, self._rubric)
 
     def __getattr__(self, name: str) -> Any:  # the declared fields, read-only (kind, rubric, device, ...)
         if name in _SPEC_FIELDS and "spec" in self.__dict__:

@@ -12,8 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-KINDS = ("classifier", "judge")
-"""The scorer a model reward runs (``kind``): a sequence classifier's score, or a judge's yes/no verdict."""
+KINDS = ("classifier", "judge", "prm")
+"""The scorer a model reward runs (``kind``): a sequence classifier's score, a judge's yes/no verdict, or a
+process reward model's score of each step."""
+STEP_AGGREGATES = ("min", "mean", "last")
+"""How a process reward model's step log-odds make the response's verdict."""
 OUTPUTS = ("prob", "logit")
 RUBRIC_SEGMENTS = ("privileged", "prompt", "none")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -44,7 +47,7 @@ class ModelRewardSpec:
     Attributes:
         name: the reward's column (and the tag of its rubric segment).
         model: a local folder or hub id, a loaded model, or ``"policy"`` (a judge only).
-        kind: ``classifier`` or ``judge`` (:data:`KINDS`).
+        kind: ``classifier``, ``judge`` or ``prm`` (:data:`KINDS`).
         tokenizer: the scorer's tokenizer (a path or an object; default: the model's).
         rubric: the judge's question (its information when the example has no segment tagged ``name``).
         rubric_segment: where the rubric goes in every example: ``privileged`` (replay only), ``prompt``
@@ -69,6 +72,9 @@ class ModelRewardSpec:
         rest_on_cpu: keep the scorer on the CPU between calls, on ``device`` only while it scores.
         min_answer_mass: a judge's verdict fails when its probability of the yes and no tokens together is
             below this (the judge is not answering the question).
+        step_token: ``prm``: the token placed after each step of the response (the text between blank
+            lines), where the process reward model scores the step (label ``label`` of its token head).
+        step_aggregate: ``prm``: the response's log-odds from its steps': ``min``, ``mean`` or ``last``.
 
     Raises:
         ValueError: one line ``model reward '<name>': <field>=<value> must be ...``.
@@ -95,6 +101,8 @@ class ModelRewardSpec:
     gradient_checkpointing: bool = True
     rest_on_cpu: bool = False
     min_answer_mass: float = 1e-3
+    step_token: str | None = None
+    step_aggregate: str = "min"
     where: str = field(default="", init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +124,15 @@ class ModelRewardSpec:
         if isinstance(model, str) and model == POLICY and self.kind != "judge":
             raise ValueError(
                 f"{where}: model='policy' is a judge (kind: judge); a classifier needs its own model"
+            )
+        if self.kind == "prm" and (not isinstance(self.step_token, str) or not self.step_token):
+            raise ValueError(
+                f"{where}: kind='prm' needs step_token, the token after each step that the model scores at "
+                "(e.g. '<extra_0>')"
+            )
+        if self.step_aggregate not in STEP_AGGREGATES:
+            raise ValueError(
+                f"{where}: step_aggregate={self.step_aggregate!r} must be one of {', '.join(STEP_AGGREGATES)}"
             )
         if self.kind == "judge":
             if "{response}" not in self.template:

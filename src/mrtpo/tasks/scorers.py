@@ -93,9 +93,15 @@ def load_scorer(
     model = spec
     if isinstance(spec, str):
         resolve_model(where, spec, revision)
-        from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+        from transformers import (
+            AutoModelForCausalLM,
+            AutoModelForSequenceClassification,
+            AutoModelForTokenClassification,
+        )
 
-        cls = AutoModelForSequenceClassification if kind == "classifier" else AutoModelForCausalLM
+        cls = {"classifier": AutoModelForSequenceClassification, "prm": AutoModelForTokenClassification}.get(
+            kind, AutoModelForCausalLM
+        )
         kw: dict[str, Any] = {"trust_remote_code": bool(trust_remote_code), "output_loading_info": True}
         if revision is not None:
             kw["revision"] = revision
@@ -110,11 +116,10 @@ def load_scorer(
         missing = sorted(info.get("missing_keys") or [])
         if missing:
             shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-            hint = (
-                "a sequence-classification reward model is needed (a causal LM can be kind: judge)"
-                if kind == "classifier"
-                else "the checkpoint lacks these weights"
-            )
+            hint = {
+                "classifier": "a sequence-classification reward model is needed (a causal LM can be kind: judge)",
+                "prm": "a token-classification process reward model is needed",
+            }.get(kind, "the checkpoint lacks these weights")
             raise ValueError(
                 f"{where}: model {spec!r} has weights transformers initialised at random ({shown}): {hint}"
             )
