@@ -20,7 +20,7 @@ reward's minimum and says why; a judge that is not answering (its probability of
 ``min_answer_mass``) fails the verdict, for the run's policy on failing verifiers.
 
 The model is loaded and checked when the trainer starts (:func:`prepare_model_rewards`,
-:func:`mrtpo.tasks.scorers.load_scorer`): a missing folder, a hub id that cannot be had offline, a head
+:func:`mrtpo.tasks.scorer_loading.load_scorer`): a missing folder, a hub id that cannot be had offline, a head
 transformers initialised at random or a judge without a rubric is one line before the first generation.
 
 The rubric is the reward's information: :class:`WithModelRewards` (the task option ``model_rewards``)

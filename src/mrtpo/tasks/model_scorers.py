@@ -1,6 +1,6 @@
 """The scorers behind model rewards: the model, its inputs and its one forward, per ``kind``.
 
-A :class:`Scorer` holds a loaded model and its tokenizer (:func:`mrtpo.tasks.scorers.load_scorer`) and
+A :class:`Scorer` holds a loaded model and its tokenizer (:func:`mrtpo.tasks.scorer_loading.load_scorer`) and
 runs the verdict's log-odds ``d`` without gradient (:meth:`Scorer.log_odds`) or with the gradient to its
 input embeddings (:meth:`Scorer.attribute`, P2T's attribution). What differs per kind is small: how the
 prompt and the response are rendered into the scorer's text and what ``d`` is of the model's output
@@ -63,7 +63,7 @@ class Scorer:
         return torch.device("cpu")
 
     def load(self) -> tuple[Any, Any]:
-        """``(model, tokenizer)``, loaded and checked at the first call (:func:`~mrtpo.tasks.scorers.load_scorer`)."""
+        """``(model, tokenizer)``, loaded and checked at the first call (:func:`~mrtpo.tasks.scorer_loading.load_scorer`)."""
         if self.model is not None:
             return self.model, self.tokenizer
         spec = self.spec
@@ -74,7 +74,7 @@ class Scorer:
             )
         import torch
 
-        from mrtpo.tasks.scorers import enable_checkpointing, load_scorer
+        from mrtpo.tasks.scorer_loading import enable_checkpointing, load_scorer
 
         device = self.device()
         dtype = spec.dtype
@@ -227,7 +227,7 @@ class Scorer:
         import torch
 
         from mrtpo.attribution import ResponseInfluence, attribute, verdict_scalar
-        from mrtpo.tasks.scorers import checkpointed
+        from mrtpo.tasks.scorer_loading import checkpointed
 
         enc = [self.encode(ex, r) for ex, r in zip(examples, responses, strict=True)]
         out = []

@@ -131,7 +131,7 @@ class PRMScorer(ClassifierScorer):
         import torch
 
         from mrtpo.attribution import ResponseInfluence, influence, verdict_scalar
-        from mrtpo.tasks.scorers import checkpointed
+        from mrtpo.tasks.scorer_loading import checkpointed
 
         enc = [self.encode(ex, r) for ex, r in zip(examples, responses, strict=True)]
         steps = [steps_of(r) for r in responses]
