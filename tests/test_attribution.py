@@ -286,7 +286,8 @@ class _Rule:
 
 def test_gradient_weights_on_the_policys_tokens(two_tokenizers):
     """The scorer tokenizes with BPE, the policy word by word: each policy word takes the per-character
-    density of its pieces' influence, then w = T · softmax(I' / τ); rules and inactive pairs are left out."""
+    density of its pieces' influence, then w = T · softmax(sign(Â) · I' / τ); rules and inactive pairs are
+    left out."""
     word, bpe = two_tokenizers
     scorer = _FakeScorer(bpe, lambda piece: float(len(piece)))  # influence = the piece's length
     texts = ["substitute the value", "the cat\n\nsat"]
@@ -303,7 +304,8 @@ def test_gradient_weights_on_the_policys_tokens(two_tokenizers):
         for a, b in ranges[j]:
             ov = [(max(0, min(b, e) - max(a, s)), e - s) for s, e in br]
             dens.append(sum(o * n for o, n in ov) / sum(o for o, _ in ov))  # Σ ov · len / Σ ov
-        want = torch.softmax(torch.tensor(dens), 0) * len(dens)
+        sign = 1.0 if adv[j, 1] > 0 else -1.0  # row 1's advantage is -2: the weights follow -I'
+        want = torch.softmax(sign * torch.tensor(dens), 0) * len(dens)
         assert w[j, 1, : len(dens)].tolist() == pytest.approx(want.tolist(), rel=1e-5)
         assert (w[j, 1, len(dens) :] == 0).all()
     # steps: "the cat" and "sat" keep their own mass (2 and 1 tokens)
@@ -316,6 +318,46 @@ def test_gradient_weights_on_the_policys_tokens(two_tokenizers):
         verifiers, [None, None], texts, ranges, torch.tensor([[1.0, 0.0], [1.0, 0.0]]), 5
     )
     assert not done3.any() and (w3 == 0).all()
+
+
+def test_weights_follow_the_advantages_direction():
+    """A response of 10 tokens: token 2 raised the scorer's verdict (I = +4), token 5 lowered it (I = −4), the
+    others are neutral (I = 0); τ = 1, β = 1, so S_t = Â · w_t. By hand, with Z = e^4 + e^−4 + 8 = 62.6164:
+
+        Â = +1: w = 10 · softmax(+I): helpful 10 e^4 / Z = 8.7195, harmful 10 e^−4 / Z = 0.0029, others 0.1597
+        Â = −1: w = 10 · softmax(−I): harmful 8.7195, helpful 0.0029, others 0.1597
+
+    so Â = +1 gives the helpful token the most credit (+8.7195) and Â = −1 gives the harmful token the most
+    blame (−8.7195); without the sign, Â = −1 would put −8.7195 on the helpful token."""
+    from mrtpo.credit import allocate
+
+    text = "a b c d e f g h i j"  # ten one-character words
+    ranges = [[(2 * t, 2 * t + 1) for t in range(10)]]
+    infl = {"c": 4.0, "f": -4.0}
+
+    class Scorer:  # a test double: the given influence on each word
+        differentiable = True
+
+        def attribute(self, examples, responses, *, scalar="logit_diff", stats=None):
+            spans = ranges[0]
+            return [attr.ResponseInfluence(torch.tensor([infl.get(text[a:b], 0.0) for a, b in spans]), spans)]
+
+    z = math.exp(4) + math.exp(-4) + 8
+    high, low, rest = 10 * math.exp(4) / z, 10 * math.exp(-4) / z, 10 / z
+    assert (round(high, 4), round(low, 4), round(rest, 4)) == (8.7195, 0.0029, 0.1597)
+    mask = torch.ones(1, 10, dtype=torch.bool)
+    for a_hat, helpful, harmful in ((1.0, high, low), (-1.0, low, high)):
+        adv = torch.tensor([[a_hat]])
+        w, done = attr.gradient_weights([[Scorer()]], [None], [text], ranges, adv, 10)
+        assert done.all()
+        assert w[0, 0, 2].item() == pytest.approx(helpful, rel=1e-5)
+        assert w[0, 0, 5].item() == pytest.approx(harmful, rel=1e-5)
+        assert w[0, 0, [0, 1, 3, 4, 6, 7, 8, 9]].tolist() == pytest.approx([rest] * 8, rel=1e-5)
+        s = allocate(adv, w, mask, beta=1.0, credit="p2t")[0]
+        assert s.mean().item() == pytest.approx(a_hat, abs=1e-6)  # credit moved, never created
+        extreme = int(s.argmax()) if a_hat > 0 else int(s.argmin())
+        assert extreme == (2 if a_hat > 0 else 5)
+        assert s[extreme].item() == pytest.approx(a_hat * high, rel=1e-5)
 
 
 def test_p2t_options_refuse_bad_values():

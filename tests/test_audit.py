@@ -70,8 +70,35 @@ def test_top_token_repeat():
     m = torch.ones(3, 3, dtype=torch.bool)
     piled = torch.tensor([[3.0, 0, 0], [2.0, 1, 0], [0, 0, 3.0]])  # every row peaks on token 7
     assert audit.top_token_repeat(piled, m, ids) == 1.0
-    spread = torch.tensor([[0, 3.0, 0], [0, 0, 3.0], [3.0, 0, 0]])  # 8, 6, 1
-    assert audit.top_token_repeat(spread, m, ids) == pytest.approx(1 / 3)
+    spread = torch.tensor([[0, 3.0, 0], [0, 0, 3.0], [3.0, 0, 0]])  # 8, 6, 1: at the floor 1/3
+    assert audit.top_token_repeat(spread, m, ids) == 0.0
+    two = torch.tensor([[3.0, 0, 0], [0, 3.0, 0], [0, 3.0, 0]])
+    ids2 = torch.tensor([[7, 8, 9], [5, 7, 6], [1, 2, 3]])  # peaks 7, 7, 2: q = 2/3 -> (2/3 − 1/3) / (2/3)
+    assert audit.top_token_repeat(two, m, ids2) == pytest.approx(0.5)
+    assert audit.top_token_repeat(piled[:1], m[:1], ids[:1]) == 0.0  # one row: no evidence
+
+
+def test_few_rows_per_process_do_not_warn_of_template_tokens():
+    """Two rows per process peaking on different tokens: the uncorrected share would be 1/2 at every step,
+    at the warning's threshold; corrected it is 0, so concentrated weights do not warn of template tokens.
+    Two rows on the same token, step after step, still do."""
+    m = torch.ones(2, 6, dtype=torch.bool)
+    low = [0.01] * 4
+    w = torch.tensor([[[6.0, 0.01, *low]], [[0.01, 6.0, *low]]])  # [B=2, K=1, T=6]: each peaks on one token
+    adv = torch.ones(2, 1)
+    history, same = [], []
+    for step in range(1, 21):
+        ids = torch.tensor([[step, 100, 1, 1, 1, 1], [102, step + 50, 1, 1, 1, 1]])  # two different peaks
+        out = audit.batch_audit(adv, w, m, ["r"], token_ids=ids)
+        assert out["credit/r/top_token_repeat"] == 0.0 and out["credit/r/effective_token_ratio"] < 0.5
+        history.append({"step": step, **out})
+        tied = torch.tensor([[9, 100, 1, 1, 1, 1], [102, 9, 1, 1, 1, 1]])  # both peak on token 9
+        same.append({"step": step, **audit.batch_audit(adv, w, m, ["r"], token_ids=tied)})
+    etr = history[0]["credit/r/effective_token_ratio"]
+    assert etr <= audit.PILED_ETR  # concentrated enough for the rule
+    assert audit.audit_warnings(history, ["r"]) == []
+    (line,) = audit.audit_warnings(same, ["r"])
+    assert "piled on a few tokens" in line and "top-token repeat 1.00" in line
 
 
 def test_batch_audit_counts_only_rows_whose_weights_act():
@@ -122,7 +149,7 @@ def test_warning_rule():
     (line,) = audit.audit_warnings(_history(0.97, 0.1), ["r"])
     assert line.startswith("credit/r: token weights near uniform over the last 20 logged steps (steps 6-25")
     (line,) = audit.audit_warnings(_history(0.1, 0.8), ["r"])
-    assert "piled on a few tokens" in line and "80% of responses" in line
+    assert "piled on a few tokens" in line and "top-token repeat 0.80" in line
     assert audit.audit_warnings(_history(0.1, 0.2), ["r"]) == []  # concentrated, but not on one token
     assert audit.audit_warnings(_history(0.6, 0.9), ["r"]) == []
     assert audit.audit_warnings(_history(0.99, 0.1, steps=19), ["r"]) == []  # too few steps

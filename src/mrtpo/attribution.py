@@ -1,4 +1,7 @@
-"""Gradient attribution of a differentiable scorer's verdict to response tokens (P2T), framework-agnostic.
+"""Gradient attribution of a differentiable scorer's verdict to response tokens (P2T's), framework-agnostic.
+
+The credit scheme ``p2t`` is P2T-style attribution with MRTPO's allocation: the weights below reweight each
+reward's own advantage (``S = Σ_k Â_k ((1 − β) + β w_k)``), where P2T adds a non-negative token reward.
 
 A reward given by a model (a sequence-classification reward model, or a generative judge answering a
 rubric with yes/no) is a differentiable function of the scorer's input embeddings. P2T ("Unlocking
@@ -10,7 +13,13 @@ first-order estimate of replacing each token with a null token (docs/methods.md,
           = σ(d)         (``prob``)
           = log σ(d)     (``logprob``)
     I'_t  = mean or sum over the scorer tokens overlapping policy token t of I_i (character spans)
-    w_t   = n_s · softmax_{t ∈ s}(I'_t / τ)          per segment s of n_s valid tokens: mean 1
+    w_t   = n_s · softmax_{t ∈ s}(sign(Â_k) · I'_t / τ)   per segment s of n_s valid tokens: mean 1
+
+The weights follow the direction of the reward's advantage Â_k (as RLSD's ratio does): the influence is
+signed (a token can raise or lower the verdict), the advantage is signed, and their product is what the
+policy gradient applies; without the sign a below-average response (Â_k < 0) would put its largest
+negative credit on the token the scorer liked most and leave the token it disliked almost untouched.
+With the sign, Â_k > 0 credits the tokens that raised the verdict, Â_k < 0 blames the ones that lowered it.
 
 The gradient is taken with respect to the input embeddings only (:func:`attribute` never accumulates
 into parameters: the scorer stays frozen); one gradient-tracked forward and one backward per batch of
@@ -29,6 +38,7 @@ Notation: B scorer sequences, L scorer tokens, H embedding size, N responses, T 
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -41,17 +51,24 @@ from torch import Tensor
 __all__ = [
     "SCALARS",
     "SEGMENTS",
+    "SKIP_REASONS",
     "TRANSFERS",
     "AttributionStats",
+    "GradientAttribution",
     "P2TOptions",
     "ResponseInfluence",
     "attribute",
+    "attribution_activation_bytes",
+    "coverage_counts",
+    "decoded_offsets",
     "differentiable",
+    "gradient_attribution",
     "gradient_weights",
     "influence",
     "influence_weights",
     "log_odds",
     "require_differentiable",
+    "step_factors",
     "step_segments",
     "token_char_ranges",
     "transfer",
@@ -148,11 +165,34 @@ class ResponseInfluence:
         values: [L] float32, the influence I of the scorer tokens that overlap the response text.
         spans: [L] their character spans ``(start, end)`` in the response text (clipped to it).
         scalar: the scalar S that was differentiated (float).
+        step_scores: a process reward model's score in [0, 1] of each step of the response (P2T's steps,
+            the text between blank lines, in order), each token's influence then being on its own step's
+            score; None for a scorer of the whole response.
     """
 
     values: Tensor
     spans: list[tuple[int, int]]
     scalar: float = 0.0
+    step_scores: list[float] | None = None
+
+
+def step_factors(scores: Sequence[float], sizes: Sequence[int], sign: float) -> Tensor:
+    """How a process reward model's step scores share a response's credit among its steps: per step s of
+    ``n_s`` tokens and score ``p_s`` in [0, 1], ``c_s = T · q_s / Σ_s' n_s' q_s'`` with ``q_s = p_s`` for a
+    positive advantage (the steps the PRM rates well get the credit) and ``1 − p_s`` for a negative one (the
+    steps it rates badly get the blame); ``Σ_s n_s c_s = T``, so weights ``c_s · n_s softmax_s(...)`` keep a
+    mean of 1. All ``q_s = 0``: ``c_s = 1``.
+
+    Returns:
+        [S] float32.
+    """
+    p = torch.as_tensor(list(scores), dtype=torch.float32).clamp(0.0, 1.0)
+    n = torch.as_tensor(list(sizes), dtype=torch.float32)
+    q = p if sign > 0 else 1.0 - p
+    total = float((n * q).sum())
+    if total <= 0:
+        return torch.ones_like(p)
+    return n.sum() * q / total
 
 
 def verdict_scalar(d: Tensor, scalar: str = "logit_diff") -> Tensor:
@@ -234,7 +274,8 @@ def attribute(
 def influence_weights(
     values: Tensor, mask: Tensor, *, tau: float = 1.0, segments: Tensor | None = None
 ) -> Tensor:
-    """P2T's token weights: ``w = n_s · softmax(I / τ)`` within each segment s of a row's valid tokens.
+    """P2T's token weights: ``w = n_s · softmax(I / τ)`` within each segment s of a row's valid tokens
+    (:func:`gradient_weights` passes ``sign(Â) · I``).
 
     Each segment's weights sum to its number of valid tokens, so every row's weights average 1 over its
     valid tokens (a row without one: all 0), and a segment of one token gets 1. τ → ∞ gives the uniform
@@ -399,11 +440,12 @@ def token_char_ranges(tokenizer, ids: Sequence[int]) -> tuple[str, list[tuple[in
     plain = [t for t, i in enumerate(ids) if i not in special]
     try:
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        offsets = list(enc["offset_mapping"])  # a slow tokenizer has none (KeyError, or an error)
         same = list(enc["input_ids"]) == [ids[t] for t in plain]
     except (NotImplementedError, ValueError, TypeError, KeyError):
         same = False
     if same:
-        ranges, prev, it = [], 0, iter(enc["offset_mapping"])
+        ranges, prev, it = [], 0, iter(offsets)
         plain_set = set(plain)
         for t in range(len(ids)):
             if t in plain_set:
@@ -419,6 +461,36 @@ def token_char_ranges(tokenizer, ids: Sequence[int]) -> tuple[str, list[tuple[in
         ranges.append((prev, end))
         prev = end
     return text, ranges
+
+
+def decoded_offsets(
+    tokenizer, ids: Sequence[int], text: str, start: int, end: int
+) -> tuple[list[tuple[int, int]], int, int]:
+    """Character offsets of ``ids`` (the encoding of ``text``) for a tokenizer that gives none (a slow
+    tokenizer), by per-token decoding (:func:`token_char_ranges`), and where ``text[start:end]`` (the
+    response) lies in that decoding.
+
+    When the decoding reproduces ``text``, the offsets are in ``text`` and ``(start, end)`` unchanged;
+    otherwise (special tokens skipped, spaces normalised) the response is looked for in the decoded text,
+    at the occurrence nearest its place in ``text``. A response that the decoding does not contain gets
+    ``(0, 0)``: no token overlaps it, so it is not attributed (never uniform weights in disguise).
+
+    Returns:
+        ``(offsets [L], start, end)``: the offsets and the response's span in the same text.
+    """
+    decoded, ranges = token_char_ranges(tokenizer, ids)
+    if decoded == text:
+        return ranges, start, end
+    response = text[start:end]
+    found, at = [], decoded.find(response) if response else -1
+    while at >= 0:
+        found.append(at)
+        at = decoded.find(response, at + 1)
+    if not found:
+        return ranges, 0, 0
+    where = start * len(decoded) / max(len(text), 1)
+    best = min(found, key=lambda a: abs(a - where))
+    return ranges, best, best + len(response)
 
 
 def differentiable(verifier: Any) -> bool:
@@ -477,6 +549,186 @@ class P2TOptions:
         _check_choice(self.transfer, TRANSFERS, "transfer")
 
 
+SKIP_REASONS = ("uncovered", "failed")
+"""Why a (response, reward) pair with a differentiable scorer and an active advantage was not attributed
+(codes 1 and 2 of :attr:`GradientAttribution.skipped`; 0: not skipped): no scorer token covers the
+response (the scorer's template or ``max_length`` cut it, or its tokenizer's decoding does not contain it),
+or the attribution raised (an out-of-memory error, a bug in a scorer). Both fall back to replay credit."""
+
+logger = logging.getLogger(__name__)
+_logged: set[str] = set()
+
+
+@dataclass
+class GradientAttribution:
+    """The ``p2t`` weights of a batch and which pairs have them.
+
+    Attributes:
+        weights: ``[B, K, T]`` float32, mean 1 over each attributed row's tokens, 0 elsewhere.
+        attributed: ``[B, K]`` bool.
+        skipped: ``[B, K]`` int8, 0 or the 1-based index in :data:`SKIP_REASONS` of why a pair that should
+            have been attributed was not.
+    """
+
+    weights: Tensor
+    attributed: Tensor
+    skipped: Tensor
+
+
+def coverage_counts(
+    attributed: Tensor, skipped: Tensor, names: Sequence[str], prefix: str = "p2t"
+) -> dict[str, int]:
+    """Per reward with a differentiable scorer: ``<prefix>/<reward>/attributed`` and
+    ``<prefix>/<reward>/skipped_<reason>`` (:data:`SKIP_REASONS`) counted over the batch's rows; rewards
+    with neither (the rule rewards) are left out."""
+    out: dict[str, int] = {}
+    for col, name in enumerate(names):
+        got = int(attributed[:, col].sum())
+        miss = [int((skipped[:, col] == code).sum()) for code in range(1, len(SKIP_REASONS) + 1)]
+        if got or any(miss):
+            out[f"{prefix}/{name}/attributed"] = got
+            for reason, n in zip(SKIP_REASONS, miss, strict=True):
+                out[f"{prefix}/{name}/skipped_{reason}"] = n
+    return out
+
+
+def _log_once(key: str, msg: str) -> None:
+    if key not in _logged:
+        _logged.add(key)
+        logger.warning(msg)
+
+
+def _attribute_rows(v: Any, rows: list[int], examples, texts, scalar: str, stats) -> dict[int, Any]:
+    """``verifier.attribute`` of ``rows`` in chunks of its ``attribution_batch_size`` (all at once when it
+    has none); a chunk that raises is redone row by row, and a row that raises alone is left out (logged
+    once per scorer; the caller counts it)."""
+    size = int(getattr(v, "attribution_batch_size", 0) or len(rows) or 1)
+    out: dict[int, Any] = {}
+    for i in range(0, len(rows), size):
+        chunk = rows[i : i + size]
+        parts = [chunk]
+        while parts:
+            part = parts.pop(0)
+            try:
+                res = v.attribute(
+                    [examples[j] for j in part], [texts[j] for j in part], scalar=scalar, stats=stats
+                )
+            except Exception as e:  # an OOM or a scorer's bug costs the row its p2t credit only
+                _free_device_memory()
+                if len(part) > 1:  # redo the chunk row by row: only the row that raises is left out
+                    parts += [[j] for j in part]
+                    continue
+                name = getattr(v, "name", type(v).__name__)
+                first = (str(e).strip().splitlines() or [""])[0][:200]
+                _log_once(
+                    f"failed:{name}",
+                    f"p2t: the attribution of model reward {name!r} raised ({type(e).__name__}: {first}); such "
+                    f"rows take replay credit (counted in p2t/{name}/skipped_failed; said once)",
+                )
+                continue
+            out.update(zip(part, res, strict=True))
+    return out
+
+
+def _free_device_memory() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def gradient_attribution(
+    verifiers: Sequence[Sequence[Any]],
+    examples: Sequence[Any],
+    texts: Sequence[str],
+    ranges: Sequence[Sequence[tuple[int, int]]],
+    advantages: Tensor,
+    width: int,
+    options: P2TOptions | None = None,
+    *,
+    active_tol: float = 1e-8,
+    stats: AttributionStats | None = None,
+) -> GradientAttribution:
+    """The ``p2t`` token weights ``[B, K, T]`` of every (response, reward) pair with a differentiable scorer.
+
+    For reward k of response j whose verifier is :func:`differentiable` and whose advantage is active
+    (``|Â[j, k]| > active_tol``): the scorer's influence on its own tokens (``verifier.attribute``, in
+    chunks of the verifier's ``attribution_batch_size``), moved onto the policy's tokens by character spans
+    (:func:`transfer`), then ``w = n_s · softmax(sign(Â[j, k]) · I' / τ)`` per segment
+    (:func:`influence_weights`, :func:`step_segments`): the weights follow the advantage's direction (the
+    module's docstring). A pair whose response no scorer token covers, or whose attribution raised, is
+    not attributed and says why (:data:`SKIP_REASONS`); other pairs stay 0 and unmarked.
+
+    Args:
+        verifiers: ``[B][K]`` the verifiers of each response's example.
+        examples: ``[B]`` the examples.
+        texts: ``[B]`` each response's text, the text of ``ranges``.
+        ranges: ``[B][T_j]`` the character span of each policy token in its text (empty for special tokens).
+        advantages: ``[B, K]`` Â.
+        width: T, the padded width.
+        options: :class:`P2TOptions`.
+        active_tol: the advantage below which a pair is not attributed.
+        stats: the cost, counted.
+    """
+    opts = options or P2TOptions()
+    adv = torch.as_tensor(advantages).detach().float().cpu()
+    b = len(verifiers)
+    k = adv.shape[1] if adv.dim() == 2 else 0
+    out = torch.zeros(b, k, int(width))
+    done = torch.zeros(b, k, dtype=torch.bool)
+    skipped = torch.zeros(b, k, dtype=torch.int8)
+    t0 = time.perf_counter()
+    seconds = stats.seconds if stats is not None else 0.0
+    for col in range(k):
+        groups: dict[int, tuple[Any, list[int]]] = {}
+        for j in range(b):
+            v = verifiers[j][col]
+            if differentiable(v) and abs(float(adv[j, col])) > active_tol:
+                if not len(ranges[j]):
+                    skipped[j, col] = 1  # an empty response: nothing to weigh
+                    continue
+                groups.setdefault(id(v), (v, []))[1].append(j)
+        for v, rows in groups.values():
+            results = _attribute_rows(v, rows, examples, texts, opts.scalar, stats)
+            for j in rows:
+                res = results.get(j)
+                if res is None:
+                    skipped[j, col] = 2
+                    continue
+                if len(res.spans) == 0:
+                    skipped[j, col] = 1
+                    continue
+                tj = min(len(ranges[j]), int(width))
+                values = transfer(res.values, res.spans, ranges[j][:tj], how=opts.transfer)
+                seg = None
+                prm = res.step_scores is not None  # a process reward model: per step, its own score
+                if opts.segments == "steps" or prm:
+                    seg = torch.tensor([step_segments(ranges[j][:tj], texts[j])], dtype=torch.long)
+                sign = 1.0 if float(adv[j, col]) > 0 else -1.0  # |Â| > active_tol: never 0 here
+                w = influence_weights(
+                    sign * values[None], torch.ones(1, tj, dtype=torch.bool), tau=opts.tau, segments=seg
+                )
+                if prm and seg is not None:
+                    ids = seg[0]
+                    sizes = torch.bincount(ids).tolist()
+                    scores = list(res.step_scores)[: len(sizes)]
+                    scores += [scores[-1] if scores else 0.5] * (len(sizes) - len(scores))
+                    w = w * step_factors(scores, sizes, sign)[ids][None]
+                out[j, col, :tj] = w[0]
+                done[j, col] = True
+    if bool((skipped == 1).any()):
+        names = sorted(
+            {str(getattr(verifiers[j][c], "name", "?")) for j, c in (skipped == 1).nonzero().tolist()}
+        )
+        _log_once(
+            "uncovered:" + ",".join(names),
+            f"p2t: no token of the scorer of {', '.join(names)} covers some responses (cut by max_length, or a "
+            "tokenizer whose decoding does not contain them); they take replay credit (counted in "
+            "p2t/<reward>/skipped_uncovered; said once)",
+        )
+    if stats is not None:  # the scorer's own time is in stats already; add the mapping's
+        stats.seconds = seconds + (time.perf_counter() - t0)
+    return GradientAttribution(out, done, skipped)
+
+
 def gradient_weights(
     verifiers: Sequence[Sequence[Any]],
     examples: Sequence[Any],
@@ -489,58 +741,42 @@ def gradient_weights(
     active_tol: float = 1e-8,
     stats: AttributionStats | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """P2T's token weights ``[B, K, T]`` of every (response, reward) pair with a differentiable scorer.
+    """:func:`gradient_attribution`'s ``(weights [B, K, T], attributed [B, K])``; each attributed row has mean
+    1 over its ``T_j`` tokens and 0 beyond."""
+    res = gradient_attribution(
+        verifiers, examples, texts, ranges, advantages, width, options, active_tol=active_tol, stats=stats
+    )
+    return res.weights, res.attributed
 
-    For reward k of response j whose verifier is :func:`differentiable` and whose advantage is active
-    (``|Â[j, k]| > active_tol``): the scorer's influence on its own tokens (``verifier.attribute``, one
-    batched call per scorer), moved onto the policy's tokens by character spans (:func:`transfer`), then
-    ``w = n_s · softmax(I' / τ)`` per segment (:func:`influence_weights`, :func:`step_segments`). Other
-    pairs stay 0 and unmarked.
+
+def attribution_activation_bytes(
+    *,
+    layers: int,
+    hidden: int,
+    intermediate: int,
+    tokens: int,
+    batch: int = 1,
+    dtype_bytes: int = 2,
+    checkpointing: bool = True,
+) -> int:
+    """Activation memory of one attribution call of a transformer scorer (bytes), beside its weights.
+
+    A decoder layer keeps about ``5H + 3I`` values per token for its backward (the inputs of its two norms,
+    of q/k/v, of the output projection and attention's output, of the MLP's gate, up and down projections;
+    attention itself with a fused kernel keeps O(tokens) more). Without checkpointing every layer keeps
+    them; with it each layer keeps its input (H per token) and one layer at a time is recomputed. On top:
+    the input embeddings with their gradient (2H per token, float32)::
+
+        no checkpointing:  batch · tokens · (layers · (5H + 3I) · dtype_bytes + 2H · 4)
+        checkpointing:     batch · tokens · ((layers · H + 5H + 3I) · dtype_bytes + 2H · 4)
 
     Args:
-        verifiers: ``[B][K]`` the verifiers of each response's example.
-        examples: ``[B]`` the examples.
-        texts: ``[B]`` each response's text, the text of ``ranges``.
-        ranges: ``[B][T_j]`` the character span of each policy token in its text (empty for special tokens).
-        advantages: ``[B, K]`` Â.
-        width: T, the padded width.
-        options: :class:`P2TOptions`.
-        active_tol: the advantage below which a pair is not attributed.
-        stats: the cost, counted.
-
-    Returns:
-        ``(weights [B, K, T] float32, attributed [B, K] bool)``; each attributed row has mean 1 over its
-        ``T_j`` tokens and 0 beyond.
+        layers, hidden, intermediate: the scorer's depth, hidden size H and MLP size I.
+        tokens: scorer tokens per sequence (``max_length`` at most).
+        batch: sequences per call (``attribution_batch_size``).
+        dtype_bytes: bytes per activation (2 for bf16).
+        checkpointing: ``gradient_checkpointing``.
     """
-    opts = options or P2TOptions()
-    adv = torch.as_tensor(advantages).detach().float().cpu()
-    b = len(verifiers)
-    k = adv.shape[1] if adv.dim() == 2 else 0
-    out = torch.zeros(b, k, int(width))
-    done = torch.zeros(b, k, dtype=torch.bool)
-    t0 = time.perf_counter()
-    seconds = stats.seconds if stats is not None else 0.0
-    for col in range(k):
-        groups: dict[int, tuple[Any, list[int]]] = {}
-        for j in range(b):
-            v = verifiers[j][col]
-            if differentiable(v) and abs(float(adv[j, col])) > active_tol and len(ranges[j]):
-                groups.setdefault(id(v), (v, []))[1].append(j)
-        for v, rows in groups.values():
-            results = v.attribute(
-                [examples[j] for j in rows], [texts[j] for j in rows], scalar=opts.scalar, stats=stats
-            )
-            for j, res in zip(rows, results, strict=True):
-                tj = min(len(ranges[j]), int(width))
-                values = transfer(res.values, res.spans, ranges[j][:tj], how=opts.transfer)
-                seg = None
-                if opts.segments == "steps":
-                    seg = torch.tensor([step_segments(ranges[j][:tj], texts[j])], dtype=torch.long)
-                w = influence_weights(
-                    values[None], torch.ones(1, tj, dtype=torch.bool), tau=opts.tau, segments=seg
-                )
-                out[j, col, :tj] = w[0]
-                done[j, col] = True
-    if stats is not None:  # the scorer's own time is in stats already; add the mapping's
-        stats.seconds = seconds + (time.perf_counter() - t0)
-    return out, done
+    per_layer = 5 * hidden + 3 * intermediate
+    kept = (layers * hidden + per_layer) if checkpointing else layers * per_layer
+    return int(batch) * int(tokens) * (kept * int(dtype_bytes) + 2 * hidden * 4)

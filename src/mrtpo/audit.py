@@ -6,7 +6,8 @@ Per reward k of a batch (docs/methods.md, "Auditing the credit"):
     adv_share[k]             = Σ_j |Â[j, k]| / Σ_{j, l} |Â[j, l]|          (the shares sum to 1)
     gini[j, k]               = Σ_{t, u} |w_t − w_u| / (2 T² mean(w))        over row (j, k)'s T valid tokens
     effective_token_ratio    = exp(H(w / Σ w)) / T                          H: entropy (nats)
-    top_token_repeat[k]      = the largest share of rows whose most-weighted token is one same token id
+    top_token_repeat[k]      = (q − 1/R) / (1 − 1/R), q the largest share of the R rows whose most-weighted
+                               token is one same token id (its floor 1/R removed: 0 at chance, 1 all on one)
 
 Gini is 0 for uniform weights and (T − 1) / T when one token holds everything; the effective token ratio
 is 1 for uniform weights and 1 / T for one token (exp(H) is the number of tokens the weights are
@@ -130,16 +131,21 @@ def effective_token_ratio(weights: Tensor, mask: Tensor) -> Tensor:
 
 
 def top_token_repeat(weights: Tensor, mask: Tensor, token_ids: Tensor) -> float:
-    """The largest share of rows (of ``weights [R, T]``) whose most-weighted valid token is one same token id
-    (``token_ids [R, T]``): 1 / R when every row peaks on a different token, 1 when all peak on one
-    (a template token). Rows without valid tokens are left out; 0 when none is left."""
+    """How much more than by chance the rows of ``weights [R, T]`` peak on one same token id (``token_ids
+    [R, T]``): ``(q − 1/R) / (1 − 1/R)`` with q the largest share of rows whose most-weighted valid token is
+    one id. The share q cannot be below 1/R (one row always shares its peak with itself), so q alone would
+    read 0.5 on 2 rows that peak on different tokens; corrected, every row peaking on a different token
+    gives 0 and all on one (a template token) gives 1. Rows without valid tokens are left out; 0 when fewer
+    than 2 rows are left (one row says nothing of repetition)."""
     w, m = _rows(weights, mask)
     ok = m.any(-1)
-    if not bool(ok.any()):
+    r = int(ok.sum())
+    if r < 2:
         return 0.0
     top = torch.where(m, w, torch.full_like(w, -1.0)).argmax(-1)  # [R]
     ids = torch.as_tensor(token_ids).to(w.device).gather(-1, top[:, None])[:, 0][ok]
-    return float(torch.unique(ids, return_counts=True)[1].max()) / int(ok.sum())
+    q = float(torch.unique(ids, return_counts=True)[1].max()) / r
+    return (q - 1.0 / r) / (1.0 - 1.0 / r)
 
 
 def audit_parts(
@@ -392,7 +398,8 @@ def audit_warnings(
         if r <= piled_etr and q >= piled_repeat:
             lines.append(
                 f"credit/{name}: token weights piled on a few tokens over the last {window} logged steps ({steps}; "
-                f"median effective token ratio {r:.3f} <= {piled_etr}, Gini {g:.3f}) and the same token on top "
-                f"in {q:.0%} of responses: a template token, not the content this reward checks?"
+                f"median effective token ratio {r:.3f} <= {piled_etr}, Gini {g:.3f}) and one same token on top of "
+                f"responses beyond chance (top-token repeat {q:.2f}, 0 at chance): a template token, not the "
+                "content this reward checks?"
             )
     return lines

@@ -747,8 +747,10 @@ register_scheme(
     metrics=_rlsd_metrics,
 )(_no_weights)
 
-# P2T (docs/methods.md, "p2t"): the kind ``gradient`` answers P2T's weights (mean 1 per row) for the rewards
-# with a differentiable scorer and replay distances for the others; the weights are MRTPO's of both
+# P2T-style attribution with MRTPO's allocation (docs/methods.md, "p2t"): the kind ``gradient`` answers weights
+# n_s · softmax(sign(Â_k) · I / τ) (mean 1 per row, oriented by the sign of the reward's advantage, so a negative
+# advantage blames the tokens that lowered the verdict) for the rewards with a differentiable scorer and replay
+# distances for the others; the allocation is MRTPO's, S = Σ_k Â_k ((1 − β) + β w_k), for both
 register_scheme(
     "p2t",
     replay="gradient",

@@ -73,8 +73,10 @@ def test_rule_rows_replay_and_model_rows_attribute(setup):
     for j, r in enumerate(responses[:2]):  # each attributed row averages 1 over its tokens (eos included)
         assert res.distances[j, -1, : len(r)].mean().item() == pytest.approx(1.0, abs=1e-5)
         assert (res.distances[j, -1, len(r) :] == 0).all()
-    assert res.stats.attributed == 2 and res.stats.scorer_forwards == stats.forwards == 1
-    assert res.stats.scorer_backwards == 1 and res.stats.scorer_tokens == stats.tokens > 0
+    # attribution_batch_size 1 (the default): one forward and one backward per attributed response
+    assert res.stats.attributed == 2 and res.stats.scorer_forwards == stats.forwards == 2
+    assert res.stats.scorer_backwards == 2 and res.stats.scorer_tokens == stats.tokens > 0
+    assert res.skipped is not None and not res.skipped.any()
 
 
 def test_a_rule_only_batch_is_the_reward_kind(setup):

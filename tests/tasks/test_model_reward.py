@@ -158,7 +158,7 @@ class LinearScorer(torch.nn.Module):
 def test_attribution_through_the_scorer_is_the_closed_form(tok):
     """A linear scorer: each response token's influence is exactly ⟨e_i − e_null, u⟩, on its own span."""
     scorer = LinearScorer(len(tok))
-    rm = ModelReward("rm", scorer, tokenizer=tok, device="cpu", batch_size=2)
+    rm = ModelReward("rm", scorer, tokenizer=tok, device="cpu", attribution_batch_size=2)
     responses = ["apple river", "stone", "good bad apple"]
     stats = AttributionStats()
     out = rm.attribute([_ex()] * 3, responses, stats=stats)
@@ -175,7 +175,7 @@ def test_attribution_through_the_scorer_is_the_closed_form(tok):
 
 def test_attribution_does_not_depend_on_the_batch(rm_dir):
     rm1 = ModelReward("rm", rm_dir, device="cpu", batch_size=1)
-    rm4 = ModelReward("rm", rm_dir, device="cpu", batch_size=4)
+    rm4 = ModelReward("rm", rm_dir, device="cpu", batch_size=4, attribution_batch_size=4)
     exs = [_ex(i) for i in range(4)]
     for a, b in zip(rm1.attribute(exs, RESPONSES[:4]), rm4.attribute(exs, RESPONSES[:4])):
         assert a.spans == b.spans

@@ -101,13 +101,8 @@ class OpenAIChatJudge:
         self.backoff, self.max_backoff, self._sleep = backoff, max_backoff, sleep
         self.requests = 0  # HTTP requests sent, retries included
 
-    def _post(self, body: bytes) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-            return json.loads(resp.read().decode("utf-8"))
+    def _count(self) -> None:
+        self.requests += 1
 
     def complete(self, messages: Sequence[dict[str, str]]) -> str:
         payload: dict[str, Any] = {"model": self.model, "messages": list(messages)}
@@ -116,37 +111,74 @@ class OpenAIChatJudge:
         if self.max_tokens is not None:
             payload["max_tokens"] = self.max_tokens
         payload.update(self.extra_body)
-        body = json.dumps(payload).encode("utf-8")
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            wait = min(self.backoff * 2**attempt, self.max_backoff)
-            try:
-                self.requests += 1
-                data = self._post(body)
-            except urllib.error.HTTPError as e:
-                detail = e.read().decode("utf-8", "replace")[:300] if e.fp is not None else ""
-                last = f"HTTP {e.code} from {self.url}: {detail or e.reason}"
-                if e.code not in RETRY_STATUS:
-                    raise JudgeError(last) from None
-                retry_after = e.headers.get("Retry-After") if e.headers else None
-                if retry_after:
-                    with contextlib.suppress(ValueError):
-                        wait = min(float(retry_after), self.max_backoff)
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
-                last = f"{type(e).__name__} calling {self.url}: {getattr(e, 'reason', e)}"
-            except json.JSONDecodeError as e:
-                raise JudgeError(f"{self.url} answered with invalid JSON ({e.msg})") from None
-            else:
-                try:
-                    content = data["choices"][0]["message"]["content"]
-                except (KeyError, IndexError, TypeError):
-                    raise JudgeError(
-                        f"{self.url}: no choices[0].message.content in {str(data)[:200]}"
-                    ) from None
-                return content if isinstance(content, str) else json.dumps(content)
-            if attempt < self.max_retries:
-                self._sleep(wait)
-        raise JudgeError(f"giving up after {self.max_retries + 1} attempts: {last}")
+        data = post_json(
+            self.url,
+            payload,
+            api_key=self._api_key,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            backoff=self.backoff,
+            max_backoff=self.max_backoff,
+            sleep=self._sleep,
+            on_request=self._count,
+        )
+        try:
+            content = data["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise JudgeError(f"{self.url}: no choices[0].message.content in {str(data)[:200]}") from None
+        return content if isinstance(content, str) else json.dumps(content)
+
+
+def post_json(
+    url: str,
+    payload: Any,
+    *,
+    api_key: str | None = None,
+    timeout: float = 120.0,
+    max_retries: int = 6,
+    backoff: float = 1.0,
+    max_backoff: float = 60.0,
+    sleep: Callable[[float], None] = time.sleep,
+    on_request: Callable[[], None] | None = None,
+) -> Any:
+    """``POST url`` with the JSON ``payload``; the decoded JSON answer.
+
+    HTTP 429 and 5xx, connection errors and timeouts are retried ``max_retries`` times after the first
+    attempt, waiting ``min(backoff * 2**attempt, max_backoff)`` seconds (or the server's ``Retry-After``,
+    also capped); other HTTP errors and an answer that is not JSON fail at once.
+
+    Raises:
+        JudgeError: naming the URL and the last cause.
+    """
+    body = json.dumps(payload).encode("utf-8")
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    last = ""
+    for attempt in range(max_retries + 1):
+        wait = min(backoff * 2**attempt, max_backoff)
+        try:
+            if on_request is not None:
+                on_request()
+            req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return json.loads(resp.read().decode("utf-8"))
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode("utf-8", "replace")[:300] if e.fp is not None else ""
+            last = f"HTTP {e.code} from {url}: {detail or e.reason}"
+            if e.code not in RETRY_STATUS:
+                raise JudgeError(last) from None
+            retry_after = e.headers.get("Retry-After") if e.headers else None
+            if retry_after:
+                with contextlib.suppress(ValueError):
+                    wait = min(float(retry_after), max_backoff)
+        except json.JSONDecodeError as e:
+            raise JudgeError(f"{url} answered with invalid JSON ({e.msg})") from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+            last = f"{type(e).__name__} calling {url}: {getattr(e, 'reason', e)}"
+        if attempt < max_retries:
+            sleep(wait)
+    raise JudgeError(f"giving up after {max_retries + 1} attempts: {last}")
 
 
 class LocalJudge:

@@ -1,9 +1,10 @@
-"""The replay kind ``gradient`` (credit scheme ``p2t``): each reward with a differentiable scorer gets P2T's token
-weights from the scorer's gradient, every other reward of the response MRTPO's replay distances.
+"""The replay kind ``gradient`` (credit scheme ``p2t``: P2T-style attribution with MRTPO's allocation): each reward
+with a differentiable scorer gets token weights from the scorer's gradient (P2T's attribution, oriented by the sign
+of the reward's advantage), every other reward of the response MRTPO's replay distances.
 
 For a batch of B responses and K rewards (docs/methods.md, "p2t")::
 
-    rows of rewards whose verifier is a differentiable scorer (a model reward): w = n_s · softmax(I'/τ)
+    rows of rewards whose verifier is a differentiable scorer (a model reward): w = n_s · softmax(sign(Â_k) I'/τ)
         (mrtpo.attribution.gradient_weights: the scorer's influence moved onto the policy's tokens)
     rows of the other rewards: the JS distances of C vs C_-k (the kind ``reward``, through for_scheme)
 
@@ -34,7 +35,7 @@ from mrtpo.attribution import (
     AttributionStats,
     P2TOptions,
     differentiable,
-    gradient_weights,
+    gradient_attribution,
     require_differentiable,
     token_char_ranges,
 )
@@ -87,8 +88,10 @@ def gradient_replay(
 
     Returns:
         :class:`~mrtpo.replay.requests.ReplayResult` with ``distances [B, K, T]`` (P2T weights on the
-        attributed rows), ``replayed`` (JS rows replayed or P2T rows attributed), ``attributed`` and the
-        stats of both (``attributed``, ``scorer_forwards``, ``scorer_backwards``, ``scorer_tokens``).
+        attributed rows), ``replayed`` (JS rows replayed or P2T rows attributed), ``attributed``,
+        ``skipped`` (the rows of a differentiable reward that fell back to replay, and why:
+        :data:`mrtpo.attribution.SKIP_REASONS`) and the stats of both (``attributed``, ``scorer_forwards``,
+        ``scorer_backwards``, ``scorer_tokens``).
     """
     given = dict(credit_options if credit_options is not None else (batch.options if batch else None) or {})
     opts = P2TOptions(**{f: given[f] for f in P2TOptions.__dataclass_fields__ if f in given})
@@ -115,7 +118,6 @@ def gradient_replay(
             "credit 'p2t': no reward of this batch has a differentiable scorer (a model reward, task option "
             "model_rewards); every row is replayed, as credit 'reward'",
         )
-    res = replay_rewards(torch.where(diff, torch.zeros_like(adv), adv))
     t0 = time.perf_counter()
     texts, ranges = [], []
     for j, ids in enumerate(responses):
@@ -126,21 +128,26 @@ def gradient_replay(
         texts.append(text)
         ranges.append(rng)
     astats = AttributionStats()
-    w, done = gradient_weights(
+    ga = gradient_attribution(
         batch.verifiers, batch.examples, texts, ranges, adv, t, opts, active_tol=ACTIVE_TOL, stats=astats
     )
+    seconds = time.perf_counter() - t0
+    done = ga.attributed
+    # the other rows are replayed: the rule rewards', and those of a scorer whose attribution was skipped
+    res = replay_rewards(torch.where(done, torch.zeros_like(adv), adv))
     d = res.distances.float().cpu()
     if d.shape[-1] < t:
         d = torch.nn.functional.pad(d, (0, t - d.shape[-1]))
-    d = torch.where(done[:, :, None], w, d[:, :, :t]).to(res.distances.device)  # [B, K, T]
+    d = torch.where(done[:, :, None], ga.weights, d[:, :, :t]).to(res.distances.device)  # [B, K, T]
     replayed = done if res.replayed is None else (res.replayed.cpu() | done)
     st = res.stats
     st.attributed += int(done.sum())
     st.scorer_forwards += astats.forwards
     st.scorer_backwards += astats.backwards
     st.scorer_tokens += astats.tokens
-    st.seconds += time.perf_counter() - t0
-    return ReplayResult(d, res.lengths, st, replayed.to(d.device), done.to(d.device))
+    st.seconds += seconds
+    dev = d.device
+    return ReplayResult(d, res.lengths, st, replayed.to(dev), done.to(dev), ga.skipped.to(dev))
 
 
 def _with_attributed(res: ReplayResult) -> ReplayResult:

@@ -127,6 +127,11 @@ class ReplayResult:
             :func:`mrtpo.replay.for_scheme`; None from :func:`mrtpo.replay.replay`.
         attributed: ``[N, K] bool``, the rows that hold P2T's token weights from a scorer's gradient
             (replay kind ``gradient``) rather than distances; None: no such row.
+        skipped: ``[N, K] int8`` (replay kind ``gradient``): why a row of a reward with a differentiable
+            scorer and an active advantage was not attributed, 0 (it was, or it is not such a row) or the
+            1-based index in :data:`mrtpo.attribution.SKIP_REASONS` (``uncovered``, ``failed``); such rows
+            were replayed instead. :func:`mrtpo.attribution.coverage_counts` counts them per reward. None
+            from the other kinds.
     """
 
     distances: torch.Tensor
@@ -134,6 +139,7 @@ class ReplayResult:
     stats: ReplayStats = field(default_factory=ReplayStats)
     replayed: torch.Tensor | None = None
     attributed: torch.Tensor | None = None
+    skipped: torch.Tensor | None = None
 
 
 @dataclass

@@ -1,6 +1,8 @@
 """Rewards given by a model: a reward model's score or a judge's yes/no verdict on a rubric, next to a task's rules.
 
-A :class:`ModelReward` is a :class:`~mrtpo.tasks.base.Verifier` backed by
+A :class:`ModelReward` is a :class:`~mrtpo.tasks.base.Verifier` made of its declared fields
+(:class:`~mrtpo.tasks.model_reward_spec.ModelRewardSpec`, checked when it is built) and a small scorer
+per ``kind`` (:mod:`mrtpo.tasks.model_scorers`):
 
 - ``kind: classifier``: a Hugging Face sequence-classification reward model (``AutoModelForSequenceClassification``)
   reading the prompt and the response through its tokenizer's chat template; the verdict's log-odds ``d``
@@ -14,7 +16,12 @@ clipped to ``bounds`` (``output: logit``). Responses are scored in batches of ``
 ``device`` (``auto``: this process's GPU, else the CPU), without gradient, the scorer frozen; a scorer
 input longer than ``max_length`` tokens loses its beginning (the prompt first), so a verdict takes
 bounded time whatever the response. A verdict never raises on model output: a non-finite score gets the
-reward's minimum and says why.
+reward's minimum and says why; a judge that is not answering (its probability of yes or no below
+``min_answer_mass``) fails the verdict, for the run's policy on failing verifiers.
+
+The model is loaded and checked when the trainer starts (:func:`prepare_model_rewards`,
+:func:`mrtpo.tasks.scorer_loading.load_scorer`): a missing folder, a hub id that cannot be had offline, a head
+transformers initialised at random or a judge without a rubric is one line before the first generation.
 
 The rubric is the reward's information: :class:`WithModelRewards` (the task option ``model_rewards``)
 adds it to every example as a segment tagged with the reward's name (privileged by default: shown in
@@ -24,78 +31,53 @@ rubrics are) and falls back to ``rubric``.
 
 A model reward is differentiable: :meth:`ModelReward.attribute` gives P2T's influence of each of its
 scorer tokens on the response (:mod:`mrtpo.attribution`), which the credit scheme ``p2t`` turns into that
-reward's token weights (docs/methods.md, "P2T").
+reward's token weights (docs/methods.md, "p2t").
 """
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 import math
-import numbers
-import os
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mrtpo.prompt import Segment
 from mrtpo.tasks.base import Example, Task, Verdict, Verifier
-
-KINDS = ("classifier", "judge")
-OUTPUTS = ("prob", "logit")
-RUBRIC_SEGMENTS = ("privileged", "prompt", "none")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-POLICY = "policy"
-"""``model: policy``: the judge is the policy being trained (its current weights)."""
-
-DEFAULT_TEMPLATE = (
-    "Read the request and the response, then answer the question about the response with yes or no.\n\n"
-    "Request:\n{prompt}\n\nResponse:\n{response}\n\nQuestion: {rubric}\nAnswer yes or no."
+from mrtpo.tasks.model_reward_spec import (
+    DEFAULT_TEMPLATE,
+    DTYPES,
+    FIELDS,
+    KINDS,
+    OUTPUTS,
+    POLICY,
+    RUBRIC_SEGMENTS,
+    ModelRewardSpec,
 )
-"""The judge prompt (one user message; ``{rubric}``, ``{prompt}`` and ``{response}`` are filled in)."""
+from mrtpo.tasks.model_scorers import SCORERS, Scorer
 
-_SENTINEL = "\u2063mrtpo-response\u2063"
-_FIELDS = {
-    "name",
-    "model",
-    "kind",
-    "tokenizer",
-    "rubric",
-    "rubric_segment",
-    "output",
-    "bounds",
-    "label",
-    "answers",
-    "template",
-    "device",
-    "dtype",
-    "batch_size",
-    "max_length",
-}
+__all__ = [
+    "DEFAULT_TEMPLATE",
+    "DTYPES",
+    "KINDS",
+    "OUTPUTS",
+    "POLICY",
+    "RUBRIC_SEGMENTS",
+    "ModelReward",
+    "ModelRewardSpec",
+    "WithModelRewards",
+    "parse_model_rewards",
+    "prepare_model_rewards",
+    "with_model_rewards",
+]
+
+_SPEC_FIELDS = FIELDS - {"name", "model", "tokenizer"}
 
 
-def _placeholders(template: str, values: Mapping[str, str]) -> str:
-    """``{rubric}``, ``{prompt}``, ``{response}`` replaced in one pass (a value is never rescanned)."""
-    return re.sub(r"\{(rubric|prompt|response)\}", lambda m: values[m.group(1)], template)
+def _scorer_class(kind: str) -> type[Scorer]:
+    if kind == "prm":
+        from mrtpo.tasks.prm_scorer import PRMScorer
 
-
-@contextlib.contextmanager
-def _outside_zero3_init():
-    """Load a model whole although the run is ZeRO-3: transformers' ``from_pretrained`` partitions every
-    model it loads (``deepspeed.zero.Init``) while a ZeRO-3 config is registered (TRL's and accelerate's
-    DeepSpeed runs register it), and a scorer partitioned outside the engine has empty weights ("'weight'
-    must be 2-D"). The registration is hidden for the duration and restored."""
-    try:
-        from transformers.integrations import deepspeed as hf_ds
-    except ImportError:  # pragma: no cover - transformers without its deepspeed integration module
-        yield
-        return
-    saved = getattr(hf_ds, "_hf_deepspeed_config_weak_ref", None)
-    hf_ds._hf_deepspeed_config_weak_ref = None
-    try:
-        yield
-    finally:
-        hf_ds._hf_deepspeed_config_weak_ref = saved
+        return PRMScorer
+    return SCORERS[kind]
 
 
 class ModelReward(Verifier):
@@ -105,96 +87,32 @@ class ModelReward(Verifier):
         name: the reward's column (and the tag of its rubric segment).
         model: a local folder or hub id, a loaded model, or ``"policy"`` (a judge only; the trainer attaches
             the policy with :meth:`attach_policy`).
-        kind: ``classifier`` or ``judge``.
-        tokenizer: the scorer's tokenizer (a path or an object; default: the model's).
-        rubric: the judge's question (its information when the example has no segment tagged ``name``).
-        rubric_segment: where :class:`WithModelRewards` puts the rubric: ``privileged`` (replay only),
-            ``prompt`` (the policy sees it) or ``none``.
-        output: ``prob`` (σ(d) in [0, 1]) or ``logit`` (d clipped to ``bounds``).
-        bounds: ``(lo, hi)``; default (0, 1) for ``prob`` (required for ``logit``).
-        label: the positive label of a classifier with several labels (default the last).
-        answers: the judge's ``(yes, no)`` words; each counts with the first token of its spellings
-            ``word``, ``Word``, `` word`` and `` Word``.
-        template: the judge prompt, with ``{rubric}``, ``{prompt}`` and ``{response}``.
-        device: ``auto`` or a torch device string.
-        dtype: ``auto`` (bfloat16 on a GPU that has it, else float32), ``float32``, ``bfloat16``, ``float16``.
-        batch_size: sequences per forward.
-        max_length: scorer tokens kept per sequence (the last ones).
+        **fields: the other fields of :class:`~mrtpo.tasks.model_reward_spec.ModelRewardSpec` (``kind``,
+            ``rubric``, ``output``, ``device``, ``attribution_batch_size``, ...), readable as attributes.
     """
 
     differentiable = True
 
-    def __init__(
-        self,
-        name: str,
-        model: Any,
-        *,
-        kind: str = "classifier",
-        tokenizer: Any = None,
-        rubric: str | None = None,
-        rubric_segment: str = "privileged",
-        output: str = "prob",
-        bounds: Sequence[float] | None = None,
-        label: int = -1,
-        answers: Sequence[str] = ("yes", "no"),
-        template: str = DEFAULT_TEMPLATE,
-        device: str = "auto",
-        dtype: str = "auto",
-        batch_size: int = 8,
-        max_length: int = 2048,
-    ):
-        where = f"model reward {name!r}"
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"model reward name={name!r} must be a non-empty string")
+    def __init__(self, name: str, model: Any, **fields: Any):
+        self.spec = ModelRewardSpec(name, model, **fields)
         self.name = name
-        for value, choices, label_ in (
-            (kind, KINDS, "kind"),
-            (output, OUTPUTS, "output"),
-            (rubric_segment, RUBRIC_SEGMENTS, "rubric_segment"),
-            (dtype, DTYPES, "dtype"),
-        ):
-            if value not in choices:
-                raise ValueError(f"{where}: {label_}={value!r} must be one of {', '.join(choices)}")
-        if model is None or (isinstance(model, str) and not model):
-            raise ValueError(f"{where}: model is required (a folder, a hub id or 'policy')")
-        if isinstance(model, str) and model == POLICY and kind != "judge":
-            raise ValueError(
-                f"{where}: model='policy' is a judge (kind: judge); a classifier needs its own model"
-            )
-        if kind == "judge":
-            if "{response}" not in template:
-                raise ValueError(f"{where}: template must contain {{response}}")
-            if len(answers) != 2 or not all(isinstance(a, str) and a.strip() for a in answers):
-                raise ValueError(f"{where}: answers={list(answers)!r} must be two words (yes, no)")
-        for label_, value, lo in (("batch_size", batch_size, 1), ("max_length", max_length, 8)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-                raise ValueError(f"{where}: {label_}={value!r} must be an integer >= {lo}")
-        if output == "logit" and bounds is None:
-            raise ValueError(f"{where}: output='logit' needs bounds [lo, hi] (the score is clipped to them)")
-        b = (0.0, 1.0) if bounds is None else tuple(bounds)
-        ok = len(b) == 2 and all(
-            isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) for x in b
-        )
-        if not ok or b[0] >= b[1]:
-            raise ValueError(f"{where}: bounds={bounds!r} must be two finite numbers lo < hi")
-        if output == "prob" and (b[0] > 0 or b[1] < 1):
-            raise ValueError(f"{where}: bounds={list(b)} must contain [0, 1] with output='prob'")
-        self.bounds = (float(b[0]), float(b[1]))
-        self.kind, self.output, self.rubric, self.rubric_segment = kind, output, rubric, rubric_segment
-        self.label, self.answers, self.template = int(label), tuple(answers), template
-        self.device_name, self.dtype_name = device, dtype
-        self.batch_size, self.max_length = batch_size, max_length
-        self._model_spec, self._tokenizer_spec = model, tokenizer
-        self._model: Any = None
-        self._tokenizer: Any = None
-        self._answer_ids: tuple[list[int], list[int]] | None = None
+        self.bounds = tuple(self.spec.bounds)
+        self.scorer: Scorer = _scorer_class(self.spec.kind)(self.spec, self._rubric)
 
-    # ------------------------------------------------------------------ loading
+    def __getattr__(self, name: str) -> Any:  # the declared fields, read-only (kind, rubric, device, ...)
+        if name in _SPEC_FIELDS and "spec" in self.__dict__:
+            return getattr(self.spec, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def uses_policy(self) -> bool:
         """True for a judge that is the policy itself (``model: policy``)."""
-        return isinstance(self._model_spec, str) and self._model_spec == POLICY
+        return self.spec.uses_policy
+
+    @property
+    def last_answer_mass(self) -> list[float]:
+        """A judge's probability of answering yes or no, per response of its last call."""
+        return self.scorer.last_answer_mass
 
     def attach_policy(self, model: Any, tokenizer: Any) -> None:
         """Make the policy (``model``, ``tokenizer``) the judge of a ``model: policy`` reward (no-op otherwise).
@@ -210,227 +128,61 @@ class ModelReward(Verifier):
                 f"model reward {self.name!r}: model='policy' is not supported with sharded parameters (FSDP2, "
                 "DeepSpeed ZeRO-3); give the judge its own model"
             )
-        self._model, self._tokenizer, self._answer_ids = model, tokenizer, None
+        self.scorer.attach(model, tokenizer)
 
-    def _device(self):
-        import torch
-
-        if self.device_name != "auto":
-            return torch.device(self.device_name)
-        if torch.cuda.is_available():
-            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        return torch.device("cpu")
-
-    def _load(self) -> tuple[Any, Any]:
-        if self._model is not None:
-            return self._model, self._tokenizer
-        if self.uses_policy:
+    def prepare(self, example: Example | None = None) -> None:
+        """Load the scorer now, so that every way it cannot be had is one line before training (the trainer
+        calls it at its start), and refuse a judge that has no rubric for ``example`` (its question would be
+        empty). A ``policy`` judge is attached later, by the trainer."""
+        if self.spec.kind == "judge" and example is not None and not self._rubric(example).strip():
             raise ValueError(
-                f"model reward {self.name!r}: model='policy' has no policy attached (the trainer attaches it; "
-                "outside a trainer call attach_policy(model, tokenizer))"
+                f"model reward {self.name!r}: a judge needs a rubric, its question: set rubric: '...' or tag a "
+                f"segment of each example with {self.name!r} (example {example.id!r} has none)"
             )
-        import torch
-
-        device = self._device()
-        model = self._model_spec
-        if isinstance(model, str):
-            from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-
-            dtype = self.dtype_name
-            if dtype == "auto":
-                gpu_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-                dtype = "bfloat16" if gpu_bf16 else "float32"
-            cls = AutoModelForSequenceClassification if self.kind == "classifier" else AutoModelForCausalLM
-            try:
-                with _outside_zero3_init():  # a whole scorer on this process, also in a ZeRO-3 run
-                    model = cls.from_pretrained(model, dtype=getattr(torch, dtype))
-            except (OSError, ValueError) as e:
-                raise ValueError(
-                    f"model reward {self.name!r}: cannot load model {self._model_spec!r}: {e}"
-                ) from None
-        tok = self._tokenizer_spec
-        if tok is None or isinstance(tok, str):
-            from mrtpo.models.loading import load_tokenizer
-
-            path = tok or (self._model_spec if isinstance(self._model_spec, str) else None)
-            if path is None:
-                raise ValueError(
-                    f"model reward {self.name!r}: a loaded model needs its tokenizer (tokenizer=...)"
-                )
-            try:
-                tok = load_tokenizer(path)
-            except (OSError, ValueError) as e:
-                raise ValueError(f"model reward {self.name!r}: cannot load tokenizer {path!r}: {e}") from None
-        model.requires_grad_(False)  # frozen: attribution differentiates the input embeddings only
-        self._model = model.to(device).eval()
-        self._tokenizer = tok
-        return self._model, self._tokenizer
-
-    # ------------------------------------------------------------------ scorer inputs
+        if not self.uses_policy:
+            self.scorer.prepare()
 
     def _rubric(self, example: Example) -> str:
-        return self.information(example) or self.rubric or ""
+        return self.information(example) or self.spec.rubric or ""
 
-    def _render(self, example: Example) -> tuple[str, str, bool]:
-        """(text before the response, text after it, whether a chat template was applied)."""
-        _, tok = self._load()
-        messages = example.messages()
-        prompt = "\n\n".join(m["content"] for m in messages)
-        templated = bool(getattr(tok, "chat_template", None))
-        if self.kind == "judge":
-            content = _placeholders(
-                self.template, {"rubric": self._rubric(example), "prompt": prompt, "response": _SENTINEL}
-            )
-            if templated:
-                text = tok.apply_chat_template(
-                    [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
-                )
-            else:
-                text = content + "\n"
-        elif templated:
-            text = tok.apply_chat_template(
-                [*messages, {"role": "assistant", "content": _SENTINEL}], tokenize=False
-            )
-        else:
-            text = prompt + "\n\n" + _SENTINEL
-        before, sep, after = text.partition(_SENTINEL)
-        if not sep or _SENTINEL in after:
-            raise ValueError(
-                f"model reward {self.name!r}: the scorer's template does not place the response once"
-            )
-        return before, after, templated
+    def _load(self) -> tuple[Any, Any]:
+        return self.scorer.load()
+
+    @property
+    def _model(self) -> Any:
+        return self.scorer.model
 
     def _encode(self, example: Example, response: str) -> tuple[list[int], list[tuple[int, int]], int]:
-        """Scorer ids (the last ``max_length``), their spans in the response text (None for tokens outside
-        it: ``(-1, -1)``), and the number of tokens cut from the start."""
-        _, tok = self._load()
-        before, after, templated = self._render(example)
-        text = before + response + after
-        start, end = len(before), len(before) + len(response)
-        try:
-            enc = tok(text, add_special_tokens=not templated, return_offsets_mapping=True)
-            offsets = [tuple(int(x) for x in o) for o in enc["offset_mapping"]]
-        except (NotImplementedError, ValueError, TypeError, KeyError):  # a slow tokenizer: no offsets
-            enc = tok(text, add_special_tokens=not templated)
-            offsets = [(-1, -1)] * len(enc["input_ids"])
-        ids = [int(i) for i in enc["input_ids"]]
-        cut = max(0, len(ids) - self.max_length)
-        spans = []
-        for a, b in offsets[cut:]:
-            lo, hi = max(a, start), min(b, end)
-            spans.append((lo - start, hi - start) if hi > lo else (-1, -1))
-        return ids[cut:], spans, cut
-
-    def _answers(self) -> tuple[list[int], list[int]]:
-        if self._answer_ids is None:
-            _, tok = self._load()
-            unk = getattr(tok, "unk_token_id", None)
-            out = []
-            for word in self.answers:
-                ids = []
-                for form in (word, word.capitalize(), " " + word, " " + word.capitalize()):
-                    enc = tok(form, add_special_tokens=False)["input_ids"]
-                    if enc and enc[0] != unk and enc[0] not in ids:
-                        ids.append(int(enc[0]))
-                if not ids:
-                    raise ValueError(
-                        f"model reward {self.name!r}: the judge's tokenizer has no token for {word!r}"
-                    )
-                out.append(ids)
-            if set(out[0]) & set(out[1]):
-                raise ValueError(
-                    f"model reward {self.name!r}: answers {list(self.answers)} share a first token"
-                )
-            self._answer_ids = (out[0], out[1])
-        return self._answer_ids
-
-    # ------------------------------------------------------------------ forward
-
-    def _batch(self, seqs: Sequence[list[int]]):
-        """Left-padded ``input_ids``, ``attention_mask`` and ``position_ids`` (from 0 at each first token)."""
-        import torch
-
-        model, tok = self._load()
-        pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), int(pad), dtype=torch.long)
-        mask = torch.zeros(len(seqs), width, dtype=torch.long)
-        for j, s in enumerate(seqs):
-            if s:
-                ids[j, width - len(s) :] = torch.tensor(s)
-                mask[j, width - len(s) :] = 1
-        pos = (mask.cumsum(1) - 1).clamp(min=0)
-        dev = next(model.parameters()).device
-        return ids.to(dev), mask.to(dev), pos.to(dev)
-
-    def _log_odds_of(self, embeds, mask, pos):
-        """The verdict's log-odds d [B] from input embeddings (the one forward of verdicts and attribution)."""
-        from mrtpo.attribution import log_odds
-
-        model, _ = self._load()
-        params = inspect.signature(model.forward).parameters
-        kw: dict[str, Any] = {"inputs_embeds": embeds, "attention_mask": mask}
-        if "position_ids" in params:
-            kw["position_ids"] = pos
-        if self.kind == "judge":
-            if "logits_to_keep" in params:
-                kw["logits_to_keep"] = 1
-            z = model(**kw).logits[:, -1, :]  # [B, V]
-            yes, no = self._answers()
-            return log_odds(z, yes, no)
-        z = model(**kw).logits  # [B, C]
-        return log_odds(z, self.label)
-
-    @contextlib.contextmanager
-    def _eval_mode(self):
-        model, _ = self._load()
-        was = model.training
-        model.eval()  # a policy judge computes without dropout
-        try:
-            yield model
-        finally:
-            model.train(was)
-
-    def _null(self, emb):
-        _, tok = self._load()
-        pad = tok.pad_token_id
-        if pad is None:
-            raise ValueError(
-                f"model reward {self.name!r}: the scorer's tokenizer has no pad token (P2T's null token e_null)"
-            )
-        return emb.weight[int(pad)].detach()
-
-    def log_odds(self, examples: Sequence[Example], responses: Sequence[str]) -> list[float]:
-        """The verdict's log-odds d of each response, in batches, without gradient."""
-        import torch
-
-        out: list[float] = []
-        seqs = [self._encode(ex, r)[0] for ex, r in zip(examples, responses, strict=True)]
-        with self._eval_mode() as model, torch.no_grad():
-            emb = model.get_input_embeddings()
-            for i in range(0, len(seqs), self.batch_size):
-                ids, mask, pos = self._batch(seqs[i : i + self.batch_size])
-                out += self._log_odds_of(emb(ids), mask, pos).tolist()
-        return out
+        return self.scorer.encode(example, response)
 
     # ------------------------------------------------------------------ the verifier
 
+    def log_odds(self, examples: Sequence[Example], responses: Sequence[str]) -> list[float]:
+        """The verdict's log-odds d of each response, in batches, without gradient."""
+        return self.scorer.log_odds(examples, responses)
+
     def _value(self, d: float) -> Verdict:
+        kind = self.spec.kind
         if not math.isfinite(d):
-            return Verdict(self.bounds[0], f"{self.kind} gave a non-finite score ({d}); the minimum")
-        if self.output == "prob":
+            return Verdict(self.bounds[0], f"{kind} gave a non-finite score ({d}); the minimum")
+        if self.spec.output == "prob":
             p = 1.0 / (1.0 + math.exp(-d)) if d > -700 else 0.0
-            what = "P(yes)" if self.kind == "judge" else "sigmoid(score)"
+            what = "P(yes)" if kind == "judge" else "sigmoid(score)"
             return Verdict(p, f"{what} = {p:.4f} (log-odds {d:.3f})")
         v = min(max(d, self.bounds[0]), self.bounds[1])
         return Verdict(v, f"score {d:.4f}" + (" (clipped)" if v != d else ""))
 
     def verdict(self, example: Example, response: str) -> Verdict:
-        return self._value(self.log_odds([example], [str(response)])[0])
+        d = self.log_odds([example], [str(response)])[0]
+        self.scorer.check_answers()
+        return self._value(d)
 
     def __call__(self, completions: Sequence[str], examples: Sequence[Example]) -> list[float]:
-        """Score a batch: ``batch_size`` sequences per forward, on the scorer's device."""
+        """Score a batch: ``batch_size`` sequences per forward, on the scorer's device. A judge that does
+        not answer one of them raises, so that the verdicts are redone one by one and that one fails
+        (:mod:`mrtpo.tasks.faults`)."""
         d = self.log_odds(list(examples), [str(c) for c in completions])
+        self.scorer.check_answers()
         return [float(self._value(x).value) for x in d]
 
     # ------------------------------------------------------------------ P2T attribution
@@ -445,42 +197,26 @@ class ModelReward(Verifier):
     ) -> list[Any]:
         """P2T's influence of the scorer's tokens on each response (:func:`mrtpo.attribution.attribute`).
 
-        One gradient-tracked forward and one backward per batch, to the input embeddings only (the scorer's
-        parameters get no gradient). ``scalar``: ``logit_diff`` (d), ``prob`` (σ(d)) or ``logprob``.
+        One gradient-tracked forward and one backward per ``attribution_batch_size`` sequences, to the input
+        embeddings only (the scorer's parameters get no gradient), its layers checkpointed
+        (``gradient_checkpointing``). A response that no scorer token covers gets no values (the caller
+        falls back to replay credit for it). ``scalar``: ``logit_diff`` (d), ``prob`` (σ(d)) or ``logprob``.
 
         Returns:
             ``[B]`` :class:`mrtpo.attribution.ResponseInfluence`: the influence of the scorer tokens
             overlapping each response and their character spans in it.
         """
-        import torch
+        return self.scorer.attribute(examples, responses, scalar=scalar, stats=stats)
 
-        from mrtpo.attribution import ResponseInfluence, attribute, verdict_scalar
 
-        enc = [self._encode(ex, r) for ex, r in zip(examples, responses, strict=True)]
-        out = []
-        with self._eval_mode() as model:
-            emb = model.get_input_embeddings()
-            null = self._null(emb)
-            for i in range(0, len(enc), self.batch_size):
-                part = enc[i : i + self.batch_size]
-                ids, mask, pos = self._batch([e[0] for e in part])
-                with torch.no_grad():
-                    e = emb(ids)
-                s, infl = attribute(
-                    lambda x, m=mask, p=pos: verdict_scalar(self._log_odds_of(x, m, p), scalar),
-                    e,
-                    null,
-                    stats=stats,
-                    tokens=int(mask.sum()),
-                )
-                width = ids.shape[1]
-                for j, (seq, spans, _) in enumerate(part):
-                    row = infl[j, width - len(seq) :].cpu()  # the sequence's own positions (left padding)
-                    keep = [t for t, sp in enumerate(spans) if sp[0] >= 0]
-                    out.append(ResponseInfluence(row[keep].clone(), [spans[t] for t in keep], float(s[j])))
-        if stats is not None:
-            stats.responses += len(enc)
-        return out
+def prepare_model_rewards(verifiers: Sequence[Any], example: Example | None = None) -> None:
+    """Load and check every model reward among ``verifiers`` now (:meth:`ModelReward.prepare`): a trainer
+    calls it at its start with the first training example, so that a missing folder, a hub id that cannot
+    be had offline, a model without a trained head or a judge without a rubric is one line before the
+    first generation."""
+    for v in verifiers:
+        if isinstance(v, ModelReward):
+            v.prepare(example)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -490,8 +226,9 @@ class ModelReward(Verifier):
 
 def parse_model_rewards(
     entries: Any, taken: Sequence[str] = (), field: str = "task.options.model_rewards"
-) -> list[ModelReward]:
-    """``[{name, model, kind, rubric, ...}, ...]`` -> :class:`ModelReward` objects (in order).
+) -> list[Verifier]:
+    """``[{name, model, kind, rubric, ...}, ...]`` -> :class:`ModelReward` objects (in order); an entry with
+    ``url`` instead of ``model`` is a reward server (:class:`mrtpo.tasks.remote_reward.RemoteReward`).
 
     Raises:
         ValueError: one line naming the entry and field (``task.options.model_rewards[1].kind='critic' must
@@ -499,16 +236,26 @@ def parse_model_rewards(
     """
     if not isinstance(entries, (list, tuple)) or not entries:
         raise ValueError(f"{field} must be a non-empty list of {{name, model, ...}} entries; got {entries!r}")
-    out: list[ModelReward] = []
+    from mrtpo.tasks.remote_reward import parse_remote_reward
+
+    out: list[Verifier] = []
     names = set(taken)
     for i, entry in enumerate(entries):
         where = f"{field}[{i}]"
         if not isinstance(entry, Mapping):
             raise ValueError(f"{where} must be a mapping {{name, model, ...}}; got {entry!r}")
-        unknown = sorted(set(entry) - _FIELDS)
+        if "url" in entry and "model" not in entry:
+            if not isinstance(entry.get("name"), str) or not entry.get("name"):
+                raise ValueError(f"{where}.name is required (a string)")
+            if entry["name"] in names:
+                raise ValueError(f"{where}.name={entry['name']!r} is already a reward of the task")
+            names.add(entry["name"])
+            out.append(parse_remote_reward(entry, where))
+            continue
+        unknown = sorted(set(entry) - FIELDS)
         if unknown:
             raise ValueError(
-                f"{where}: unknown field {', '.join(map(repr, unknown))}; fields: {', '.join(sorted(_FIELDS))}"
+                f"{where}: unknown field {', '.join(map(repr, unknown))}; fields: {', '.join(sorted(FIELDS))}"
             )
         for req in ("name", "model"):
             if not isinstance(entry.get(req), str) or not entry.get(req):
@@ -545,7 +292,9 @@ class WithModelRewards(Task):
     def __init__(self, task: Task, model_rewards: Sequence[Any]):
         self.task = task
         self.name = getattr(task, "name", type(task).__name__)
-        if all(isinstance(r, ModelReward) for r in model_rewards):
+        from mrtpo.tasks.remote_reward import RemoteReward
+
+        if all(isinstance(r, (ModelReward, RemoteReward)) for r in model_rewards):
             rewards = list(model_rewards)
             clash = sorted(set(task.reward_names) & {r.name for r in rewards})
             if clash:

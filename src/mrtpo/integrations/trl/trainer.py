@@ -116,6 +116,7 @@ from mrtpo.step_log import StepLog
 from mrtpo.tasks import faults as faults_mod
 from mrtpo.tasks.base import Example, Task
 from mrtpo.tasks.conditions import condition_metrics, task_conditions
+from mrtpo.tasks.model_reward import prepare_model_rewards
 
 logger = logging.getLogger(__name__)
 
@@ -258,6 +259,7 @@ class MRTPOTrainer(GRPOTrainer):
                 f"{self.reward_names}"
             )
         self.reward_bounds = [tuple(float(b) for b in v.bounds) for v in vs]
+        prepare_model_rewards(vs, first)  # model rewards loaded and checked now, before the first generation
         self.conditions = task_conditions(task)  # GDPO's conditioned rewards (mrtpo.tasks.conditions)
         if self.conditions:
             self.reward_bounds = task.bounds(self.reward_bounds)
