@@ -217,3 +217,25 @@ def test_the_step_refuses_attributed_rows_outside_replayed():
             torch.ones(1, 2),
             reward_names=["a"],
         )
+
+
+def test_coverage_parts_by_hand():
+    """coverage/<row>/*: shares of the rows due token weights (attributed or skipped); a row never due
+    weights (a rule reward) is (0, 0) and dropped from the values."""
+    import torch
+
+    from mrtpo.step_log import coverage_parts, metric_values
+
+    attributed = torch.tensor([[False, True], [False, True], [False, False], [False, False]])
+    skipped = torch.tensor([[0, 0], [0, 0], [0, 1], [0, 2]], dtype=torch.int8)  # uncovered, failed
+    parts = coverage_parts(attributed, skipped, ["rule", "rm"])
+    assert parts["coverage/rm/attributed"] == (2.0, 4.0)
+    assert parts["coverage/rm/skipped_uncovered"] == (1.0, 4.0)
+    assert parts["coverage/rm/skipped_failed"] == (1.0, 4.0)
+    assert parts["coverage/rule/attributed"] == (0.0, 0.0)
+    values = metric_values(parts)
+    assert values == {
+        "coverage/rm/attributed": 0.5,
+        "coverage/rm/skipped_uncovered": 0.25,
+        "coverage/rm/skipped_failed": 0.25,
+    }

@@ -65,6 +65,10 @@ class CreditResult:
         rows: [K'] the names of the rows of ``distances`` (the kind's
             :meth:`~mrtpo.replay.ReplayKind.row_names`: the reward names, or its shared row's name); None
             without replay.
+        skipped: [B, K'] int8, why a row that should hold token weights does not (0: it does or need not;
+            else the 1-based index in :data:`mrtpo.attribution.SKIP_REASONS`: no scorer token covers the
+            response, or its attribution failed; such a row holds the kind's measure instead), from
+            :attr:`mrtpo.replay.ReplayResult.skipped`; None for a kind that attributes none.
     """
 
     advantages: Tensor
@@ -80,6 +84,7 @@ class CreditResult:
     attributed: Tensor | None = None
     reward_names: list[str] = field(default_factory=list)
     rows: list[str] | None = None
+    skipped: Tensor | None = None
 
     @property
     def measured(self) -> Tensor | None:
@@ -233,4 +238,5 @@ def credit_step(
         attributed,
         names,
         None if kind is None else kind.row_names(names),
+        None if res is None or res.skipped is None else torch.as_tensor(res.skipped).to(torch.int8).cpu(),
     )

@@ -21,6 +21,9 @@ The metrics (docs/run-format.md):
 - ``localization/<reward>/{distance_share, token_share, ratio}`` for a per-reward kind: the share of the
   reward's distance on the tokens its verifier reads, the share of those tokens, their ratio (weight rows
   left out);
+- ``coverage/<reward>/{attributed, skipped_uncovered, skipped_failed}`` for a kind that attributes token
+  weights (``gradient``): the shares of the rows due weights that got them, and of those that fell back
+  to the kind's measure, by reason (:func:`coverage_parts`);
 - the scheme's own metrics (:attr:`mrtpo.credit.CreditScheme.metrics`).
 
 Every key is present whatever the local responses hold (a sum without count is ``(0, 0)``), so the
@@ -45,7 +48,14 @@ from mrtpo import audit
 from mrtpo.attribution import token_char_ranges
 from mrtpo.records import SampleRecord, information_spans
 
-__all__ = ["LocalResponse", "StepLog", "checked_token_masks", "metric_values", "spans_to_token_mask"]
+__all__ = [
+    "LocalResponse",
+    "StepLog",
+    "checked_token_masks",
+    "coverage_parts",
+    "metric_values",
+    "spans_to_token_mask",
+]
 
 
 def spans_to_token_mask(ranges: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[int]:
@@ -98,6 +108,28 @@ class LocalResponse:
 
 def _put(out: dict[str, tuple[float, float]], key: str, total: Any, count: Any) -> None:
     out[key] = (float(total), float(count))
+
+
+def coverage_parts(attributed: Tensor, skipped: Tensor, rows: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """The gradient kind's coverage per row (docs/run-format.md): ``coverage/<row>/attributed`` and
+    ``coverage/<row>/skipped_<reason>`` (:data:`mrtpo.attribution.SKIP_REASONS`), each a share of the rows
+    that should hold token weights (attributed or skipped). A row without a differentiable scorer has no
+    such row: ``(0, 0)``, dropped when the processes' sums are turned into values.
+
+    Args:
+        attributed: [B, K'] bool. skipped: [B, K'] int8 codes (0: not skipped). rows: [K'] names.
+    """
+    from mrtpo.attribution import SKIP_REASONS
+
+    att = attributed.bool().cpu()
+    code = skipped.to(torch.int64).cpu()
+    due = (att | (code > 0)).sum(0)  # [K']
+    out: dict[str, tuple[float, float]] = {}
+    for k, row in enumerate(rows):
+        _put(out, f"coverage/{row}/attributed", att[:, k].sum(), due[k])
+        for i, reason in enumerate(SKIP_REASONS, start=1):
+            _put(out, f"coverage/{row}/skipped_{reason}", (code[:, k] == i).sum(), due[k])
+    return out
 
 
 class StepLog:
@@ -174,6 +206,8 @@ class StepLog:
         out.update(audit.result_parts(res, self.mask, res.reward_names, token_ids=self.token_ids()))
         if res.replayed is not None:
             out.update(self._replay_parts())
+        if res.skipped is not None and res.attributed is not None:
+            out.update(coverage_parts(res.attributed, res.skipped, res.rows or res.reward_names))
         for name, (total, count) in res.metrics(self.mask).items():
             _put(out, name, total, count)
         return out

@@ -56,6 +56,11 @@ def test_p2t_trains_with_replay_for_rules_and_gradient_for_the_model_reward(tmp_
         if "credit/rm/effective_token_ratio" in x:
             assert 0 < x["credit/rm/effective_token_ratio"] <= 1 + 1e-6 and 0 <= x["credit/rm/gini"] < 1
     assert any(x.get("replay/attributed", 0) > 0 for x in lines)
+    # coverage: every row due weights got them (a fast tokenizer with offsets, no failure); rule rows none
+    logged = [x for x in lines if "coverage/rm/attributed" in x]
+    assert logged and all(x["coverage/rm/attributed"] == 1.0 for x in logged)
+    assert all(x["coverage/rm/skipped_uncovered"] == x["coverage/rm/skipped_failed"] == 0.0 for x in logged)
+    assert not any(k.startswith(("coverage/the/", "coverage/long/")) for x in lines for k in x)
     # samples.jsonl marks the model reward's weight rows; explain draws them as weights
     from mrtpo.analysis.explain import credit_view, render_html
 
