@@ -77,3 +77,19 @@ def test_a_metrics_file_is_named_as_one(tmp_path, capsys):
     assert out == "" and len(err.strip().splitlines()) == 1
     assert "holds no sample record" in err and "looks like a metrics.jsonl" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_the_early_warning_follows_the_runs_model(tmp_path):
+    """explain reads run.json beside the samples: early responses of a run from random weights (model
+    'tiny') get the warning on the page; the same records of a run from a trained model do not."""
+    from mrtpo.cli.main import main
+    from tests.analysis.explain.common import _record
+
+    for model, warned in (("tiny", True), ("/models/warm", False)):
+        run = tmp_path / model.strip("/").replace("/", "_")
+        run.mkdir()
+        (run / "run.json").write_text(json.dumps({"model": model}))
+        (run / "samples.jsonl").write_text(json.dumps(_record(step=3)) + "\n")
+        assert main(["explain", "--samples", str(run / "samples.jsonl"), "--out", str(run / "x")]) == 0
+        page = (run / "x" / "explain.html").read_text()
+        assert ('class="warn"' in page) is warned

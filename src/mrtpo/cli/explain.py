@@ -233,7 +233,20 @@ def _explain_samples(args):
         max_tokens=args.max_tokens,
         run=f"run {run_dir.name}",
         rewards=rewards,
+        from_scratch=_from_scratch(run_dir),
     )
+
+
+def _from_scratch(run_dir: Path) -> bool | None:
+    """Whether the run in ``run_dir`` started from random weights (its run.json's model is ``tiny``); None
+    when its run.json is absent or unreadable."""
+    import json
+
+    try:
+        model = json.loads((run_dir / "run.json").read_text()).get("model")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return None if model is None else model == "tiny"
 
 
 def _explain_live(args):

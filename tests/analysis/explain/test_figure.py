@@ -72,6 +72,13 @@ def test_one_distance_scale_per_figure_and_the_early_warning():
     # step 7 < EARLY_STEP: the warning is the figure's title; at EARLY_STEP none
     assert fig._suptitle.get_text() == early_warning([faint]) and "step 7" in early_warning([faint])
     assert early_warning([late]) == "" and early_warning([faint, late]) == ""
+    import copy
+
+    warm = copy.copy(faint)
+    warm.from_scratch = False  # a warm start or a hub model: its early steps are not judged
+    assert early_warning([warm]) == ""
+    warm.from_scratch = True
+    assert early_warning([warm]) == early_warning([faint])
     plt.close(fig)
     fig = explain_figure([late])
     assert fig._suptitle.get_text().startswith("distance strips: replay distance d, one scale")

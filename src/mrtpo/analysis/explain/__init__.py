@@ -99,6 +99,7 @@ def explain_records(
     max_tokens: int = 384,
     run: str | None = None,
     rewards: Sequence[str] | None = None,
+    from_scratch: bool | None = None,
 ) -> tuple[Path, Path]:
     """Write ``explain.html``, ``explain.png`` and ``explain.json`` for samples.jsonl-format records.
 
@@ -112,6 +113,8 @@ def explain_records(
         run: the run's name for the titles (default: each record's name).
         rewards: the rewards to show (default: all); the totals stay over every reward
             (:func:`~mrtpo.analysis.explain.view.restrict`).
+        from_scratch: the run's model started from random weights (None: not known); early responses of
+            such a run get a warning (:func:`~mrtpo.analysis.explain.view.early_warning`).
 
     Returns:
         ``(html_path, png_path)``.
@@ -122,6 +125,8 @@ def explain_records(
     if len(names) != len(records):
         raise ValueError(f"names has {len(names)} entries; expected one per record ({len(records)})")
     views = [credit_view(r, credit_beta=credit_beta, where=n, run=run) for r, n in zip(records, names)]
+    for v in views:
+        v.from_scratch = from_scratch
     if rewards is not None:
         views = [restrict(v, check_rewards(rewards, v.reward_names, n)) for v, n in zip(views, names)]
     out = Path(out_dir)

@@ -59,6 +59,9 @@ class CreditView:
             when :func:`restrict` shows only some).
         advantage_sum: Σ_k Â[k] over every reward of the record (the totals' mean).
         step: the record's optimizer step (None when absent).
+        from_scratch: the run's model started from random weights (``model.tiny``), False when it started
+            from a trained one, None when not known (set by :func:`mrtpo.analysis.explain.explain_records`
+            from the run's run.json).
     """
 
     title: str
@@ -90,6 +93,7 @@ class CreditView:
     all_reward_names: list[str] = field(default_factory=list)
     advantage_sum: float = 0.0
     step: int | None = None
+    from_scratch: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The numbers as JSON-serialisable lists (the ``explain.json`` entry)."""
@@ -370,9 +374,11 @@ where it started, and where replay puts the credit of a model that has not learn
 
 
 def early_warning(views: Sequence[CreditView]) -> str:
-    """The warning line of a figure or page whose responses come from before :data:`EARLY_STEP` ('' when
-    none does; records without a step, such as live explanations, are not judged)."""
-    steps = [v.step for v in views if v.step is not None]
+    """The warning line of a figure or page whose responses come from before :data:`EARLY_STEP` of a run
+    that started from random weights ('' when none does). Records without a step (live explanations) and
+    runs from a trained model (``from_scratch`` False: a warm start or a hub model) are not judged; a run
+    not known either way (no run.json beside the records) is."""
+    steps = [v.step for v in views if v.step is not None and v.from_scratch is not False]
     if not steps or max(steps) >= EARLY_STEP:
         return ""
     return (
