@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -109,7 +110,8 @@ def test_the_other_processes_of_a_launch_are_not_refused_and_another_launchs_are
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-7")
     monkeypatch.setenv("RANK", "0")
     lock = run_lock.take(tmp_path)
-    assert json.loads((tmp_path / "run.lock").read_text())["launch"] == "node1:29500/job-7"
+    info = json.loads((tmp_path / "run.lock").read_text())
+    assert info["launch"] == "node1:29500/job-7"
     monkeypatch.setenv("RANK", "1")  # same launch, another host or process: passes, holds nothing
     assert run_lock.take(tmp_path) is None
     run_lock.check_launch(tmp_path)
@@ -117,6 +119,13 @@ def test_the_other_processes_of_a_launch_are_not_refused_and_another_launchs_are
     with pytest.raises(RunFolderLocked, match=f"in use by pid {os.getpid()} on host"):
         run_lock.take(tmp_path)
     lock.release()
+    # the first process between its exclusive create and its write: the others wait for the content
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    (tmp_path / "run.lock").write_text("")
+    written = threading.Timer(0.3, lambda: (tmp_path / "run.lock").write_text(json.dumps(info)))
+    written.start()
+    run_lock.check_launch(tmp_path)
+    written.join()
 
 
 @pytest.mark.slow  # one training process (about 20 s) and two refused ones

@@ -225,6 +225,10 @@ def check_launch(folder: str | Path, lock: RunLock | None = None) -> None:
     (``lock`` None), when it names another launch (an absent lock passes: the first process takes it)."""
     path = Path(folder) / LOCK_NAME
     info = read_lock(path)
+    deadline = time.monotonic() + CORRUPT_AFTER_S
+    while info == {} and time.monotonic() < deadline:  # created, not written yet: the first process is
+        time.sleep(0.05)  # between its exclusive create and its write
+        info = read_lock(path)
     if lock is not None:
         if not lock.owned():
             raise RunFolderLocked(
