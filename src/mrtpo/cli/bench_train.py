@@ -36,6 +36,9 @@ it ran once: ``ReplayStats.limit_fpe``) times the same forward, and the step-rat
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 
 def check_credit(name: str) -> None:
@@ -128,22 +131,36 @@ def _median(xs: list[float]) -> float:
     return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
-def run(args: argparse.Namespace) -> int:
-    import contextlib
-    import gc
-    import json
-    import sys
-    import tempfile
-    import time
+@dataclass
+class _Bench:
+    """What the three runs share: the task, its data and tokenizer, the model builder and the clock."""
 
+    task: Any
+    examples: list
+    tok: Any
+    vocab: int
+    suppress: list[int]
+    model: Callable[[], Any]
+    use_cpu: bool
+    cpu_clock: bool
+
+    def clock(self) -> float:
+        import time
+
+        if self.cpu_clock:
+            return time.process_time()
+        if not self.use_cpu:
+            import torch
+
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+
+def _setup(args: argparse.Namespace) -> _Bench:
+    """The arguments checked (one line each), torch's threads set, the task, tokenizer and model builder."""
     import torch
-    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
 
     from mrtpo import advantages as adv_mod
-    from mrtpo.bench.memory import RunPeak
-    from mrtpo.integrations.trl import MRTPOConfig, MRTPOTrainer
-    from mrtpo.integrations.trl.data import example_from_row, examples_to_dataset
     from mrtpo.models.tiny import build_model
     from mrtpo.plugins import import_plugins
     from mrtpo.tasks import load_task
@@ -177,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
     tok = build_toy_tokenizer()
 
     suppress: list[int] = []
+    vocab = len(tok)
+    sliced: dict[str, int] = {}
     if args.config is not None:
         from mrtpo.models.bundled import build_bundled, bundled_config
 
@@ -204,21 +223,32 @@ def run(args: argparse.Namespace) -> int:
             dtype=torch.float32,
         )
 
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
+    return _Bench(task, examples, tok, vocab, suppress, model, use_cpu, cpu_clock)
 
-    def quiet(trainer):
-        """No per-step log dictionaries or progress bars on stdout: the output is the table."""
-        for cb in (PrinterCallback, ProgressCallback):
-            trainer.remove_callback(cb)
-        return trainer
 
-    def clock() -> float:
-        if cpu_clock:
-            return time.process_time()
-        if not use_cpu:
-            torch.cuda.synchronize()
-        return time.perf_counter()
+def _say(msg: str) -> None:
+    import sys
+
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _quiet(trainer):
+    """No per-step log dictionaries or progress bars on stdout: the output is the table."""
+    from transformers import PrinterCallback, ProgressCallback
+
+    for cb in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(cb)
+    return trainer
+
+
+def _timed_classes(clock: Callable[[], float]):
+    """``(StepTimer, TimedMRTPO)``: a step timer callback and MRTPOTrainer timing its replay, on ``clock``."""
+    import contextlib
+
+    from transformers import TrainerCallback
+
+    from mrtpo.bench.memory import RunPeak
+    from mrtpo.integrations.trl import MRTPOTrainer
 
     class StepTimer(TrainerCallback):
         """Step times, less the time the trainer spent on measurements inside the step (``excluded``)."""
@@ -266,84 +296,109 @@ def run(args: argparse.Namespace) -> int:
                 self.fpe_times.append(batch_fpe_seconds(self._unwrapped(), out, clock))
                 self.excluded += clock() - t1
 
+    return StepTimer, TimedMRTPO
+
+
+def _runs(args: argparse.Namespace, bench: _Bench, tmp: str, timed_mrtpo: type) -> list[tuple[str, Callable]]:
+    """The three runs, ``(name, make trainer)``: TRL's GRPOTrainer in GDPO mode, mrtpo GDPO, mrtpo MRTPO."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from mrtpo.integrations.trl import MRTPOConfig, MRTPOTrainer
+    from mrtpo.integrations.trl.data import example_from_row, examples_to_dataset
+
+    task, tok, examples = bench.task, bench.tok, bench.examples
     common = dict(
         per_device_train_batch_size=args.batch,
         num_generations=args.generations,
         max_completion_length=args.max_completion_length,
         generation_kwargs={
             "min_new_tokens": args.max_completion_length,
-            **({"suppress_tokens": suppress} if suppress else {}),
+            **({"suppress_tokens": bench.suppress} if bench.suppress else {}),
         },
         max_steps=args.steps,
         logging_steps=1,
         report_to=[],
         bf16=args.bf16,
         gradient_checkpointing=args.gradient_checkpointing,
-        use_cpu=use_cpu,
+        use_cpu=bench.use_cpu,
         save_strategy="no",
         learning_rate=1e-4,
         disable_tqdm=True,
         seed=args.seed,
         multi_objective_aggregation="normalize_then_sum",
     )
+
+    def reward(k):
+        def fn(prompts, completions, example, **kw):
+            exs = [example_from_row({"example": e}) for e in example]
+            return [task.verifiers(e)[k].score(e, c[-1]["content"]) for e, c in zip(exs, completions)]
+
+        fn.__name__ = task.reward_names[k]
+        return fn
+
+    return [
+        (
+            "trl_gdpo",
+            lambda: GRPOTrainer(
+                bench.model(),
+                reward_funcs=[reward(k) for k in range(len(task.reward_names))],
+                args=GRPOConfig(output_dir=f"{tmp}/trl", **common),
+                train_dataset=examples_to_dataset(examples),
+                processing_class=tok,
+            ),
+        ),
+        (
+            "gdpo",
+            lambda: MRTPOTrainer(
+                bench.model(),
+                args=MRTPOConfig(
+                    output_dir=f"{tmp}/gdpo",
+                    method={"method": "gdpo", "options": {"eps": 1e-4}, "credit": "none"},
+                    run_files=False,
+                    **common,
+                ),
+                task=task,
+                train_dataset=examples,
+                processing_class=tok,
+            ),
+        ),
+        (
+            "mrtpo",
+            lambda: timed_mrtpo(
+                bench.model(),
+                args=MRTPOConfig(
+                    output_dir=f"{tmp}/mrtpo",
+                    method={"method": args.method, "credit": args.credit},
+                    run_files=False,
+                    log_localization=False,  # analysis logging, not part of the method's cost
+                    **common,
+                ),
+                task=task,
+                train_dataset=examples,
+                processing_class=tok,
+            ),
+        ),
+    ]
+
+
+def _measure(args: argparse.Namespace, bench: _Bench) -> tuple[dict[str, dict], str, float]:
+    """The three runs, ``--repeats`` times each after one warm-up: ``(results per run, how the peak memory
+    was measured, the median prompt tokens)``."""
+    import gc
+    import tempfile
+
+    import torch
+
+    from mrtpo.bench.memory import RunPeak
+
+    step_timer, timed_mrtpo = _timed_classes(bench.clock)
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-
-        def reward(k):
-            def fn(prompts, completions, example, **kw):
-                exs = [example_from_row({"example": e}) for e in example]
-                return [task.verifiers(e)[k].score(e, c[-1]["content"]) for e, c in zip(exs, completions)]
-
-            fn.__name__ = task.reward_names[k]
-            return fn
-
-        runs = [
-            (
-                "trl_gdpo",
-                lambda: GRPOTrainer(
-                    model(),
-                    reward_funcs=[reward(k) for k in range(len(task.reward_names))],
-                    args=GRPOConfig(output_dir=f"{tmp}/trl", **common),
-                    train_dataset=examples_to_dataset(examples),
-                    processing_class=tok,
-                ),
-            ),
-            (
-                "gdpo",
-                lambda: MRTPOTrainer(
-                    model(),
-                    args=MRTPOConfig(
-                        output_dir=f"{tmp}/gdpo",
-                        method={"method": "gdpo", "options": {"eps": 1e-4}, "credit": "none"},
-                        run_files=False,
-                        **common,
-                    ),
-                    task=task,
-                    train_dataset=examples,
-                    processing_class=tok,
-                ),
-            ),
-            (
-                "mrtpo",
-                lambda: TimedMRTPO(
-                    model(),
-                    args=MRTPOConfig(
-                        output_dir=f"{tmp}/mrtpo",
-                        method={"method": args.method, "credit": args.credit},
-                        run_files=False,
-                        log_localization=False,  # analysis logging, not part of the method's cost
-                        **common,
-                    ),
-                    task=task,
-                    train_dataset=examples,
-                    processing_class=tok,
-                ),
-            ),
-        ]
+        runs = _runs(args, bench, tmp, timed_mrtpo)
         # process warm-up (lazy imports, thread pools, allocator), not measured
-        warm = quiet(runs[0][1]())
+        warm = _quiet(runs[0][1]())
         warm.args.max_steps = min(2, args.steps)
-        say("bench train: warm-up ...")
+        _say("bench train: warm-up ...")
         warm.train()
         del warm
         gc.collect()
@@ -352,12 +407,12 @@ def run(args: argparse.Namespace) -> int:
         peak_method = ""
         for rep in range(args.repeats):
             for name, make in runs:
-                trainer = quiet(make())
+                trainer = _quiet(make())
                 trainer.replay_times, trainer.fpe_times, trainer.limit_fpe = [], [], []
                 trainer.prompt_tokens, trainer.replay_extra = [], []
-                timer = StepTimer(trainer)
+                timer = step_timer(trainer)
                 trainer.add_callback(timer)
-                say(f"bench train: {name} ({args.steps} steps, run {rep + 1}/{args.repeats}) ...")
+                _say(f"bench train: {name} ({args.steps} steps, run {rep + 1}/{args.repeats}) ...")
                 with RunPeak(args.device) as peak:
                     trainer.run_peak = peak
                     trainer.train()
@@ -374,35 +429,42 @@ def run(args: argparse.Namespace) -> int:
                 pooled[name]["limit_fpe"] += trainer.limit_fpe[args.warmup :]
                 del trainer
                 gc.collect()
-                if not use_cpu:
+                if not bench.use_cpu:
                     torch.cuda.empty_cache()
-        for name, p in pooled.items():
-            results[name] = {
-                "step_seconds": _median(p["steps"]),
-                "steps": p["steps"],
-                "replay_seconds": _median(p["replay"]) if p["replay"] else 0.0,
-                "replay_fpe": _median(p["fpe"]) if p["fpe"] else 0.0,
-                "peak_bytes": max(p["peak"]) if p["peak"] else None,
-            }
-        p = pooled["mrtpo"]
-        steps_both = list(zip(p["replay"], p["fpe"], p["fpe_batch"]))
-        results["mrtpo"]["fpe_batch_seconds"] = _median(p["fpe_batch"]) if p["fpe_batch"] else 0.0
-        results["mrtpo"]["replay_extra_bytes"] = max(p["replay_extra"]) if p["replay_extra"] else None
-        prompt_tokens = _median(p["prompt_tokens"]) if p["prompt_tokens"] else 0.0
-        results["mrtpo"]["predicted_per_step"] = [f * b for _, f, b in steps_both]
-        results["mrtpo"]["limit_per_step"] = [f * b for f, b in zip(p["limit_fpe"], p["fpe_batch"])]
-        results["mrtpo"]["limit_fpe"] = _median(p["limit_fpe"]) if p["limit_fpe"] else 0.0
-        results["mrtpo"]["replay_over_predicted"] = (
-            _median([r / max(f * b, 1e-12) for r, f, b in steps_both]) if steps_both else 0.0
-        )
+    for name, p in pooled.items():
+        results[name] = {
+            "step_seconds": _median(p["steps"]),
+            "steps": p["steps"],
+            "replay_seconds": _median(p["replay"]) if p["replay"] else 0.0,
+            "replay_fpe": _median(p["fpe"]) if p["fpe"] else 0.0,
+            "peak_bytes": max(p["peak"]) if p["peak"] else None,
+        }
+    p = pooled["mrtpo"]
+    steps_both = list(zip(p["replay"], p["fpe"], p["fpe_batch"]))
+    results["mrtpo"]["fpe_batch_seconds"] = _median(p["fpe_batch"]) if p["fpe_batch"] else 0.0
+    results["mrtpo"]["replay_extra_bytes"] = max(p["replay_extra"]) if p["replay_extra"] else None
+    prompt_tokens = _median(p["prompt_tokens"]) if p["prompt_tokens"] else 0.0
+    results["mrtpo"]["predicted_per_step"] = [f * b for _, f, b in steps_both]
+    results["mrtpo"]["limit_per_step"] = [f * b for f, b in zip(p["limit_fpe"], p["fpe_batch"])]
+    results["mrtpo"]["limit_fpe"] = _median(p["limit_fpe"]) if p["limit_fpe"] else 0.0
+    results["mrtpo"]["replay_over_predicted"] = (
+        _median([r / max(f * b, 1e-12) for r, f, b in steps_both]) if steps_both else 0.0
+    )
+    return results, peak_method, prompt_tokens
+
+
+def _summary(
+    args: argparse.Namespace, bench: _Bench, results: dict[str, dict], peak_method: str, prompt_tokens: float
+) -> dict[str, Any]:
+    """The numbers of ``--output``: the runs, their ratios, the replay's prediction and limit."""
+    import torch
 
     trl_t, gdpo_t, mr = results["trl_gdpo"]["step_seconds"], results["gdpo"]["step_seconds"], results["mrtpo"]
     predicted = _median(mr["predicted_per_step"]) if mr["predicted_per_step"] else 0.0
     limit = _median(mr["limit_per_step"]) if mr["limit_per_step"] else 0.0
-    step_limit = (gdpo_t + limit) / gdpo_t
-    summary = {
+    return {
         "device": args.device,
-        "clock": "process_time" if cpu_clock else "wall",
+        "clock": "process_time" if bench.cpu_clock else "wall",
         "threads": torch.get_num_threads(),
         "batch": args.batch,
         "generations": args.generations,
@@ -410,7 +472,7 @@ def run(args: argparse.Namespace) -> int:
         "config": args.config,
         "hidden_size": args.hidden_size,
         "layers": args.layers,
-        "vocab": len(tok) if args.config is None else vocab,
+        "vocab": bench.vocab,
         "bf16": args.bf16,
         "gradient_checkpointing": args.gradient_checkpointing,
         "prompt_tokens": prompt_tokens,
@@ -428,10 +490,18 @@ def run(args: argparse.Namespace) -> int:
         "replay_over_predicted": mr["replay_over_predicted"],
         "limit_replay_seconds": limit,
         "limit_fpe_per_response": mr["limit_fpe"],
-        "step_ratio_limit": step_limit,
+        "step_ratio_limit": (gdpo_t + limit) / gdpo_t,
     }
-    kind = "CPU time" if cpu_clock else "wall time"
-    threads = f", {torch.get_num_threads()} thread(s)" if use_cpu else ""
+
+
+def _print_table(args: argparse.Namespace, bench: _Bench, summary: dict[str, Any]) -> None:
+    import torch
+
+    results, peak_method = summary["runs"], summary["peak_method"]
+    trl_t, gdpo_t, mr = results["trl_gdpo"]["step_seconds"], results["gdpo"]["step_seconds"], results["mrtpo"]
+    predicted, limit = summary["predicted_replay_seconds"], summary["limit_replay_seconds"]
+    kind = "CPU time" if bench.cpu_clock else "wall time"
+    threads = f", {torch.get_num_threads()} thread(s)" if bench.use_cpu else ""
     print(
         f"per-step {kind} (median of steps {args.warmup + 1}..{args.steps} of {args.repeats} run(s) per method, "
         f"{args.device}{threads}, {(args.config + ' ') if args.config else ''}{args.hidden_size}-d x {args.layers} "
@@ -458,7 +528,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"  forward-only limit of the replay: {mr['limit_fpe']:.2f} FPE/response (each context run once on its own "
         f"tokens + the response, its prompt's common prefix once) = {limit * 1e3:.1f} ms; step-ratio limit "
-        f"(GDPO + limit) / GDPO = {step_limit:.3f}x"
+        f"(GDPO + limit) / GDPO = {summary['step_ratio_limit']:.3f}x"
     )
     peaks = [results[n]["peak_bytes"] for n in ("trl_gdpo", "gdpo", "mrtpo")]
     if all(p is not None for p in peaks):
@@ -471,6 +541,16 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(f"  peak memory: not measured ({peak_method})")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the arguments, run the three trainers, print the table (and write ``--output``)."""
+    import json
+
+    bench = _setup(args)
+    results, peak_method, prompt_tokens = _measure(args, bench)
+    summary = _summary(args, bench, results, peak_method, prompt_tokens)
+    _print_table(args, bench, summary)
     if args.output:
         with open(args.output, "w") as f:
             json.dump(summary, f, indent=2)

@@ -75,6 +75,13 @@ class MRTPOFields:
             "help": "Run the shared prefix of a replay micro-batch once (KV cache).",
         },
     )
+    replay_prefix_min_saved: int = field(
+        default=128,
+        metadata={
+            "help": "Share a replay micro-batch's common prefix only when that saves at least this many tokens "
+            "((rows - 1) x prefix); 0 shares every common prefix.",
+        },
+    )
     replay_projection_dtype: Literal["float32", "tf32", "bfloat16"] = field(
         default="float32",
         metadata={
@@ -163,6 +170,7 @@ CONFIG_KEYS = {
     "replay_token_budget": "replay.token_budget",
     "replay_chunk_size": "replay.chunk_size",
     "replay_prefix_sharing": "replay.prefix_sharing",
+    "replay_prefix_min_saved": "replay.prefix_min_saved",
     "replay_projection_dtype": "replay.projection_dtype",
     "replay_distance_kernel": "replay.distance_kernel",
     "replay_sharding": "replay.sharding",

@@ -221,7 +221,8 @@ class MRTPOTrainer(GRPOTrainer):
 
     After each generation, :attr:`last_batch` holds the batch's rewards ``[N, K]``, the advantages
     ``[N, K]``, TRL's own local advantages ``[B]`` (from its ``multi_objective_aggregation``), the local
-    token advantages ``[B, T]``, distances ``[B, K', T]`` and the rows replayed ``[B, K']`` (tensors where
+    token advantages ``[B, T]``, distances ``[B, K', T]``, the rows replayed and those holding token weights
+    (``attributed``) ``[B, K']`` (tensors where
     the step left them: on the accelerator's device), and the local examples, response texts and response
     token ids: the hook the demo and tests inspect.
     """
