@@ -157,4 +157,4 @@ def _answer(
 
 # the rows of every reward, as the kind ``reward`` (C_-k where |Â[j, k]| > ACTIVE_TOL); _answer replaces the
 # rows of the differentiable rewards (whose contexts it leaves out) by P2T's weights
-register_replay("gradient", per_reward=True, answer=_answer)(_leave_one_out)
+register_replay("gradient", per_reward=True, answer=_answer, scorer_passes=3.0)(_leave_one_out)

@@ -97,6 +97,9 @@ class ReplayKind:
             itself (``teacher_gap``): where ``C`` is the rollout prompt its row is 0 without any pass.
         answer: an :data:`AnswerFn` that completes the kind's answer from its measure and the engine's
             batch (``gradient``: P2T rows from the scorers' gradients); None: the measure is the answer.
+        scorer_passes: what the kind runs per replayed row beyond its contexts' forwards, in forwards of
+            the row's scorer over the response (``gradient``: a forward and a backward, 3); ``mrtpo plan``
+            reads it to cost the kind (with :meth:`rows` and the contexts of :attr:`others`).
     """
 
     name: str
@@ -106,6 +109,7 @@ class ReplayKind:
     row: str | None = None
     reuses_rollout: bool = True
     answer: AnswerFn | None = None
+    scorer_passes: float = 0.0
 
     def rows(self, k: int) -> int:
         """K' for K rewards."""
@@ -133,12 +137,13 @@ def register_replay(
     row: str | None = None,
     reuses_rollout: bool = True,
     answer: AnswerFn | None = None,
+    scorer_passes: float = 0.0,
 ) -> Callable[[OthersFn], OthersFn]:
     """Decorator: register ``others`` as the replay kind ``name`` (then a credit scheme may name it).
 
     The keywords are the :class:`ReplayKind`'s answers to the engines (its measure, rows, the name of
     its shared row, whether the rollout pass may stand in for ``C``, an :data:`AnswerFn` that completes
-    its answer).
+    its answer, the scorer passes it adds per row).
 
     Example (JS distances to the rollout prompt for the responses whose response advantage is not 0)::
 
@@ -153,7 +158,7 @@ def register_replay(
         raise ValueError(f"measure={measure!r} must be one of {', '.join(MEASURES)}")
 
     def deco(fn: OthersFn) -> OthersFn:
-        REPLAY_KINDS.register(name)(ReplayKind(name, fn, measure, per_reward, row, reuses_rollout, answer))
+        REPLAY_KINDS.register(name)(ReplayKind(name, fn, measure, per_reward, row, reuses_rollout, answer, scorer_passes))
         return fn
 
     return deco
