@@ -142,3 +142,26 @@ def test_a_cpu_step_uses_the_measured_rates():
     elem = 4 * 64 * 2 * layer_activation_bytes(s.shape) * 2 / 10e9
     assert st.phases["rollout pass"]["seconds"] == pytest.approx(f / 100e9 + elem + 4e-3)
     assert st.rates.startswith("this CPU at 1 thread(s)")
+
+
+def test_plan_device_cpu_reads_a_tiny_recipes_data_and_the_cached_profile(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    from mrtpo.cli.main import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = device.cache_path(1)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(dataclasses.asdict(FAKE)))  # the test double, as if measured before
+    monkeypatch.setattr(device, "measure_cpu", lambda threads: pytest.fail("the cached profile was not reused"))
+    recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_cpu.yaml")
+    argv = ["plan", recipe, "--device", "cpu", "--threads", "1", "--json", "--", "--trl.max_completion_length", "40"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    st = out["step"]
+    assert out["processes"] == 1 and out["sharding"] == "ddp" and st["rates"] == "this CPU at 1 thread(s), measured test"
+    assert st["padded_completion_tokens"] == 40 and 0 < st["padded_prompt_tokens"] < 40  # the data's prompts
+    assert set(st["phases"]) == {"generation", "replay", "training"}  # no vLLM, beta 0: no rollout or reference pass
+    assert any("cached" in n for n in out["notes"]) and out["errors"]["time"].startswith("CPU: measured rates")
+    # the toy task's 5 rewards read from its data (the profile names 4)
+    assert len(out["assumptions"]["active_shares"]) == 5

@@ -231,6 +231,11 @@ def as_json(plan: Plan) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _num(x: float) -> str:
+    """An 8-wide figure: whole numbers from 100, one decimal from 1, three significant digits below."""
+    return f"{x:8.0f}" if x >= 100 else f"{x:8.1f}" if x >= 1 else f"{x:8.3g}"
+
+
 def assumed_terms(s: Setup) -> list[str]:
     """The terms of the step's time that are assumptions, not measurements, for this setup."""
     from mrtpo.plan import cost, device
@@ -290,10 +295,10 @@ def table(plan: Plan) -> str:
         if name == "replay":
             extra = (f"  {st.fpe_per_response:.2f} FPE per response ({st.fpe_limit_per_response:.2f} with the shared "
                      f"prefix once), {st.active_pairs:.2f} active pairs")  # fmt: skip
-        lines.append(f"  {name:20s} {ph['tflop']:8.3g} {ph['seconds']:8.3g}{extra}")
+        lines.append(f"  {name:20s} {_num(ph['tflop'])} {_num(ph['seconds'])}{extra}")
     replay_s = st.phases.get("replay", {}).get("seconds", 0.0)
     share = f", replay {100 * replay_s / st.seconds:.0f} % of it" if st.seconds and replay_s else ""
-    lines.append(f"  {'total':20s} {'':8s} {st.seconds:8.3g}  on {st.rates}{share}; {errors(s)['time']}")
+    lines.append(f"  {'total':20s} {'':8s} {_num(st.seconds)}  on {st.rates}{share}; {errors(s)['time']}")
     lines.append("  assumed: " + "; ".join(assumed_terms(s)))
     act = ", ".join(f"{r.name} {r.active_share(s.group):.2f}" for r in s.profile.rewards[:4])
     more = "" if len(s.profile.rewards) <= 4 else f", ... ({len(s.profile.rewards)} rewards)"
