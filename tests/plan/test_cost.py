@@ -165,3 +165,19 @@ def test_plan_device_cpu_reads_a_tiny_recipes_data_and_the_cached_profile(tmp_pa
     assert any("cached" in n for n in out["notes"]) and out["errors"]["time"].startswith("CPU: measured rates")
     # the toy task's 5 rewards read from its data (the profile names 4)
     assert len(out["assumptions"]["active_shares"]) == 5
+
+
+def test_knobs_in_todays_spellings_and_more_gpus_on_one_machine():
+    from tests.plan.test_report import ROOT, args
+
+    from mrtpo.plan import plan_recipe
+
+    one = plan_recipe(str(ROOT / "recipes" / "sql_qwen2.5-coder-7b.yaml"), args(gpus=1))
+    changes = [k.change for k in one.knobs]
+    assert "--gpus 2 (one machine)" in changes and "--gpus 4 (one machine)" in changes
+    assert not any("nodes" in c for c in changes)  # one GPU: more GPUs in the machine, not 4 nodes of 1
+    eight = plan_recipe(str(ROOT / "recipes" / "sql_qwen2.5-coder-7b.yaml"), args(gpus=8))
+    changes = [k.change for k in eight.knobs]
+    assert "16 GPUs (--nodes 2 of 8)" in changes and "32 GPUs (--nodes 4 of 8)" in changes
+    assert any(c.startswith("--replay.sharding lockstep") for c in changes)  # what mrtpo train reads today
+    assert not any("method.replay_sharding" in c for c in changes)

@@ -4,7 +4,8 @@ Per GPU, memory by part (weights, gradients, optimizer states under the sharding
 generation, replay) and by phase, the work of one step by phase with a predicted time, and a verdict:
 fits, or which knob to turn. Offline (shipped model configs), in seconds. :mod:`mrtpo.plan` has the
 formulas and the assumptions; ``--pass-rate``, ``--rollout-tokens``, ``--response-tokens``, ``--mfu``
-change the assumptions, overrides after ``--`` the recipe.
+change the assumptions, overrides after ``--`` the recipe. ``--device cpu [--threads N]`` times the step on
+this machine's CPU (measured once, cached) instead of a GPU's stated figures.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@
 (:mod:`mrtpo.plan.memory`, model states through DeepSpeed's own estimator), the work of a step
 (:mod:`mrtpo.plan.cost`) and a verdict with the knobs that change it (:mod:`mrtpo.plan.report`).
 :mod:`mrtpo.plan.validate` measures what this machine can measure (ZeRO-3 model states on CPU
-processes, saved activations, replay FPE against ``ReplayStats``). Model shapes come from the configs
+processes, saved activations, replay FPE against ``ReplayStats``). A step is timed on a GPU's stated
+figures (assumptions) or, with ``--device cpu``, on this CPU's measured and cached profile
+(:mod:`mrtpo.plan.device`); :mod:`mrtpo.plan.steptime` compares that with ``mrtpo train``'s measured steps. Model shapes come from the configs
 the package ships (:mod:`mrtpo.models.bundled`); nothing is downloaded.
 """
 

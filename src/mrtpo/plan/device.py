@@ -33,7 +33,7 @@ from pathlib import Path
 
 SIZES = (128, 256, 512, 1024, 2048)
 LAYER_SIZES = (64, 256, 1024)
-PROFILE_VERSION = 2  # the cache's layout
+PROFILE_VERSION = 3  # the cache's layout
 GPU_DECODE_BANDWIDTH = 0.6  # share of the HBM bandwidth a decode iteration reaches (assumed)
 GPU_LAYER_CALL_S = 2.5e-4  # per decoder-layer call of an eager (transformers) pass on a GPU (assumed)
 
@@ -128,15 +128,16 @@ def cache_path(threads: int) -> Path:
 
 
 def _best(fn, repeats: int = 5, threads: int = 1) -> float:
-    """The least CPU time of ``repeats`` calls (after one warm-up): the process's time, not the wall's, so
-    that other jobs on a shared machine do not count (at one thread it is the time on an idle core)."""
+    """The median CPU time of ``repeats`` calls (after one warm-up; the median, as a run's step is read):
+    the process's time, not the wall's, so that other jobs on a shared machine count only as far as they
+    slow the process's own work (at one thread it is the time on a core)."""
     fn()
     times = []
     for _ in range(repeats):
         t0 = time.process_time()
         fn()
         times.append(time.process_time() - t0)
-    return min(times) / threads
+    return sorted(times)[len(times) // 2] / threads
 
 
 def measure_cpu(threads: int) -> CpuProfile:
