@@ -24,7 +24,7 @@ ERRORS = {
     "overhead": "assumed",
     "reference": "formula; not measured",
     "time": "GPU terms assumed (MFU, bandwidths, per-call times); not measured on a GPU",
-    "time_cpu": "CPU: measured rates; within 25 % of mrtpo train's median step on 4 of 4 configurations (docs/scale.md)",
+    "time_cpu": "CPU: measured rates; within 8 % of mrtpo train's median step, 4 configurations (docs/scale.md)",
 }
 """The error of each estimate and where it was measured (``python -m mrtpo.plan.validate``; docs/scale.md):
 ZeRO-3 model states -10 % between steps and +11 % in the optimizer step against DeepSpeed's estimate
