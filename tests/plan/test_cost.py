@@ -54,7 +54,9 @@ def test_beta_adds_the_reference_forward_and_its_weights():
     kl = hand(beta=0.04)
     st, mem = step(kl, memory(kl)), memory(kl)
     assert "reference" not in base.phases
-    assert st.phases["reference"] == base.phases["rollout pass"]  # one forward of every response, as the rollout's
+    assert (
+        st.phases["reference"] == base.phases["rollout pass"]
+    )  # one forward of every response, as the rollout's
     assert st.seconds == pytest.approx(base.seconds + base.phases["rollout pass"]["seconds"])
     # a bf16 copy sharded as the policy under ZeRO-3: 2 P / n + a gathered module (2 L_max)
     assert reference_bytes(kl) == mem.parts["reference"] == 2 * 138304 // 2 + 2 * 64000
@@ -81,7 +83,10 @@ def test_each_kind_costs_its_own_rows():
     # with the rollout pass, C's forward is reused (its row is still projected)
     reused = replay_work(three(credit="reward", old_logprob_pass=True))
     assert reused.tokens == pytest.approx(0.5 * 25 + 0.5 * 23) and reused.rows == reward.rows
-    costs = {c: step(three(credit=c), memory(three(credit=c))).phases["replay"]["tflop"] for c in ("reward", "joint")}
+    costs = {
+        c: step(three(credit=c), memory(three(credit=c))).phases["replay"]["tflop"]
+        for c in ("reward", "joint")
+    }
     assert costs["joint"] < costs["reward"]
 
 
@@ -97,7 +102,9 @@ def test_server_generation_is_inside_the_step_with_the_weight_sync():
     assert weight_sync_seconds(hand()) == 0  # transformers' generate: no engine to sync
     # the server generates every process's rows: twice the decode FLOPs of one process's share
     coloc = hand(vllm="colocate", vllm_share=0.5)
-    assert st.phases["generation"]["tflop"] == pytest.approx(2 * step(coloc, memory(coloc)).phases["generation"]["tflop"])
+    assert st.phases["generation"]["tflop"] == pytest.approx(
+        2 * step(coloc, memory(coloc)).phases["generation"]["tflop"]
+    )
 
 
 FAKE = device.CpuProfile(  # a test double of a measured profile: 100 GFLOP/s, 10 GB/s, 1 ms per layer call
@@ -129,7 +136,9 @@ def test_the_cpu_profile_is_measured_once_and_cached(tmp_path, monkeypatch):
 
 
 def test_a_cpu_step_uses_the_measured_rates():
-    s = hand(cpu=FAKE, sharding="ddp", processes=1, gpus=1, responses_per_step=4, vllm=None, weights_dtype_bytes=4)
+    s = hand(
+        cpu=FAKE, sharding="ddp", processes=1, gpus=1, responses_per_step=4, vllm=None, weights_dtype_bytes=4
+    )
     st = step(s, memory(s))
     r = FAKE.rates(s.shape.hidden)
     assert (r.matmul, r.decode_matmul, r.bandwidth, r.layer_call) == (100e9, 50e9, 10e9, 1e-3)
@@ -153,24 +162,46 @@ def test_plan_device_cpu_reads_a_tiny_recipes_data_and_the_cached_profile(tmp_pa
     path = device.cache_path(1)
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(dataclasses.asdict(FAKE)))  # the test double, as if measured before
-    monkeypatch.setattr(device, "measure_cpu", lambda threads: pytest.fail("the cached profile was not reused"))
+    monkeypatch.setattr(
+        device, "measure_cpu", lambda threads: pytest.fail("the cached profile was not reused")
+    )
     recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny_cpu.yaml")
-    argv = ["plan", recipe, "--device", "cpu", "--threads", "1", "--json", "--", "--trl.max_completion_length", "40"]
+    argv = [
+        "plan",
+        recipe,
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--json",
+        "--",
+        "--trl.max_completion_length",
+        "40",
+    ]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     st = out["step"]
-    assert out["processes"] == 1 and out["sharding"] == "ddp" and st["rates"] == "this CPU at 1 thread(s), measured test"
+    assert (
+        out["processes"] == 1
+        and out["sharding"] == "ddp"
+        and st["rates"] == "this CPU at 1 thread(s), measured test"
+    )
     assert st["padded_completion_tokens"] == 40 and 0 < st["padded_prompt_tokens"] < 40  # the data's prompts
-    assert set(st["phases"]) == {"generation", "replay", "training"}  # no vLLM, beta 0: no rollout or reference pass
-    assert any("cached" in n for n in out["notes"]) and out["errors"]["time"].startswith("CPU: measured rates")
+    assert set(st["phases"]) == {
+        "generation",
+        "replay",
+        "training",
+    }  # no vLLM, beta 0: no rollout or reference pass
+    assert any("cached" in n for n in out["notes"]) and out["errors"]["time"].startswith(
+        "CPU: measured rates"
+    )
     # the toy task's 5 rewards read from its data (the profile names 4)
     assert len(out["assumptions"]["active_shares"]) == 5
 
 
 def test_knobs_in_todays_spellings_and_more_gpus_on_one_machine():
-    from tests.plan.test_report import ROOT, args
-
     from mrtpo.plan import plan_recipe
+    from tests.plan.test_report import ROOT, args
 
     one = plan_recipe(str(ROOT / "recipes" / "sql_qwen2.5-coder-7b.yaml"), args(gpus=1))
     changes = [k.change for k in one.knobs]

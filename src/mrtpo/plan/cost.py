@@ -30,7 +30,8 @@ x processes x gradient_accumulation_steps``); figures are per training process.
   contexts that run for a response; each costs a forward over ``len(context) + T - 1`` tokens and the
   vocabulary projection of its row; ``C`` runs too unless the rollout pass stands in for it
   (:attr:`ReplayKind.reuses_rollout`, no privileged segment, and the engine runs that pass). A kind with :attr:`ReplayKind.scorer_passes`
-  adds that many forwards of a scorer per replayed row (assumed the policy's size). The contexts are the
+  adds that many forwards of a scorer per replayed row (assumed the policy's size; p2t's rows of rewards with
+  a differentiable scorer skip their ``C_-k``, which the plan still counts: an upper bound). The contexts are the
   data's (a ``model.tiny`` recipe) or built from the task profile's lengths.
 - **Training**: forward + backward = 3 forwards (+1 recomputed under gradient checkpointing) of each
   micro-batch, the fused head's 4 x ``2 V H`` per completion token, and AdamW's step (about 28 bytes of

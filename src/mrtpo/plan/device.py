@@ -24,6 +24,7 @@ dispatch: Python, kernel launches). :class:`Rates` carries those four figures.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -61,7 +62,9 @@ class CpuProfile:
     matmul_gflops: dict[int, float]  # float32 [1024, n] @ [n, 2n] at n: batched passes
     decode_gflops: dict[int, float]  # float32 [16, n] @ [n, 2n] at n: a decode iteration's rows
     bandwidth_gbs: float
-    layer_call_s: dict[int, float]  # one decoder-layer call of a 16-row decode at hidden size n, net of its FLOPs
+    layer_call_s: dict[
+        int, float
+    ]  # one decoder-layer call of a 16-row decode at hidden size n, net of its FLOPs
     decode_step_s: float
     cpu: str
     torch: str
@@ -78,7 +81,7 @@ def _interp(table: dict[int, float], x: int) -> float:
     """``table`` read at ``x``, log-linear between its sizes (clamped at the ends)."""
     pts = sorted((int(k), float(v)) for k, v in table.items())
     lx = math.log(max(pts[0][0], min(pts[-1][0], x)))
-    for (a, ra), (b, rb) in zip(pts, pts[1:]):
+    for (a, ra), (b, rb) in itertools.pairwise(pts):
         if lx <= math.log(b):
             w = (lx - math.log(a)) / (math.log(b) - math.log(a))
             return ra + w * (rb - ra)
@@ -156,7 +159,7 @@ def measure_cpu(threads: int) -> CpuProfile:
                 out[n] = 2 * rows * n * 2 * n / _best(lambda a=a, b=b: a @ b, 10, threads) / 1e9
         x = torch.empty(64 * 2**20)  # 256 MiB
         y = torch.empty_like(x)
-        bw = 2 * x.numel() * 4 / _best(lambda: y.copy_(x), threads=threads) / 1e9
+        bw = 2 * x.numel() * 4 / _best(lambda x=x, y=y: y.copy_(x), threads=threads) / 1e9
         del x, y
         rows, new = 16, 24
         layer, steps = {}, []
@@ -169,7 +172,9 @@ def measure_cpu(threads: int) -> CpuProfile:
                           attention_mask=torch.ones_like(ids))  # fmt: skip
                 with torch.no_grad():
                     gen[layers] = _best(lambda m=m, ids=ids, kw=kw: m.generate(ids, **kw), 3, threads) / new
-            flops = rows * 2 * 9 * h * h  # one layer's matmuls at 16 rows (q, k, v, o: 3 h^2; MLP of 2 h: 6 h^2)
+            flops = (
+                rows * 2 * 9 * h * h
+            )  # one layer's matmuls at 16 rows (q, k, v, o: 3 h^2; MLP of 2 h: 6 h^2)
             layer[h] = max(gen[2] - gen[1] - flops / (1e9 * _interp(decode, h)), 1e-6)
             steps.append(max(gen[1] - (gen[2] - gen[1]), 0.0))
         step = min(steps)

@@ -95,8 +95,12 @@ def _child(recipe: str, overrides: list[str], threads: int, out: str) -> None:
     pairs, _ = parse_overrides(overrides)
     cfg = load_config(recipe, pairs)
     trainer = train(cfg, overwrite=True, callbacks=[StepTimer()], save_final=False, log=lambda m: None)
-    metrics = [json.loads(x) for x in (Path(trainer.args.output_dir) / "metrics.jsonl").read_text().splitlines()]
-    by_step = {int(m["step"]): m for m in metrics if "step" in m and "replay/seconds" in m or "step_time" in m}
+    metrics = [
+        json.loads(x) for x in (Path(trainer.args.output_dir) / "metrics.jsonl").read_text().splitlines()
+    ]
+    by_step = {
+        int(m["step"]): m for m in metrics if ("step" in m and "replay/seconds" in m) or "step_time" in m
+    }
     rows = []
     for i, (a, b) in enumerate(steps):
         inside = [(n, s, e) for n, s, e in spans if s >= a and e <= b]
@@ -119,9 +123,25 @@ def measure(recipe: str, overrides: list[str], threads: int, steps: int, warmup:
     """Median step and phases of ``mrtpo train recipe overrides`` (a fresh process), and the spread."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "steps.json"
-        args = [*overrides, "--trl.max_steps", str(steps + warmup), "--trl.output_dir", str(Path(tmp) / "run")]
+        args = [
+            *overrides,
+            "--trl.max_steps",
+            str(steps + warmup),
+            "--trl.output_dir",
+            str(Path(tmp) / "run"),
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        cmd = [sys.executable, "-m", "mrtpo.plan.steptime", "--child", recipe, str(threads), str(out), "--", *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "mrtpo.plan.steptime",
+            "--child",
+            recipe,
+            str(threads),
+            str(out),
+            "--",
+            *args,
+        ]
         p = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if p.returncode != 0 or not out.is_file():
             tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
@@ -133,7 +153,9 @@ def measure(recipe: str, overrides: list[str], threads: int, steps: int, warmup:
     return {"median": med, "shares": shares, "steps": len(rows), "min": totals[0], "max": totals[-1]}
 
 
-def predict(recipe: str, overrides: list[str], threads: int, response_tokens: int | None = None) -> dict[str, Any]:
+def predict(
+    recipe: str, overrides: list[str], threads: int, response_tokens: int | None = None
+) -> dict[str, Any]:
     """``mrtpo plan recipe --device cpu --threads N -- overrides``'s step, by the phases measured."""
     from mrtpo.plan import plan_recipe
 
