@@ -212,3 +212,16 @@ def test_knobs_in_todays_spellings_and_more_gpus_on_one_machine():
     assert "16 GPUs (--nodes 2 of 8)" in changes and "32 GPUs (--nodes 4 of 8)" in changes
     assert any(c.startswith("--replay.sharding lockstep") for c in changes)  # what mrtpo train reads today
     assert not any("method.replay_sharding" in c for c in changes)
+
+
+def test_verl_runs_its_reference_model_with_a_kl_loss():
+    from tests.plan.test_report import ROOT, args
+
+    from mrtpo.plan import plan_recipe
+
+    recipe = str(ROOT / "recipes" / "verl_sql_mrtpo.yaml")
+    plain = plan_recipe(recipe, args())
+    kl = plan_recipe(recipe, args(), ["actor_rollout_ref.actor.use_kl_loss=true"])
+    assert plain.setup.beta == 0 and "reference" not in plain.step.phases
+    assert kl.setup.beta == 0.001 and kl.step.phases["reference"] == kl.step.phases["rollout pass"]
+    assert kl.memory.parts["reference"] == 2 * kl.setup.shape.params() // 8  # FSDP2: a bf16 shard
