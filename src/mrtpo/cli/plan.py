@@ -4,7 +4,8 @@ Per GPU, memory by part (weights, gradients, optimizer states under the sharding
 generation, replay) and by phase, the work of one step by phase with a predicted time, and a verdict:
 fits, or which knob to turn. Offline (shipped model configs), in seconds. :mod:`mrtpo.plan` has the
 formulas and the assumptions; ``--pass-rate``, ``--rollout-tokens``, ``--response-tokens``, ``--mfu``
-change the assumptions, overrides after ``--`` the recipe.
+change the assumptions, overrides after ``--`` the recipe. ``--device cpu [--threads N]`` times the step on
+this machine's CPU (measured once, cached) instead of a GPU's stated figures.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rollout-tokens", type=int, default=None, help="mean rollout prompt tokens")
     parser.add_argument("--response-tokens", type=int, default=None, help="mean response tokens")
     parser.add_argument("--prompt-max", type=int, default=None, help="longest prompt in a micro-batch")
+    parser.add_argument(
+        "--device", default="gpu", choices=["gpu", "cpu"],
+        help="gpu: the --gpu's stated figures (default); cpu: this machine's CPU, measured once and cached",
+    )  # fmt: skip
+    parser.add_argument("--threads", type=int, default=1, help="--device cpu: the run's thread count (default 1)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "examples:\n"
         "  mrtpo plan recipes/sql_qwen2.5-coder-7b.yaml --gpus 8 --gpu-memory 80\n"
         "  mrtpo plan recipes/instruct_qwen2.5-7b.yaml --gpus 8 --gpu a100 --json\n"
+        "  mrtpo plan recipes/tiny_cpu.yaml --device cpu --threads 1\n"
         "  mrtpo plan recipes/sql_qwen2.5-coder-7b.yaml --gpus 8 --pass-rate execution=0.2 -- "
         "--trl.max_completion_length 2048"
     )
@@ -59,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     from mrtpo.plan import as_json, plan_recipe, table
 
     rest = late_options(args, _options, "plan")
+    if args.gpus is None and args.device == "cpu":
+        args.gpus = 1
     if args.gpus is None:
         raise ValueError("--gpus N is required (GPUs per node)")
     plan = plan_recipe(args.recipe, args, rest)

@@ -4,7 +4,9 @@
 (:mod:`mrtpo.plan.memory`, model states through DeepSpeed's own estimator), the work of a step
 (:mod:`mrtpo.plan.cost`) and a verdict with the knobs that change it (:mod:`mrtpo.plan.report`).
 :mod:`mrtpo.plan.validate` measures what this machine can measure (ZeRO-3 model states on CPU
-processes, saved activations, replay FPE against ``ReplayStats``). Model shapes come from the configs
+processes, saved activations, replay FPE against ``ReplayStats``). A step is timed on a GPU's stated
+figures (assumptions) or, with ``--device cpu``, on this CPU's measured and cached profile
+(:mod:`mrtpo.plan.device`); :mod:`mrtpo.plan.steptime` compares that with ``mrtpo train``'s measured steps. Model shapes come from the configs
 the package ships (:mod:`mrtpo.models.bundled`); nothing is downloaded.
 """
 
@@ -33,6 +35,16 @@ def plan_recipe(recipe: str, args: Any, overrides: list[str] = ()) -> Plan:
         raise ValueError(f"--gpu-memory must be a positive number of GiB, got {args.gpu_memory}")
     if not 0.0 < float(args.mfu) <= 1.0:
         raise ValueError(f"--mfu must be in (0, 1], got {args.mfu}")
+    cpu_note = ""
+    if getattr(args, "device", "gpu") == "cpu":
+        from mrtpo.plan.device import cpu_profile, ram_gib
+
+        prof, path, fresh = cpu_profile(int(args.threads))
+        args.cpu_profile = prof
+        args.sharding = args.sharding or "ddp"
+        args.gpu_memory = args.gpu_memory or ram_gib()
+        cpu_note = (f"--device cpu: step timed on this CPU at {prof.threads} thread(s) "
+                    f"({'measured now' if fresh else 'cached'}: {path})")  # fmt: skip
     engine, raw = recipe_engine(recipe)
     if engine == "trl":
         pairs, _ = split_overrides(list(overrides))
@@ -41,6 +53,8 @@ def plan_recipe(recipe: str, args: Any, overrides: list[str] = ()) -> Plan:
         setup = verl_setup(recipe, raw, hydra_pairs(list(overrides)), args)
     if setup.processes < 1:
         raise ValueError("no GPU is left for training (vLLM server mode takes one): --gpus must be >= 2")
+    if cpu_note:
+        setup.notes.append(cpu_note)
     return make_plan(setup)
 
 

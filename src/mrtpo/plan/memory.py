@@ -23,10 +23,17 @@ layers, s the padded sequence (``prompt_max + max_completion``), b the micro-bat
   (``2 H``) is kept and one layer is recomputed at a time. TRL 1.16's fused log-prob head adds, in the
   backward, an fp32 ``[V, H]`` gradient accumulator and its bf16 result (``6 V H``), an fp32 ``[b x
   completion, H]`` hidden gradient and a bf16 ``[min(b x completion, 4096), 32768]`` tile.
-- **Generation**: a colocated vLLM engine takes ``vllm_gpu_memory_utilization x`` the GPU's memory for its
-  weights (``2 P``: a full bf16 copy), its workspace (assumed 1 GiB) and its KV cache (the rest:
-  ``2 x layers x kv x 2`` bytes per token); transformers' generate holds the gathered model (sharded
+- **Generation**: a colocated vLLM engine takes ``vllm_gpu_memory_utilization x`` the GPU's memory; its KV
+  cache (``2 x layers x kv x 2`` bytes per token) is what is left after the terms vLLM's own memory
+  profile subtracts (:func:`vllm_non_kv`): the weights (``2 P``), the peak activations of its profile run
+  (TRL's ``max_num_batched_tokens = 4096`` tokens through a layer: ``4096 x (3 I + 2 (q + 2 kv) + 4 H) x
+  2`` bytes), the sampler's fp32 logits and log-probs of ``max_num_seqs`` rows (TRL: the process's
+  generation batch; ``2 x rows x V x 4``), CUDA graphs (assumed 0.5 GiB) and memory outside torch's
+  allocator (assumed 0.25 GiB). A vLLM server (``vllm_mode: server``) holds its engine on its own GPU at
+  ``trl vllm-serve``'s default utilization 0.9. transformers' generate holds the gathered model (sharded
   engines) and a KV cache of the process's generation batch at full length.
+- **Reference model** (``beta > 0``): TRL's second copy of the model in bf16, sharded as the policy is
+  (ZeRO-3: ``2 P/n + 2 L_max``; FSDP2: ``2 P/n``; DDP: ``2 P``).
 - **Replay**: ``gather`` holds the gathered model (``2 P (1 - 1/n)``), ``lockstep`` only the gathered head
   (``2 V H``); both hold an fp32 copy of the head (``4 V H``, none for a bfloat16 projection), the
   ``[chunk, V]`` fp32 blocks of the distance kernel (2 fused, 5 eager), the micro-batch's no-grad
@@ -34,11 +41,12 @@ layers, s the padded sequence (``prompt_max + max_completion``), b the micro-bat
   the rollout pass's hidden states are reused (no privileged segment), those states (``rows x completion
   x 2 H``). ``auto`` gathers when ``2 P (1 - 1/n) + 4 V H`` is at most 80 % of the memory free then
   (:data:`mrtpo.integrations.trl.sharding.GATHER_MARGIN`), as the trainer decides.
-- **Overhead**: 1.5 GiB per GPU for the CUDA context, NCCL buffers and the allocator's fragmentation (an
-  assumption, not measured here).
+- **Overhead**: 1.5 GiB per GPU for the CUDA context and NCCL buffers, plus 5 % of the phase's other
+  bytes for the allocator's fragmentation (both assumptions, not measured here).
 
 Phases: generation (model states + the engine), replay (model states + the engine unless it sleeps +
-replay), training (model states + the engine unless it sleeps + activations). The total is the largest.
+replay), training (model states + the engine unless it sleeps + activations); the reference model in every
+phase. The total is the largest.
 """
 
 from __future__ import annotations
@@ -51,8 +59,12 @@ from mrtpo.plan.setup import Setup
 from mrtpo.plan.shapes import Shape
 
 GIB = 2**30
-OVERHEAD = int(1.5 * GIB)
-VLLM_WORKSPACE = 1 * GIB
+OVERHEAD = int(1.5 * GIB)  # CUDA context and NCCL buffers (assumed)
+FRAGMENTATION = 0.05  # the allocator's fragmentation, a share of the phase's bytes (assumed)
+VLLM_CUDA_GRAPHS = GIB // 2  # vLLM's captured CUDA graphs (assumed)
+VLLM_NON_TORCH = GIB // 4  # vLLM's memory outside torch's allocator (assumed)
+VLLM_BATCHED_TOKENS = 4096  # TRL 1.16's max_num_batched_tokens for a colocated engine
+SERVER_UTILIZATION = 0.9  # trl vllm-serve's default --gpu_memory_utilization
 GATHER_MARGIN = 0.8  # mrtpo.integrations.trl.sharding.GATHER_MARGIN (a test checks they agree)
 FUSED_TILE = (4096, 32768)  # TRL's fused log-prob head: a [min(tokens, 4096), 32768] bf16 tile
 LORA_SHAPES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -184,18 +196,30 @@ def activations(s: Setup, micro_batch: int | None = None, checkpointing: bool | 
     return kept + head
 
 
+def vllm_non_kv(s: Setup, rows: int | None = None) -> dict[str, int]:
+    """What vLLM's memory profile subtracts from its share before the KV cache, by term (bytes)."""
+    sh = s.shape
+    rows = s.rows_per_process if rows is None else rows
+    act = VLLM_BATCHED_TOKENS * (3 * sh.intermediate + 2 * (sh.q_dim + 2 * sh.kv_dim) + 4 * sh.hidden) * 2
+    return {"weights": 2 * sh.params(), "profile activations": act, "sampler": 2 * rows * sh.vocab * 4,
+            "CUDA graphs (assumed)": VLLM_CUDA_GRAPHS, "non-torch (assumed)": VLLM_NON_TORCH}  # fmt: skip
+
+
 def generation(s: Setup) -> tuple[int, int, int]:
-    """(bytes, KV tokens held, KV tokens the process's generation batch needs at full length)."""
+    """(bytes on a training GPU, KV tokens the engine holds, KV tokens the process's generation batch needs
+    at full length). A server's KV cache is on its own GPU (its tokens are returned, its bytes are not)."""
     sh = s.shape
     kv_tok = sh.kv_bytes_per_token(2)
     rows = s.rows_per_process
     needed = rows * (s.prompt_max + s.max_completion)
     if s.vllm == "colocate":
         share = int(s.vllm_share * s.gpu_memory_gib * GIB)
-        kv = share - 2 * sh.params() - VLLM_WORKSPACE
+        kv = share - sum(vllm_non_kv(s).values())
         return share, max(0, kv) // kv_tok, needed
     if s.vllm == "server":
-        return 0, 0, 0
+        share = int(SERVER_UTILIZATION * s.gpu_memory_gib * GIB)
+        kv = share - sum(vllm_non_kv(s, s.responses_per_step).values())
+        return 0, max(0, kv) // kv_tok, s.responses_per_step * (s.prompt_max + s.max_completion)
     gathered = 2 * sh.params() * (s.processes - 1) // s.processes if s.sharding in ("zero3", "fsdp2") else 0
     return gathered + needed * kv_tok, needed, needed
 
@@ -230,10 +254,29 @@ def replay_bytes(s: Setup, mode: str) -> int:
     return out
 
 
+def overhead(phase_bytes: int) -> int:
+    """The CUDA context and NCCL buffers plus the allocator's fragmentation of a phase (assumed)."""
+    return OVERHEAD + int(FRAGMENTATION * phase_bytes)
+
+
+def reference_bytes(s: Setup) -> int:
+    """TRL's reference model (``beta > 0``; none with LoRA: the base with the adapter off is the reference)."""
+    if s.beta <= 0 or s.lora:
+        return 0
+    sh = s.shape
+    p = sh.params()
+    if s.sharding == "zero3":
+        return 2 * p // s.processes + 2 * sh.largest_module_params()
+    if s.sharding == "fsdp2":
+        return 2 * p // s.processes
+    return s.weights_dtype_bytes * p
+
+
 def memory(s: Setup, replay_sharding: str | None = None, micro_batch: int | None = None,
            checkpointing: bool | None = None) -> Memory:  # fmt: skip
     states, formulas, ds = model_states(s)
-    base = sum(states.values())
+    ref = reference_bytes(s)
+    base = sum(states.values()) + ref
     gen, kv_tokens, kv_needed = generation(s)
     engine_resident = gen if (s.vllm == "colocate" and not s.vllm_sleeps) else 0
     mode = replay_sharding or s.replay_sharding
@@ -247,13 +290,12 @@ def memory(s: Setup, replay_sharding: str | None = None, micro_batch: int | None
             mode = "gather" if need <= GATHER_MARGIN * free else "lockstep"
     act = activations(s, micro_batch, checkpointing)
     rep = replay_bytes(s, mode)
-    phases = {
-        "generation": base + gen + OVERHEAD,
-        "training": base + engine_resident + act + OVERHEAD,
-    }
+    raw = {"generation": base + gen, "training": base + engine_resident + act}
     if s.replays:
-        phases["replay"] = base + engine_resident + rep + OVERHEAD
-    parts = {**states, "activations": act, "generation": gen, "replay": rep, "overhead": OVERHEAD}
+        raw["replay"] = base + engine_resident + rep
+    phases = {k: overhead(v) + v for k, v in raw.items()}
+    parts = {**states, "reference": ref, "activations": act, "generation": gen, "replay": rep,
+             "overhead": max(overhead(v) for v in raw.values())}  # fmt: skip
     formulas = {
         **formulas,
         "activations": ("layer inputs + one layer recomputed" if (s.checkpointing if checkpointing is None else checkpointing)
@@ -261,6 +303,7 @@ def memory(s: Setup, replay_sharding: str | None = None, micro_batch: int | None
         "generation": {"colocate": f"vLLM share {s.vllm_share} x {s.gpu_memory_gib:g} GiB",
                        "server": "on the server's GPU"}.get(s.vllm or "", "gathered model + KV cache"),
         "replay": f"{mode}: " + ("gathered model" if mode == "gather" else "head") + " + fp32 head + [chunk, V] blocks",
-        "overhead": "CUDA context, NCCL, fragmentation (assumed)",
+        "overhead": "CUDA context, NCCL 1.5 GiB + 5 % fragmentation (assumed)",
+        "reference": "none (beta = 0)" if not ref else f"beta {s.beta:g}: TRL's reference model, bf16, sharded",
     }  # fmt: skip
     return Memory(parts, phases, formulas, ds, mode, kv_tokens, kv_needed)

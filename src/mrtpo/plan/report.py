@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from mrtpo.plan.cost import Step, step
-from mrtpo.plan.memory import GIB, VLLM_WORKSPACE, Memory, memory
+from mrtpo.plan.memory import GIB, Memory, memory, vllm_non_kv
 from mrtpo.plan.setup import Setup
 
 ERRORS = {
@@ -22,7 +22,9 @@ ERRORS = {
     "generation": "not measured (vLLM: GPU only)",
     "replay": "FPE exact vs ReplayStats; bytes not measured",
     "overhead": "assumed",
-    "time": "not measured (no GPU)",
+    "reference": "formula; not measured",
+    "time": "GPU terms assumed (MFU, bandwidths, per-call times); not measured on a GPU",
+    "time_cpu": "CPU: measured rates; within 8 % of mrtpo train's median step, 4 configurations (docs/scale.md)",
 }
 """The error of each estimate and where it was measured (``python -m mrtpo.plan.validate``; docs/scale.md):
 ZeRO-3 model states -10 % between steps and +11 % in the optimizer step against DeepSpeed's estimate
@@ -38,7 +40,8 @@ def errors(s: Setup) -> dict[str, str]:
         else ERRORS["states_other"]
     )
     return {"weights": states, "gradients": states, "optimizer": states,
-            **{k: ERRORS[k] for k in ("activations", "generation", "replay", "overhead", "time")}}  # fmt: skip
+            **{k: ERRORS[k] for k in ("activations", "generation", "replay", "overhead", "reference")},
+            "time": ERRORS["time_cpu" if s.cpu is not None else "time"]}  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -77,7 +80,7 @@ class Plan:
 
 
 KNOB_NAMES = {
-    "trl": {"replay": "--method.replay_sharding lockstep", "share": "--trl.vllm_gpu_memory_utilization",
+    "trl": {"replay": "--replay.sharding lockstep", "share": "--trl.vllm_gpu_memory_utilization",
             "sleep": "--trl.vllm_enable_sleep_mode true", "micro": "--trl.per_device_train_batch_size",
             "ckpt": "--trl.gradient_checkpointing true"},
     "verl": {"replay": "algorithm.mrtpo.replay.sharding=lockstep",
@@ -87,6 +90,8 @@ KNOB_NAMES = {
              "ckpt": "actor_rollout_ref.model.enable_gradient_checkpointing=true"},
 }  # fmt: skip
 """How each knob is spelled in a recipe override of each engine."""
+
+NODE_GPUS = 8  # the most GPUs the plan suggests in one machine
 
 
 def fits(s: Setup, m: Memory) -> bool:
@@ -120,7 +125,7 @@ def _knobs(s: Setup, mem: Memory) -> list[Knob]:
         )
     if s.vllm == "colocate":
         kv_tok = s.shape.kv_bytes_per_token(2)
-        engine = 2 * s.shape.params() + VLLM_WORKSPACE
+        engine = sum(vllm_non_kv(s).values())
         if mem.kv_tokens == 0:
             least = math.ceil((engine + (s.prompt_max + s.max_completion) * kv_tok) / cap * 100) / 100
             add(f"{names['share']}{sep}{least} (the least that holds the engine's model, workspace and one sequence)",
@@ -142,10 +147,14 @@ def _knobs(s: Setup, mem: Memory) -> list[Knob]:
     if s.sharding == "zero3" and s.offload == "none" and not s.lora:
         add("optimizer offload to CPU (accelerate config offload_optimizer_device: cpu; plan: --offload optimizer)",
             dataclasses.replace(s, offload="optimizer"))  # fmt: skip
-    if s.sharding in ("zero3", "fsdp2") and s.vllm != "server":
-        for nodes in (2, 4):
-            more = dataclasses.replace(s, nodes=s.nodes * nodes, processes=s.processes * nodes)
-            add(f"{s.gpus * s.nodes * nodes} GPUs ({s.nodes * nodes} nodes)", more)
+    if s.sharding in ("zero3", "fsdp2") and s.vllm != "server" and s.cpu is None:
+        for factor in (2, 4):
+            if s.nodes == 1 and s.gpus * factor <= NODE_GPUS:  # more GPUs in this machine
+                more = dataclasses.replace(s, gpus=s.gpus * factor, processes=s.processes * factor)
+                add(f"--gpus {s.gpus * factor} (one machine)", more)
+            elif s.gpus >= NODE_GPUS or s.nodes > 1:  # more machines of as many GPUs
+                more = dataclasses.replace(s, nodes=s.nodes * factor, processes=s.processes * factor)
+                add(f"{s.gpus * s.nodes * factor} GPUs (--nodes {s.nodes * factor} of {s.gpus})", more)
     if len(together_names) > 1 and not any(k.fits for k in out):
         replay = together.pop("_replay", None)
         add("together: " + ", ".join(together_names), dataclasses.replace(s, **together), replay)
@@ -202,7 +211,10 @@ def as_json(plan: Plan) -> dict[str, Any]:
             "fpe_limit_per_response": round(st.fpe_limit_per_response, 4),
             "active_pairs_per_response": round(st.active_pairs, 4),
             "responses_per_process": s.rows_per_process,
-            "mfu": s.mfu,
+            "padded_prompt_tokens": round(st.padded_prompt, 1),
+            "padded_completion_tokens": round(st.padded_completion, 1),
+            "rates": st.rates,
+            "mfu": None if s.cpu is not None else s.mfu,
         },
         "assumptions": {
             "task": s.task,
@@ -212,10 +224,36 @@ def as_json(plan: Plan) -> dict[str, Any]:
             "prompt_max": s.prompt_max,
             "pass_rates": {r.name: r.pass_rate for r in s.profile.rewards if r.pass_rate is not None},
             "active_shares": {r.name: round(r.active_share(s.group), 4) for r in s.profile.rewards},
+            "device": assumed_terms(s),
         },
         "errors": errors(s),
         "notes": s.notes,
     }  # fmt: skip
+
+
+def _num(x: float) -> str:
+    """An 8-wide figure: whole numbers from 100, one decimal from 1, three significant digits below."""
+    return f"{x:8.0f}" if x >= 100 else f"{x:8.1f}" if x >= 1 else f"{x:8.3g}"
+
+
+def assumed_terms(s: Setup) -> list[str]:
+    """The terms of the step's time that are assumptions, not measurements, for this setup."""
+    from mrtpo.plan import cost, device
+
+    out = []
+    if s.cpu is None:
+        out.append(f"MFU {s.mfu:g} of the stated bf16 rate")
+        if s.vllm is not None:
+            out.append(f"decode at {device.GPU_DECODE_BANDWIDTH:g} of the HBM bandwidth; no per-call time (CUDA graphs)")
+            out.append(f"weight sync {cost.INTRA_NODE_BPS / 1e9:g} GB/s in a node, {cost.INTER_NODE_BPS / 1e9:g} "
+                       f"across, {cost.GATHER_LATENCY_S * 1e3:g} ms per tensor")  # fmt: skip
+        out.append(f"{device.GPU_LAYER_CALL_S * 1e3:g} ms per decoder-layer call of an eager pass")
+    out.append("padded completion = max_completion_length")
+    if not s.prompt_lengths:
+        out.append(f"padded prompt = the profile's prompt_max {s.prompt_max}")
+    if s.replays:
+        out.append("pass rates of the task profile (--pass-rate)")
+    return out
 
 
 def table(plan: Plan) -> str:
@@ -234,7 +272,9 @@ def table(plan: Plan) -> str:
         f"{'memory per GPU':22s} {'GiB':>7s}  {'how':56s}  error",
     ]
     err = errors(s)
-    for part in ("weights", "gradients", "optimizer", "activations", "generation", "replay", "overhead"):
+    for part in ("weights", "gradients", "optimizer", "reference", "activations", "generation", "replay", "overhead"):
+        if part == "reference" and not m.parts[part]:
+            continue
         lines.append(f"  {part:20s} {m.parts[part] / GIB:7.2f}  {m.formulas[part][:56]:56s}  {err[part]}")
     if m.deepspeed is not None:
         lines.append(f"  {'(DeepSpeed estimate)':20s} {m.deepspeed / GIB:7.2f}  weights + gradients + optimizer, "
@@ -247,17 +287,19 @@ def table(plan: Plan) -> str:
         lines.append("  knobs (total GiB per GPU if turned alone):")
         for k in plan.knobs:
             lines.append(f"    {k.total_gib:7.1f}  {'fits ' if k.fits else 'over '} {k.change}")
-    lines += ["", f"{'step per GPU':22s} {'TFLOP':>8s} {'seconds':>8s}"]
+    where = "process (CPU)" if s.cpu is not None else "GPU"
+    lines += ["", f"{'step per ' + where:22s} {'TFLOP':>8s} {'seconds':>8s}  padded to {st.padded_prompt:.0f} + "
+              f"{st.padded_completion:.0f} tokens (longest prompt and completion of a generation batch)"]
     for name, ph in st.phases.items():
         extra = ""
         if name == "replay":
             extra = (f"  {st.fpe_per_response:.2f} FPE per response ({st.fpe_limit_per_response:.2f} with the shared "
                      f"prefix once), {st.active_pairs:.2f} active pairs")  # fmt: skip
-        lines.append(f"  {name:20s} {ph['tflop']:8.1f} {ph['seconds']:8.1f}{extra}")
+        lines.append(f"  {name:20s} {_num(ph['tflop'])} {_num(ph['seconds'])}{extra}")
     replay_s = st.phases.get("replay", {}).get("seconds", 0.0)
     share = f", replay {100 * replay_s / st.seconds:.0f} % of it" if st.seconds and replay_s else ""
-    lines.append(f"  {'total':20s} {'':8s} {st.seconds:8.1f}  at MFU {s.mfu:g} of {s.gpu.bf16_tflops:g} bf16 TFLOPS"
-                 f"{share}; {ERRORS['time']}")  # fmt: skip
+    lines.append(f"  {'total':20s} {'':8s} {_num(st.seconds)}  on {st.rates}{share}; {errors(s)['time']}")
+    lines.append("  assumed: " + "; ".join(assumed_terms(s)))
     act = ", ".join(f"{r.name} {r.active_share(s.group):.2f}" for r in s.profile.rewards[:4])
     more = "" if len(s.profile.rewards) <= 4 else f", ... ({len(s.profile.rewards)} rewards)"
     lines += [

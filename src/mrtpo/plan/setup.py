@@ -142,14 +142,29 @@ class Setup:
     replay_projection: str
     mfu: float
     notes: list[str] = dataclasses.field(default_factory=list)
+    beta: float = 0.0  # KL coefficient: > 0 runs TRL's reference model
+    prompt_lengths: tuple[int, ...] = ()  # the data's rollout prompt lengths (tokens), when read
+    contexts: tuple[Any, ...] = ()  # the data's replay contexts (mrtpo.replay.contexts.Contexts), when read
+    cpu: Any = None  # a mrtpo.plan.device.CpuProfile: time the step on this CPU (--device cpu)
 
     @property
     def rows_per_process(self) -> int:
         return max(1, self.responses_per_step // self.processes)
 
     @property
+    def replay_kind(self):
+        """The replay kind of the credit scheme (mrtpo.replay.service.ReplayKind), None when it replays
+        nothing."""
+        import mrtpo.replay  # noqa: F401  (registers every built-in kind and scheme)
+        from mrtpo.credit import scheme
+        from mrtpo.replay.service import replay_kind
+
+        name = scheme(self.credit).replay
+        return None if name == "none" else replay_kind(name)
+
+    @property
     def replays(self) -> bool:
-        return self.credit not in ("none", "uniform")
+        return self.replay_kind is not None
 
 
 def _dataclass_defaults(cls) -> dict[str, Any]:
@@ -173,7 +188,10 @@ def trl_defaults() -> dict[str, Any]:
 
 
 def _profile(task: str, args) -> TaskProfile:
-    prof = TASKS.get(task, GENERIC)
+    return _apply_pass_rates(TASKS.get(task, GENERIC), args)
+
+
+def _apply_pass_rates(prof: TaskProfile, args) -> TaskProfile:
     rewards = list(prof.rewards)
     for spec in getattr(args, "pass_rate", None) or []:
         name, eq, value = str(spec).rpartition("=")
@@ -210,12 +228,13 @@ def trl_setup(recipe: str, pairs: list[tuple[str, Any]], args) -> Setup:
 
     cfg = load_config(recipe, pairs)
     t = {**trl_defaults(), **cfg.trainer}
-    if not cfg.model.get("path"):
-        raise ValueError(
-            f"{recipe}: mrtpo plan needs model.path (a shipped config or a local folder); model.tiny's "
-            "vocabulary is only known once the data is read"
-        )
-    shape = model_shape(str(cfg.model["path"]))
+    data: dict[str, Any] = {}
+    if cfg.model.get("tiny") is not None:
+        shape, data = _tiny_data(cfg)
+    elif not cfg.model.get("path"):
+        raise ValueError(f"{recipe}: mrtpo plan needs model.path (a shipped config or a local folder) or model.tiny")
+    else:
+        shape = model_shape(str(cfg.model["path"]))
     gpus, nodes = int(args.gpus), int(args.nodes)
     vllm = t["vllm_mode"] if t.get("use_vllm") else None
     processes = gpus * nodes - (1 if vllm == "server" else 0)
@@ -233,9 +252,15 @@ def trl_setup(recipe: str, pairs: list[tuple[str, Any]], args) -> Setup:
         (vllm is not None and t.get("vllm_importance_sampling_correction", True))
         or int(t["gradient_accumulation_steps"]) % generate_every != 0
     )
+    common = _common(args, str(cfg.task["name"]), int(t["max_completion_length"]))
+    if data:
+        common["profile"] = _data_profile(common["profile"], data, args)
+        common["rollout_tokens"] = args.rollout_tokens or round(sum(data["prompts"]) / len(data["prompts"]))
+        common["prompt_max"] = max(data["prompts"])
+        notes.append(f"model.tiny: the plan read the task's {len(data['prompts'])} prompts (lengths and contexts)")
     return Setup(
         recipe=recipe, engine="trl", shape=shape, processes=processes, sharding=args.sharding or "zero3",
-        weights_dtype_bytes=4 if dtype == "float32" else 2, lora=dict(cfg.peft) if cfg.peft else None,
+        weights_dtype_bytes=4 if dtype == "float32" or (data and dtype == "auto") else 2, lora=dict(cfg.peft) if cfg.peft else None,
         group=int(t["num_generations"]), responses_per_step=int(gbs), micro_batch=pdtbs,
         checkpointing=bool(t.get("gradient_checkpointing", True)),
         vllm=vllm, vllm_share=float(t.get("vllm_gpu_memory_utilization", 0.3)),
@@ -243,8 +268,52 @@ def trl_setup(recipe: str, pairs: list[tuple[str, Any]], args) -> Setup:
         credit=_trl_credit(t.get("method")), replay_sharding=str(t["replay_sharding"]), replay_chunk=int(t["replay_chunk_size"]),
         replay_token_budget=t["replay_token_budget"], replay_kernel=str(t["replay_distance_kernel"]),
         replay_prefix_sharing=bool(t["replay_prefix_sharing"]), replay_projection=str(t["replay_projection_dtype"]),
-        notes=notes, **_common(args, str(cfg.task["name"]), int(t["max_completion_length"])),
+        notes=notes, beta=float(t.get("beta") or 0.0), prompt_lengths=tuple(data.get("prompts", ())),
+        contexts=tuple(data.get("contexts", ())), cpu=getattr(args, "cpu_profile", None), **common,
     )  # fmt: skip
+
+
+def _tiny_data(cfg) -> tuple[Shape, dict[str, Any]]:
+    """A ``model.tiny`` recipe: its model's shape (the vocabulary is the data's words) and, from the task's
+    data as ``mrtpo train`` loads it, the rollout prompt lengths and the replay contexts of each distinct
+    prompt (through the tokenizer's chat template, as the trainer tokenizes them)."""
+    from mrtpo.integrations.trl.checks import load_task_spec
+    from mrtpo.integrations.trl.recipe import _tiny_model_and_tokenizer
+    from mrtpo.replay.contexts import build_contexts
+
+    task = load_task_spec(cfg.task["name"], cfg.task["options"])
+    d = cfg.data
+    examples = list(task.load(d["source"], split=d["split"], limit=d["limit"]))
+    if not examples:
+        raise ValueError(f"task {cfg.task['name']!r} loaded no training examples from {d['source']!r}")
+    model, tok = _tiny_model_and_tokenizer(cfg.model["tiny"], examples, "float32")
+    shape = Shape.from_config(model.config.to_dict(), "model.tiny", "model.tiny (random, built from the config)")
+    names = list(task.reward_names)
+    seen: dict[str, Any] = {}
+    for ex in examples:
+        key = repr([(s.text, sorted(s.rewards), s.privileged, s.role) for s in ex.segments])
+        if key not in seen:
+            seen[key] = build_contexts(tok, ex.segments, names)
+    contexts = list(seen.values())
+    prompts = [len(seen[repr([(s.text, sorted(s.rewards), s.privileged, s.role) for s in ex.segments])].rollout)
+               for ex in examples]  # fmt: skip
+    return shape, {"prompts": prompts, "contexts": contexts, "rewards": names}
+
+
+def _data_profile(prof: TaskProfile, data: dict[str, Any], args) -> TaskProfile:
+    """The task profile with the data's rewards and mean lengths (pass rates: the profile's for a reward
+    it names, else its mean; ``--pass-rate`` applies after)."""
+    ctxs = data["contexts"]
+    rates = {r.name: r.pass_rate for r in prof.rewards if r.pass_rate is not None}
+    default = sum(rates.values()) / len(rates) if rates else 0.5
+    rewards = []
+    for k, name in enumerate(data["rewards"]):
+        info = sum(len(c.full) - len(c.leave_one_out[k]) for c in ctxs) / len(ctxs)
+        rewards.append(Reward(name, round(info), pass_rate=rates.get(name, default)))
+    mean_full = sum(len(c.full) - len(c.rollout) for c in ctxs) / len(ctxs)
+    out = dataclasses.replace(prof, rewards=tuple(rewards), privileged_tokens=round(mean_full),
+                              note=prof.note + "; lengths and segments from the data")  # fmt: skip
+    return _apply_pass_rates(out, args)
 
 
 def _trl_credit(method: Any) -> str:
@@ -320,7 +389,16 @@ def verl_setup(recipe: str, raw: dict[str, Any], overrides: list[tuple[str, Any]
         replay_chunk=int(replay.get("chunk_size", 256)), replay_token_budget=replay.get("token_budget", 16384),
         replay_kernel=str(replay.get("distance_kernel", "auto")),
         replay_prefix_sharing=bool(replay.get("prefix_sharing", True)),
-        replay_projection=str(replay.get("projection_dtype", "float32")), notes=notes,
+        replay_projection=str(replay.get("projection_dtype", "float32")), notes=notes, beta=_verl_beta(cfg),
         **{**_common(args, task, int(_get(cfg, "data.max_response_length", 1024))),
            "prompt_max": int(_get(cfg, "data.max_prompt_length", 1024))},
     )  # fmt: skip
+
+
+def _verl_beta(cfg: dict[str, Any]) -> float:
+    """The KL coefficient that makes verl run its reference model (a KL loss or a KL penalty in the reward)."""
+    if _get(cfg, "actor_rollout_ref.actor.use_kl_loss", False):
+        return float(_get(cfg, "actor_rollout_ref.actor.kl_loss_coef", 0.001))
+    if _get(cfg, "algorithm.use_kl_in_reward", False):
+        return float(_get(cfg, "algorithm.kl_ctrl.kl_coef", 0.001))
+    return 0.0

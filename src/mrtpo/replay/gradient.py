@@ -169,4 +169,4 @@ def _check(verifiers: Sequence[Any], example: Any, credit: str, field: str) -> N
     require_differentiable(verifiers, credit, field)  # a rule-only task would get credit reward
 
 
-register_replay("gradient", per_reward=True, answer=_answer, check=_check)(_leave_one_out)
+register_replay("gradient", per_reward=True, answer=_answer, check=_check, scorer_passes=3.0)(_leave_one_out)

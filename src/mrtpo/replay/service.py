@@ -104,6 +104,9 @@ class ReplayKind:
         answer: an :data:`AnswerFn` that completes the kind's answer from its measure and the engine's
             batch (``gradient``: P2T rows from the scorers' gradients); None: the measure is the answer.
         check: a :data:`CheckFn`, whether a task suits the kind (:meth:`check_task`); None: every task.
+        scorer_passes: what the kind runs per replayed row beyond its contexts' forwards, in forwards of
+            the row's scorer over the response (``gradient``: a forward and a backward, 3); ``mrtpo plan``
+            reads it to cost the kind (with :meth:`rows` and the contexts of :attr:`others`).
     """
 
     name: str
@@ -114,6 +117,7 @@ class ReplayKind:
     reuses_rollout: bool = True
     answer: AnswerFn | None = None
     check: CheckFn | None = None
+    scorer_passes: float = 0.0
 
     def check_task(self, verifiers: Sequence[Any], example: Any, *, credit: str, field: str) -> list[str]:
         """Whether a task suits this kind, asked by an engine when it starts, from one example of the task
@@ -152,12 +156,13 @@ def register_replay(
     reuses_rollout: bool = True,
     answer: AnswerFn | None = None,
     check: CheckFn | None = None,
+    scorer_passes: float = 0.0,
 ) -> Callable[[OthersFn], OthersFn]:
     """Decorator: register ``others`` as the replay kind ``name`` (then a credit scheme may name it).
 
     The keywords are the :class:`ReplayKind`'s answers to the engines (its measure, rows, the name of
     its shared row, whether the rollout pass may stand in for ``C``, an :data:`AnswerFn` that completes
-    its answer, a :data:`CheckFn` of the tasks it suits).
+    its answer, a :data:`CheckFn` of the tasks it suits, the scorer passes it adds per row).
 
     Example (JS distances to the rollout prompt for the responses whose response advantage is not 0)::
 
@@ -173,7 +178,7 @@ def register_replay(
 
     def deco(fn: OthersFn) -> OthersFn:
         REPLAY_KINDS.register(name)(
-            ReplayKind(name, fn, measure, per_reward, row, reuses_rollout, answer, check)
+            ReplayKind(name, fn, measure, per_reward, row, reuses_rollout, answer, check, scorer_passes)
         )
         return fn
 
