@@ -1,4 +1,4 @@
-"""No engine and not the audit names a credit scheme or a replay kind: what depends on one is the scheme's or
+"""No engine, not the plan and not the audit names a credit scheme or a replay kind: what depends on one is
 the kind's own answer (its rows, their names, whether they hold weights, whether a task suits it), so a
 scheme or kind registered by a user works in every engine.
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from mrtpo import credit, replay
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "mrtpo"
-FILES = [*sorted((SRC / "integrations").rglob("*.py")), SRC / "audit.py"]
+FILES = [*sorted((SRC / "integrations").rglob("*.py")), *sorted((SRC / "plan").rglob("*.py")), SRC / "audit.py"]
 
 ALLOWED = {
     "integrations/trl/matrix.py": "the configuration matrix: its cells by name, each kind's naive reference",
@@ -24,6 +24,7 @@ ALLOWED = {
     "integrations/verl/run_folder.py:reward": "the logged metric 'reward' of metrics.jsonl (TRL's name)",
     "integrations/trl/reading.py:cort": "spellings of earlier versions (method.cort.*)",
     "integrations/trl/reading.py:rlsd": "spellings of earlier versions (method.rlsd.*)",
+    "plan/steptime.py": "the step-time validation: its configurations by name (replay on and off)",
     "integrations/launch.py": "the launcher picks verl's entry point from the recipe before torch is imported",
 }
 
@@ -77,7 +78,7 @@ def literals(text: str, rel: str, names: set[str]) -> list[str]:
     ]
 
 
-def test_no_scheme_or_kind_name_in_the_engines_and_the_audit():
+def test_no_scheme_or_kind_name_in_the_engines_the_plan_and_the_audit():
     names = _names()
     assert {
         "reward",

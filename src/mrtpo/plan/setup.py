@@ -24,6 +24,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from mrtpo.method import MethodConfig
 from mrtpo.plan.shapes import GPUS, Gpu, Shape, model_shape
 
 
@@ -385,7 +386,7 @@ def verl_setup(recipe: str, raw: dict[str, Any], overrides: list[tuple[str, Any]
         checkpointing=bool(_get(cfg, "actor_rollout_ref.model.enable_gradient_checkpointing", True)),
         vllm="colocate", vllm_share=float(_get(cfg, "actor_rollout_ref.rollout.gpu_memory_utilization", 0.5)),
         vllm_sleeps=bool(_get(cfg, "actor_rollout_ref.rollout.free_cache_engine", True)), old_logprob_pass=True,
-        credit=str(mrtpo.get("credit", "reward") if mrtpo else "none"), replay_sharding=str(replay.get("sharding", "auto")),
+        credit=str(mrtpo.get("credit", MethodConfig.credit) if mrtpo else "none"), replay_sharding=str(replay.get("sharding", "auto")),
         replay_chunk=int(replay.get("chunk_size", 256)), replay_token_budget=replay.get("token_budget", 16384),
         replay_kernel=str(replay.get("distance_kernel", "auto")),
         replay_prefix_sharing=bool(replay.get("prefix_sharing", True)),
