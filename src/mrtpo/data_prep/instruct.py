@@ -23,7 +23,7 @@ from mrtpo.data_prep.common import (
 )
 
 ROW_SUFFIXES = (".jsonl", ".json", ".parquet")
-_NOT_ROWS = ("dataset_info.json", "dataset_dict.json", "state.json")
+_NOT_ROWS = ("dataset_info.json", "dataset_dict.json", "state.json", "manifest.json")
 
 
 def row_files(top: Path) -> list[Path]:
@@ -38,6 +38,15 @@ def row_files(top: Path) -> list[Path]:
         and p.name not in _NOT_ROWS
         and not any(s in p.parts for s in SKIP_DIRS)
     )
+
+
+def _quiet_datasets() -> None:
+    """No progress bars from ``datasets`` (read_rows reads parquet through it): the output is the report."""
+    try:
+        import datasets
+    except ImportError:
+        return
+    datasets.disable_progress_bars()
 
 
 def _one_source(name: str, sources: list[str]) -> str:
@@ -62,35 +71,42 @@ def prepare_hir16k(spec, sources: list[str], stage: Staging, options: Options) -
     from mrtpo.tasks.instruct.data import read_rows, rows_to_examples
 
     source = _one_source("hir16k", sources)
+    _quiet_datasets()
     notes = []
+    counts: dict[str, int] = {}
+    subsets: Counter[str] = Counter()
+    rows: list[dict] = []
     if _is_public_id(source):  # a Hugging Face dataset id: needs network (never in tests)
         rows = read_rows(source, split=options.split)
-        write_jsonl(stage.tmp / f"{options.split}.jsonl", rows, default=str)
         notes.append(f"read {len(rows):,} rows of {source!r} (split {options.split}) with datasets.load_dataset")
+        parts = [(source, rows)]
     else:
         top = unpack(source, stage.work)
         files = row_files(top)
         if not files:
             raise FileNotFoundError(f"no .jsonl, .json or .parquet file in {source}")
         base = top if top.is_dir() else top.parent
+        parts = []
         for f in files:
-            copy_into(f, stage.tmp / f.relative_to(base))
-    counts: dict[str, int] = {}
-    subsets: Counter[str] = Counter()
-    for f in row_files(stage.tmp):
-        where = str(f.relative_to(stage.tmp))
+            where = f.relative_to(base).as_posix()
+            try:
+                parts.append((where, read_rows(str(f), split=options.split)))
+            except ValueError as e:
+                raise prefixed(where, e) from None
+    for where, part in parts:
         try:
-            rows = read_rows(str(f), split=options.split)
-            subsets.update(str(r.get("data_source") or "") for r in rows)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                rows_to_examples(rows)
+                rows_to_examples(part)
         except ValueError as e:
             raise prefixed(where, e) from None
-        counts[f"rows in {where}"] = len(rows)
+        subsets.update(str(r.get("data_source") or "") for r in part)
+        counts[f"rows in {where}"] = len(part)
+        rows += part
     for s, n in sorted(subsets.items()):
         counts[f"rows of subset {s or '(none)'}"] = n
-    # what the recipe reads: the folder, as the instruct task reads --data.source
+    # one JSON-lines file, read back as the instruct task reads --data.source (the folder)
+    write_jsonl(stage.tmp / f"{options.split}.jsonl", rows, default=str)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         examples = rows_to_examples(read_rows(str(stage.tmp), split=options.split))

@@ -46,7 +46,7 @@ def prepare_rlla(spec, sources: list[str], stage: Staging, options: Options) -> 
         for f in _split_files(root):
             copy_into(f, stage.tmp / f.name)
     counts = {}
-    for f in _split_files(stage.tmp):
+    for f in sorted(_split_files(stage.tmp), key=lambda f: f.stem != split):  # the recipe's split first
         try:
             counts[f.stem] = len(load_rlla(stage.tmp, split=f.stem))
         except ValueError as e:
