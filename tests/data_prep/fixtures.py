@@ -47,8 +47,14 @@ def bird_dev_zip(tmp: Path, dbs=SPIDER_DBS) -> tuple[Path, int]:
     ``dev_x/dev_databases.zip`` (itself holding ``dev_databases/<db>/<db>.sqlite``)."""
     spider = spider_folder(tmp / "src", dbs)
     rows = [
-        {"question_id": i, "db_id": r["db_id"], "question": r["question"], "evidence": "", "SQL": r["query"],
-         "difficulty": "simple"}
+        {
+            "question_id": i,
+            "db_id": r["db_id"],
+            "question": r["question"],
+            "evidence": "",
+            "SQL": r["query"],
+            "difficulty": "simple",
+        }
         for i, r in enumerate(json.loads((spider / "dev.json").read_text()))
     ]
     inner = io.BytesIO()

@@ -89,7 +89,9 @@ def test_muldimif_and_advancedif(tmp_path, capsys):
     assert json.loads((out / "muldimif_test.json").read_text()) == MULDIMIF_ROWS
 
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps([MULDIMIF_ROWS[0], {k: v for k, v in MULDIMIF_ROWS[1].items() if k != "difficulty"}]))
+    bad.write_text(
+        json.dumps([MULDIMIF_ROWS[0], {k: v for k, v in MULDIMIF_ROWS[1].items() if k != "difficulty"}])
+    )
     assert _prepare("muldimif", bad, "--out", tmp_path / "m2", "--accept-counts") == 2
     assert capsys.readouterr().err.strip().endswith("bad.json: row 1: missing field(s) ['difficulty']")
 

@@ -24,7 +24,10 @@ def _parquet(path, rows, split):
     table = [
         {
             "data_source": "rlla",
-            "prompt": [{"role": "system", "content": r["instruction"]}, {"role": "user", "content": r["input"]}],
+            "prompt": [
+                {"role": "system", "content": r["instruction"]},
+                {"role": "user", "content": r["input"]},
+            ],
             "reward_model": {"ground_truth": r["output"], "style": "rule"},
             "extra_info": {"index": i, "split": split},
         }

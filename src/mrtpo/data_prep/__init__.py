@@ -13,7 +13,14 @@ import importlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from mrtpo.data_prep.common import DatasetSpec, Options, Result, Staging, check_source_checksums, write_manifest
+from mrtpo.data_prep.common import (
+    DatasetSpec,
+    Options,
+    Result,
+    Staging,
+    check_source_checksums,
+    write_manifest,
+)
 
 __all__ = ["DATASETS", "DatasetSpec", "Options", "Result", "prepare"]
 
@@ -174,7 +181,9 @@ def prepare(
     spec = spec_of(name)
     options = options or Options()
     sources = [str(s) for s in sources]
-    fn = getattr(importlib.import_module(f"mrtpo.data_prep.{spec.prepare.split(':')[0]}"), spec.prepare.split(":")[1])
+    fn = getattr(
+        importlib.import_module(f"mrtpo.data_prep.{spec.prepare.split(':')[0]}"), spec.prepare.split(":")[1]
+    )
     out = Path(out if out is not None else spec.default_out)
     stage = Staging(out, options.force)
     try:

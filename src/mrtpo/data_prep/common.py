@@ -90,7 +90,9 @@ def is_archive(path: Path) -> bool:
 def _safe_target(dest: Path, member: str, archive: Path) -> None:
     target = (dest / member).resolve()
     if not target.is_relative_to(dest.resolve()):
-        raise ValueError(f"{archive}: member {member!r} would be written outside the folder; refusing the archive")
+        raise ValueError(
+            f"{archive}: member {member!r} would be written outside the folder; refusing the archive"
+        )
 
 
 def extract(archive: Path, dest: Path) -> Path:
@@ -188,7 +190,9 @@ def source_info(sources: Sequence[str | Path]) -> list[dict[str, Any]]:
 def check_source_checksums(spec: DatasetSpec, sources: Sequence[str | Path]) -> list[str]:
     """Notes on the source's published sha256: matched, or none published."""
     if spec.checksum is None:
-        return [f"{spec.title}: its source publishes no checksum; the manifest records the sha256 of each input"]
+        return [
+            f"{spec.title}: its source publishes no checksum; the manifest records the sha256 of each input"
+        ]
     for s in sources:
         p = Path(s).expanduser()
         if p.is_file() and sha256(p) != spec.checksum:
@@ -234,9 +238,7 @@ def copy_into(src: Path, dest: Path) -> None:
         shutil.copy2(src, dest)
 
 
-def write_manifest(
-    spec: DatasetSpec, result: Result, sources: Iterable[str | Path], folder: Path
-) -> Path:
+def write_manifest(spec: DatasetSpec, result: Result, sources: Iterable[str | Path], folder: Path) -> Path:
     manifest = {
         "dataset": spec.name,
         "title": spec.title,

@@ -57,12 +57,17 @@ def _one_source(name: str, sources: list[str]) -> str:
 
 def _is_public_id(source: str) -> bool:
     path = Path(source).expanduser()
-    return not path.exists() and not source.startswith((".", "/", "~")) and path.suffix not in (
-        *ROW_SUFFIXES,
-        ".zip",
-        ".gz",
-        ".tgz",
-        ".tar",
+    return (
+        not path.exists()
+        and not source.startswith((".", "/", "~"))
+        and path.suffix
+        not in (
+            *ROW_SUFFIXES,
+            ".zip",
+            ".gz",
+            ".tgz",
+            ".tar",
+        )
     )
 
 
@@ -78,7 +83,9 @@ def prepare_hir16k(spec, sources: list[str], stage: Staging, options: Options) -
     rows: list[dict] = []
     if _is_public_id(source):  # a Hugging Face dataset id: needs network (never in tests)
         rows = read_rows(source, split=options.split)
-        notes.append(f"read {len(rows):,} rows of {source!r} (split {options.split}) with datasets.load_dataset")
+        notes.append(
+            f"read {len(rows):,} rows of {source!r} (split {options.split}) with datasets.load_dataset"
+        )
         parts = [(source, rows)]
     else:
         top = unpack(source, stage.work)
