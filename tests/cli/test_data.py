@@ -48,3 +48,9 @@ def test_prepare_argument_errors_are_one_line(tmp_path, capsys):
         f"mrtpo data: error: {bad} is not a readable archive (File is not a zip file)"
     )
     assert not (tmp_path / "o").exists() and not (tmp_path / "o.partial").exists()
+    out = tmp_path / "new" / "spider"
+    assert main(["data", "prepare", "spider", str(tmp_path), "--split", "valid", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "mrtpo data: error: --split must be one of train, train_others, dev, test for spider, got 'valid'"
+    )
+    assert not (tmp_path / "new").exists()  # the folder made for --out is removed again

@@ -208,6 +208,7 @@ class Staging:
         taken = out.is_file() or (out.is_dir() and any(out.iterdir()))
         if taken and not force:
             raise FileExistsError(f"{out} exists and is not empty; pass --force to replace it")
+        self.made_parent = not out.parent.exists()  # removed again when nothing was written
         self.tmp = out.with_name(out.name + ".partial")
         if self.tmp.exists():
             shutil.rmtree(self.tmp)
@@ -227,6 +228,8 @@ class Staging:
         for p in (self.tmp, self.work):
             if p.exists():
                 shutil.rmtree(p)
+        if self.made_parent and self.out.parent.is_dir() and not any(self.out.parent.iterdir()):
+            self.out.parent.rmdir()
 
 
 def copy_into(src: Path, dest: Path) -> None:

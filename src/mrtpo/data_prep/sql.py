@@ -92,6 +92,10 @@ def prepare_spider(spec, sources: list[str], stage: Staging, options: Options) -
 
     if len(sources) != 1:
         raise ValueError(f"spider takes one source (the Spider archive or folder), got {len(sources)}")
+    if options.split not in SPIDER_SPLITS:
+        raise ValueError(
+            f"--split must be one of {', '.join(SPIDER_SPLITS)} for spider, got {options.split!r}"
+        )
     top = unpack(sources[0], stage.work)
     root = find_root(
         top, _spider_root, "Spider folder", "a folder with train_spider.json or dev.json and database/"
@@ -145,6 +149,8 @@ def _databases_folder(parent: Path, split: str, work: Path) -> Path:
 
 
 def prepare_bird(spec, sources: list[str], stage: Staging, options: Options) -> Result:
+    if options.split not in ("train", "dev"):
+        raise ValueError(f"--split must be train or dev for bird, got {options.split!r}")
     found: dict[str, Path] = {}
     pending = [unpack(source, stage.work / f"s{i}") for i, source in enumerate(sources)]
     n = 0
