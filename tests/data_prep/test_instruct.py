@@ -66,6 +66,17 @@ def test_hir16k_archive_counts_subsets_and_the_task_reads_it(tmp_path, capsys):
     assert sorted(e.id for e in examples) == ["a0", "a1", "a3", "b0", "b1"]
 
 
+def test_hir16k_from_a_datasets_folder(tmp_path, capsys):
+    datasets = pytest.importorskip("datasets")
+    rows = [hir_row(data_source=s, id=f"d{i}") for i, s in enumerate(["type1", "type2", "type2"])]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
+    out = tmp_path / "hir16k"
+    assert _prepare("hir16k", tmp_path / "saved", "--out", out, "--accept-counts") == 0
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert counts["examples (subsets type1, type2)"] == 3 and counts["rows of subset type2"] == 2
+    assert [e.id for e in load_task("instruct").load(str(out), split="train")] == ["d0", "d1", "d2"]
+
+
 def test_hir16k_malformed_row_names_file_and_row(tmp_path, capsys):
     archive = _hir_archive(tmp_path, bad_row=1)
     assert _prepare("hir16k", archive, "--out", tmp_path / "out", "--accept-counts") == 2

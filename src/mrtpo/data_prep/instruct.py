@@ -40,6 +40,10 @@ def row_files(top: Path) -> list[Path]:
     )
 
 
+def _saved_by_datasets(top: Path) -> bool:
+    return top.is_dir() and any((top / f).is_file() for f in ("dataset_info.json", "dataset_dict.json"))
+
+
 def _quiet_datasets() -> None:
     """No progress bars from ``datasets`` (read_rows reads parquet through it): the output is the report."""
     try:
@@ -82,13 +86,13 @@ def prepare_hir16k(spec, sources: list[str], stage: Staging, options: Options) -
     subsets: Counter[str] = Counter()
     rows: list[dict] = []
     if _is_public_id(source):  # a Hugging Face dataset id: needs network (never in tests)
-        rows = read_rows(source, split=options.split)
+        parts = [(source, read_rows(source, split=options.split))]
         notes.append(
-            f"read {len(rows):,} rows of {source!r} (split {options.split}) with datasets.load_dataset"
+            f"read {len(parts[0][1]):,} rows of {source!r} (split {options.split}) with datasets.load_dataset"
         )
-        parts = [(source, rows)]
+    elif _saved_by_datasets(top := unpack(source, stage.work)):  # a datasets.save_to_disk folder
+        parts = [(source, read_rows(str(top), split=options.split))]
     else:
-        top = unpack(source, stage.work)
         files = row_files(top)
         if not files:
             raise FileNotFoundError(f"no .jsonl, .json or .parquet file in {source}")
