@@ -13,6 +13,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, str]] = {
         "demo",
         "train GRPO, GDPO and MRTPO on a tiny synthetic task and write a report (no downloads)",
     ),
+    ("data",): (
+        "data",
+        "the datasets the recipes read: sources, licences, counts; check and write what you downloaded",
+    ),
     ("train",): ("train", "train a model from a YAML config with command-line overrides"),
     ("launch",): ("launch", "print and run the one command that starts a recipe on GPUs or CPU processes"),
     ("plan",): ("plan", "memory per GPU and time per step of a recipe, offline: does it fit?"),
