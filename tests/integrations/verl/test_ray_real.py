@@ -185,7 +185,7 @@ def cluster(cpu_platform, tmp_path_factory, tok):
         wg = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, device_name="cpu")
         wg.init_model()
         reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-        yield SimpleNamespace(wg=wg, reference=reference)
+        yield SimpleNamespace(wg=wg, reference=reference, config=cfg)
     finally:
         ray.shutdown()
 
@@ -217,6 +217,7 @@ def test_the_workers_are_ray_actors_on_the_cpu_platform(cluster):
     assert sorted(f["rank"] for f in facts) == list(range(WORLD))
     assert all(f["device"] == "cpu" and f["backend"] == "gloo" and f["world"] == WORLD for f in facts)
     assert all(f["engine"] == "FSDPEngineWithLMHead" for f in facts)
+    assert all(f["sharding"] == "gather" for f in facts)  # the module is FSDP2-sharded: replay gathers it
 
 
 def _actor_facts(worker):
@@ -231,6 +232,7 @@ def _actor_facts(worker):
         "backend": dist.get_backend(),
         "device": get_device_name(),
         "engine": type(worker.actor.engine).__name__,
+        "sharding": vw.resolve_sharding(worker.actor.engine.module),
     }
 
 
@@ -282,3 +284,45 @@ def test_hook_with_ray_workers_equals_in_process_replay(cluster, tok):
         if key != "replay/seconds":
             assert audit[key] == pytest.approx(expected[key], abs=1e-6), key
     assert data.meta_info["mrtpo/replay"]["responses"] == len(data)
+
+
+def _response_logprobs(model, data):
+    """log π(y_t | prompt, y_<t) of every response token under ``model`` in this process, [N, T] (0 on padding)."""
+    ids, am = data.batch["input_ids"], data.batch["attention_mask"]
+    t = data.batch["responses"].shape[1]
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=am, position_ids=data.batch["position_ids"]).logits.float()
+    lp = torch.log_softmax(logits[:, -t - 1 : -1], -1).gather(-1, data.batch["responses"][..., None])[..., 0]
+    return lp * data.batch["response_mask"]
+
+
+def test_training_step_through_ray_with_mrtpo_credit(cluster, tok):
+    """What RayPPOTrainer.fit does after the rollout, on the Ray actors: the old log-probabilities
+    (``compute_log_prob``), the hooked ``compute_advantage`` replaying on the actors, and
+    ``MRTPORayPPOTrainer._update_actor`` (verl's PPO update, FSDP2 over gloo) with the step's credit audit
+    among its metrics; the update moves the policy."""
+    from mrtpo.integrations.verl.main import MRTPORayPPOTrainer
+
+    data, _ = _balanced(tok)
+    data.batch["token_level_rewards"] = torch.zeros(data.batch["response_mask"].shape)
+    data.meta_info["temperature"] = 1.0  # fit() sets the rollout's temperature
+    data.meta_info["global_token_num"] = data.batch["attention_mask"].sum(-1).tolist()  # ... and the token counts
+    trainer = object.__new__(MRTPORayPPOTrainer)  # the trainer's state that these methods read
+    trainer.config, trainer.actor_rollout_wg, trainer.global_steps = cluster.config, cluster.wg, 1
+    old, _ = trainer._compute_old_log_prob(data)
+    mask = data.batch["response_mask"]
+    before = _response_logprobs(cluster.reference, data)
+    torch.testing.assert_close(old.batch["old_log_probs"] * mask, before, atol=1e-5, rtol=1e-5)
+    data = data.union(old)
+    cfg = {"mrtpo": {"credit": "reward", "credit_beta": 0.5}}
+    va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distances_for=vw.make_worker_distances_for(cluster.wg))
+    out = trainer._update_actor(data)
+    metrics = out.meta_info["metrics"]
+    audit = data.meta_info[va.CREDIT_AUDIT_META]
+    for key, value in audit.items():  # the audit joins verl's step metrics, as the TRL trainer logs it
+        assert metrics[key] == [value], key
+    assert {f"credit/{k}/adv_share" for k in KEYS} <= metrics.keys()
+    assert "actor/pg_loss" in metrics
+    after, _ = trainer._compute_old_log_prob(data)
+    moved = (after.batch["old_log_probs"] - old.batch["old_log_probs"]) * mask
+    assert moved.abs().max() > 1e-4  # the optimizer step changed the actor's weights on both ranks
