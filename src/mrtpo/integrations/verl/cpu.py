@@ -19,7 +19,7 @@ when it imports verl, before verl first asks for its device. :func:`enable` does
 and its children.
 
 It is what runs verl's workers as Ray actors on this project's CPU machines (tests/integrations/verl/
-test_ray_real.py, docs/verl.md, *verl under Ray on CPU*); it is not a way to train at scale.
+test_cpu_ray.py, docs/verl.md, *verl under Ray on CPU*); it is not a way to train at scale.
 """
 
 from __future__ import annotations
@@ -198,7 +198,10 @@ def _register_engines() -> None:
     from verl.workers.engine.base import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
 
-    for model_type, engine in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
+    for model_type, engine in (
+        ("language_model", FSDPEngineWithLMHead),
+        ("value_model", FSDPEngineWithValueHead),
+    ):
         backends = EngineRegistry._engines.get(model_type, {})
         for backend in ("fsdp", "fsdp2"):
             if NAME not in backends.get(backend, {}):

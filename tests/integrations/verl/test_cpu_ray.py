@@ -31,7 +31,13 @@ from mrtpo import advantages as adv_mod
 from mrtpo.integrations.verl import adapter as va
 from mrtpo.integrations.verl import worker as vw
 from mrtpo.tasks.toy import build_toy_tokenizer
-from tests.integrations.verl.test_worker import KEYS, gdpo_advantages, reference_distances, toy_batch, toy_model
+from tests.integrations.verl.test_worker import (
+    KEYS,
+    gdpo_advantages,
+    reference_distances,
+    toy_batch,
+    toy_model,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -84,29 +90,57 @@ def test_entry_point_under_ray_reaches_the_rollout_wall(tmp_path):
         "RAY_DEDUP_LOGS": "0",
     }
     data = subprocess.run(
-        [sys.executable, "-m", "mrtpo.integrations.verl.data", "--task", "toy", "--limit", "8",
-         "--val-limit", "4", "--out", str(tmp_path / "data")],
-        env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "mrtpo.integrations.verl.data",
+            "--task",
+            "toy",
+            "--limit",
+            "8",
+            "--val-limit",
+            "4",
+            "--out",
+            str(tmp_path / "data"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert data.returncode == 0, data.stderr[-2000:]
     cmd = [
-        sys.executable, "-m", "mrtpo.integrations.verl.main",
-        f"--config-path={ROOT / 'recipes'}", "--config-name=verl_sql_mrtpo",
+        sys.executable,
+        "-m",
+        "mrtpo.integrations.verl.main",
+        f"--config-path={ROOT / 'recipes'}",
+        "--config-name=verl_sql_mrtpo",
         f"data.train_files={tmp_path / 'data' / 'train.parquet'}",
         f"data.val_files={tmp_path / 'data' / 'test.parquet'}",
-        "data.train_batch_size=2", "data.max_prompt_length=96", "data.max_response_length=12",
+        "data.train_batch_size=2",
+        "data.max_prompt_length=96",
+        "data.max_response_length=12",
         "data.dataloader_num_workers=0",
         f"actor_rollout_ref.model.path={model}",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.rollout.max_model_len=128", "actor_rollout_ref.rollout.dtype=float32",
-        f"trainer.n_gpus_per_node={WORLD}", "trainer.nnodes=1", "trainer.total_training_steps=2",
-        "trainer.val_before_train=False", "trainer.test_freq=-1", "trainer.save_freq=-1",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.max_model_len=128",
+        "actor_rollout_ref.rollout.dtype=float32",
+        f"trainer.n_gpus_per_node={WORLD}",
+        "trainer.nnodes=1",
+        "trainer.total_training_steps=2",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
         f"trainer.default_local_dir={tmp_path / 'ckpt'}",
         # a small local cluster: WORLD logical GPU slots (the CPU platform's worker slots), no dashboard
-        "ray_kwargs.ray_init.num_cpus=8", f"+ray_kwargs.ray_init.num_gpus={WORLD}",
-        "+ray_kwargs.ray_init.include_dashboard=False", "+ray_kwargs.ray_init.object_store_memory=104857600",
-        'ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='
+        "ray_kwargs.ray_init.num_cpus=8",
+        f"+ray_kwargs.ray_init.num_gpus={WORLD}",
+        "+ray_kwargs.ray_init.include_dashboard=False",
+        "+ray_kwargs.ray_init.object_store_memory=104857600",
+        "ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES="
         '"mrtpo.integrations.verl.cpu,mrtpo.integrations.verl.plugin"',
         "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM=cpu",
         *(o for o in CPU_OVERRIDES if not o.startswith("trainer.use_v1")),
@@ -158,14 +192,15 @@ def cluster(cpu_platform, tmp_path_factory, tok):
     """A local Ray cluster and the actor worker group: WORLD ``MRTPOActorRolloutRefWorker`` Ray actors with
     verl's FSDP2 engine of a tiny model; the same weights loaded in this process (the reference)."""
     import ray
+    import verl.trainer
     from hydra import compose, initialize_config_dir
     from transformers import AutoModelForCausalLM
     from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 
-    import verl.trainer
-
     folder = _save_tiny_model(tmp_path_factory.mktemp("verl_ray") / "model")
-    with initialize_config_dir(config_dir=str(Path(verl.trainer.__file__).parent / "config"), version_base=None):
+    with initialize_config_dir(
+        config_dir=str(Path(verl.trainer.__file__).parent / "config"), version_base=None
+    ):
         cfg = compose(
             config_name="ppo_trainer",
             overrides=[
@@ -181,7 +216,9 @@ def cluster(cpu_platform, tmp_path_factory, tok):
     ray.init(**cpu_platform.ray_init_kwargs(WORLD), log_to_driver=False)
     try:
         pool = RayResourcePool([WORLD], use_gpu=True, max_colocate_count=1)
-        cls = RayClassWithInitArgs(ray.remote(vw.MRTPOActorRolloutRefWorker), config=cfg.actor_rollout_ref, role="actor")
+        cls = RayClassWithInitArgs(
+            ray.remote(vw.MRTPOActorRolloutRefWorker), config=cfg.actor_rollout_ref, role="actor"
+        )
         wg = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, device_name="cpu")
         wg.init_model()
         reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
@@ -197,7 +234,10 @@ def _balanced(tok):
 
     data = toy_batch(tok)
     trainer = SimpleNamespace(
-        actor_rollout_wg=None, _get_dp_size=lambda wg, role: WORLD, config=SimpleNamespace(), use_prefix_grouper=False
+        actor_rollout_wg=None,
+        _get_dp_size=lambda wg, role: WORLD,
+        config=SimpleNamespace(),
+        use_prefix_grouper=False,
     )
     RayPPOTrainer._balance_batch(trainer, data, metrics={})
     perm = [int(x) for x in data.non_tensor_batch["row"]]
@@ -268,8 +308,12 @@ def test_hook_with_ray_workers_equals_in_process_replay(cluster, tok):
     data.batch["token_level_rewards"] = torch.zeros(data.batch["response_mask"].shape)
     other = copy.deepcopy(data)
     cfg = {"mrtpo": {"credit": "reward", "credit_beta": 0.5}}
-    va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distances_for=vw.make_worker_distances_for(cluster.wg))
-    va.compute_advantage(other, "mrtpo_gdpo", config=cfg, distances_for=va.make_distances_for(cluster.reference, tok))
+    va.compute_advantage(
+        data, "mrtpo_gdpo", config=cfg, distances_for=vw.make_worker_distances_for(cluster.wg)
+    )
+    va.compute_advantage(
+        other, "mrtpo_gdpo", config=cfg, distances_for=va.make_distances_for(cluster.reference, tok)
+    )
     for key in (va.DISTANCES_KEY, "advantages"):
         torch.testing.assert_close(data.batch[key], other.batch[key], atol=1e-6, rtol=1e-6)
     a = gdpo_advantages(data)
@@ -291,7 +335,9 @@ def _response_logprobs(model, data):
     ids, am = data.batch["input_ids"], data.batch["attention_mask"]
     t = data.batch["responses"].shape[1]
     with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=am, position_ids=data.batch["position_ids"]).logits.float()
+        logits = model(
+            input_ids=ids, attention_mask=am, position_ids=data.batch["position_ids"]
+        ).logits.float()
     lp = torch.log_softmax(logits[:, -t - 1 : -1], -1).gather(-1, data.batch["responses"][..., None])[..., 0]
     return lp * data.batch["response_mask"]
 
@@ -306,7 +352,9 @@ def test_training_step_through_ray_with_mrtpo_credit(cluster, tok):
     data, _ = _balanced(tok)
     data.batch["token_level_rewards"] = torch.zeros(data.batch["response_mask"].shape)
     data.meta_info["temperature"] = 1.0  # fit() sets the rollout's temperature
-    data.meta_info["global_token_num"] = data.batch["attention_mask"].sum(-1).tolist()  # ... and the token counts
+    data.meta_info["global_token_num"] = (
+        data.batch["attention_mask"].sum(-1).tolist()
+    )  # ... and the token counts
     trainer = object.__new__(MRTPORayPPOTrainer)  # the trainer's state that these methods read
     trainer.config, trainer.actor_rollout_wg, trainer.global_steps = cluster.config, cluster.wg, 1
     old, _ = trainer._compute_old_log_prob(data)
@@ -315,7 +363,9 @@ def test_training_step_through_ray_with_mrtpo_credit(cluster, tok):
     torch.testing.assert_close(old.batch["old_log_probs"] * mask, before, atol=1e-5, rtol=1e-5)
     data = data.union(old)
     cfg = {"mrtpo": {"credit": "reward", "credit_beta": 0.5}}
-    va.compute_advantage(data, "mrtpo_gdpo", config=cfg, distances_for=vw.make_worker_distances_for(cluster.wg))
+    va.compute_advantage(
+        data, "mrtpo_gdpo", config=cfg, distances_for=vw.make_worker_distances_for(cluster.wg)
+    )
     out = trainer._update_actor(data)
     metrics = out.meta_info["metrics"]
     audit = data.meta_info[va.CREDIT_AUDIT_META]
