@@ -135,7 +135,8 @@ def test_entry_point_under_ray_reaches_the_rollout_wall(tmp_path):
         "trainer.test_freq=-1",
         "trainer.save_freq=-1",
         f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-        # a small local cluster: WORLD logical GPU slots (the CPU platform's worker slots), no dashboard
+        # a small local cluster: WORLD logical GPU slots (the CPU platform's worker slots), no dashboard; 8
+        # logical CPUs: verl's pools reserve 3 per rank (max_colocate_count) and the TaskRunner 1
         "ray_kwargs.ray_init.num_cpus=8",
         f"+ray_kwargs.ray_init.num_gpus={WORLD}",
         "+ray_kwargs.ray_init.include_dashboard=False",
