@@ -77,7 +77,7 @@ def _save_tiny_model(folder: Path) -> Path:
 
 def test_entry_point_under_ray_reaches_the_rollout_wall(tmp_path):
     """The whole command through Ray: the run gets past the driver's checks, the TaskRunner, the resource
-    pools and the actor's FSDP2 build on both ranks, and stops at verl's vLLM rollout import."""
+    pools and the actor's FSDP2 build, and stops at verl's vLLM rollout import."""
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed: the rollout wall does not apply")
     model = _save_tiny_model(tmp_path / "model")
@@ -149,8 +149,8 @@ def test_entry_point_under_ray_reaches_the_rollout_wall(tmp_path):
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400, cwd=tmp_path)
     log = out.stdout + out.stderr
     assert out.returncode != 0, log[-3000:]
-    # both ranks built verl's FSDP2 actor on the CPU (verl's own log lines, one per rank's worker)
-    assert log.count("After FSDP, memory allocated") >= 1, log[-3000:]
+    # the actor worker group built verl's FSDP2 actor on the CPU (verl's log line, written by rank 0)
+    assert "After FSDP, memory allocated" in log, log[-3000:]
     # ... and the colocated worker group's init_model stopped at the rollout: verl's vLLM server adapter
     assert "actor_rollout_init_model" in log, log[-3000:]
     assert "verl/workers/rollout/vllm_rollout" in log, log[-3000:]
