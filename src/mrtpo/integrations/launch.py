@@ -40,6 +40,7 @@ scripts beside it, else ``python -m`` of their modules).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import shlex
 import shutil
@@ -58,9 +59,13 @@ ENGINES = ("trl", "verl")
 VLLM_MODES = ("colocate", "server")
 ACCELERATE_CONFIGS = {
     "zero3": "accelerate_zero3.yaml",
+    "zero3_offload": "accelerate_zero3_offload.yaml",
     "fsdp2": "accelerate_fsdp2.yaml",
     "zero3_cpu": "accelerate_zero3_cpu.yaml",
 }
+MAX_GPUS = 64  # GPUs per node: the largest machines hold 8 to 16; more is a typo
+MAX_NODES = 1024
+MAX_PROCESSES = 256  # CPU processes per node
 MULTINODE_PORT = 29500  # accelerate's default; several nodes must agree on one port
 RAY_PORT = 6379  # Ray's default GCS port for `ray start --head`
 VERL_KEYS = ("defaults", "hydra", "actor_rollout_ref", "algorithm", "trainer", "ray_kwargs", "critic")
@@ -218,8 +223,19 @@ def _shown(path: Path) -> str:
 # ----------------------------------------------------------------------------------------- validation
 
 
+def check_bounds(gpus: int | None = None, nodes: int | None = None, processes: int | None = None) -> None:
+    """``--gpus``, ``--nodes`` and ``--processes`` within sane bounds (one line each), checked before anything
+    is read or built: nothing is ever sized by an unchecked number. ``mrtpo plan`` checks the same."""
+    for flag, value, low, high, what in (("--gpus", gpus, 0, MAX_GPUS, "GPUs per node"),
+                                         ("--nodes", nodes, 1, MAX_NODES, "machines"),
+                                         ("--processes", processes, 1, MAX_PROCESSES, "CPU processes per node")):  # fmt: skip
+        if value is not None and not low <= value <= high:
+            raise ValueError(f"{flag} {value} must be in [{low}, {high}] ({what})")
+
+
 def _check_request(req: Request, engine: str) -> None:
     """Argument combinations that cannot work, one line each (before anything is read or started)."""
+    check_bounds(req.gpus, req.nodes, req.processes)
     if req.engine is not None and req.engine not in ENGINES:
         raise ValueError(f"--engine {req.engine!r} must be one of {', '.join(ENGINES)}")
     if req.engine is not None and req.engine != engine:
@@ -234,14 +250,8 @@ def _check_request(req: Request, engine: str) -> None:
         raise ValueError(
             "--gpus N is required (GPUs per node; --gpus 0 --processes P or --cpu for CPU processes)"
         )
-    if req.gpus is not None and req.gpus < 0:
-        raise ValueError(f"--gpus {req.gpus} must be >= 0")
     if req.processes is not None and not cpu:
         raise ValueError("--processes sets CPU processes: use it with --gpus 0 or --cpu (on GPUs, --gpus N)")
-    if req.processes is not None and req.processes < 1:
-        raise ValueError(f"--processes {req.processes} must be >= 1")
-    if req.nodes < 1:
-        raise ValueError(f"--nodes {req.nodes} must be >= 1")
     if not 0 <= req.node_rank < req.nodes:
         raise ValueError(f"--node-rank {req.node_rank} must be in [0, {req.nodes}) for --nodes {req.nodes}")
     if req.nodes > 1 and not req.main_ip:
@@ -250,10 +260,6 @@ def _check_request(req: Request, engine: str) -> None:
         )
     if req.nodes == 1 and req.main_ip:
         raise ValueError("--main-ip is the address of node 0 of several: use it with --nodes M (M > 1)")
-    if cpu and req.nodes > 1:
-        raise ValueError(
-            "CPU processes run on one machine: --cpu / --gpus 0 with --nodes > 1 is not supported"
-        )
     if req.vllm is not None and req.vllm not in VLLM_MODES:
         raise ValueError(f"--vllm {req.vllm!r} must be one of {', '.join(VLLM_MODES)}")
     if req.vllm_gpus is not None and req.vllm != "server":
@@ -314,6 +320,95 @@ def batch_fix(trainer: dict[str, Any], processes: int) -> tuple[list[str], str |
         f"gradient_accumulation_steps {new_gas} (the recipe says {pdtbs} x {gas}); added {' '.join(out)}"
     )
     return out, note
+
+
+BATCH_KEYS = ("trl.gradient_accumulation_steps", "trl.per_device_train_batch_size", "trl.steps_per_generation")
+"""Overrides that set the batch arithmetic: when one is given, mrtpo launch does not change it."""
+
+
+def _mask(environ: dict[str, str] | None = None) -> list[str]:
+    """The entries of a set ``CUDA_VISIBLE_DEVICES`` (SLURM's, a restricted mask), in order; [] when unset."""
+    mask = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES", "")
+    return [x.strip() for x in mask.split(",") if x.strip()]
+
+
+def visible_devices(gpus: int, environ: dict[str, str] | None = None) -> list[str]:
+    """What GPU positions ``0 .. gpus-1`` (``--vllm-gpus``'s numbers) stand for: the entries of a set
+    ``CUDA_VISIBLE_DEVICES`` taken in order (indices or UUIDs: a job's mask is narrowed, never replaced by
+    absolute indices), else the indices themselves."""
+    mask = _mask(environ)
+    if not mask:
+        return [str(i) for i in range(gpus)]
+    if len(mask) < gpus:
+        raise ValueError(
+            f"CUDA_VISIBLE_DEVICES={','.join(mask)} names {len(mask)} GPU{'s' if len(mask) > 1 else ''}, fewer than "
+            f"--gpus {gpus}: use --gpus {len(mask)}, or widen the mask"
+        )
+    return mask[:gpus]
+
+
+def server_split(
+    gpus: int, trainer: dict[str, Any], vllm_gpus: list[int] | None = None, user_batch: bool = False
+) -> tuple[list[int], list[int]]:
+    """``(server GPUs, training GPUs)`` (positions ``0 .. gpus-1``) of ``--vllm server``.
+
+    Named ``vllm_gpus`` are checked; by default the server takes the last 1, 2, 4, ... GPUs (tensor
+    parallel sizes that divide the attention heads of the usual models), the fewest that leave a number
+    of training processes dividing ``generation_batch_size`` (TRL splits the generation batch over them;
+    with ``user_batch``, the per-device batch is the user's and ``per_device_train_batch_size x
+    processes`` must divide it), while training keeps at least half of the GPUs. When no split does,
+    one line names the generation batch that makes the 1-GPU server split work.
+    """
+    gbs = trainer.get("generation_batch_size")
+    pdtbs = int(trainer.get("per_device_train_batch_size", 8))
+
+    def divides(train: int) -> bool:
+        return gbs is None or int(gbs) % (train * (pdtbs if user_batch else 1)) == 0
+
+    if gpus < 2:
+        raise ValueError(f"--vllm server needs at least 2 GPUs (one serves, the others train); --gpus {gpus}")
+    if vllm_gpus is not None:
+        bad = [g for g in vllm_gpus if not 0 <= g < gpus]
+        if bad or len(set(vllm_gpus)) != len(vllm_gpus):
+            raise ValueError(f"--vllm-gpus {','.join(map(str, vllm_gpus))} must be distinct GPUs in [0, {gpus})")
+        train = [g for g in range(gpus) if g not in vllm_gpus]
+        if not train:
+            raise ValueError(f"--vllm-gpus takes all {gpus} GPUs: leave at least one for training")
+        if not divides(len(train)):
+            best = _server_default(gpus, divides)
+            hint = f"--vllm-gpus {','.join(map(str, best[0]))} divides it, or " if best else ""
+            raise ValueError(
+                f"generation_batch_size {gbs} cannot be split evenly over the {len(train)} training GPUs left "
+                f"by --vllm-gpus {','.join(map(str, vllm_gpus))}: {hint}-- --trl.generation_batch_size "
+                f"{batch_for(len(train), trainer, user_batch)} does"
+            )
+        return list(vllm_gpus), train
+    best = _server_default(gpus, divides)
+    if best is not None:
+        return best
+    raise ValueError(
+        f"--vllm server on {gpus} GPUs: no split leaves training GPUs that divide generation_batch_size {gbs}; "
+        f"-- --trl.generation_batch_size {batch_for(gpus - 1, trainer, user_batch)} trains on {gpus - 1} GPUs "
+        "beside a 1-GPU server"
+    )
+
+
+def batch_for(processes: int, trainer: dict[str, Any], user_batch: bool = False) -> int:
+    """The least generation batch at least the recipe's that ``processes`` training processes split evenly
+    (whole prompt groups of ``num_generations``; with ``user_batch``, whole per-device batches too)."""
+    step = processes * (int(trainer.get("per_device_train_batch_size", 8)) if user_batch else 1)
+    group = int(trainer.get("num_generations", 8))
+    step = step * group // math.gcd(step, group)
+    return -(-int(trainer.get("generation_batch_size") or step) // step) * step
+
+
+def _server_default(gpus: int, divides) -> tuple[list[int], list[int]] | None:
+    serve = 1
+    while serve <= gpus // 2:
+        if divides(gpus - serve):
+            return list(range(gpus - serve, gpus)), list(range(gpus - serve))
+        serve *= 2
+    return None
 
 
 def plugin_args(tokens: list[str]) -> list[str]:
@@ -384,27 +479,22 @@ def build_trl(req: Request) -> Launch:
     steps: list[Step] = []
     env: dict[str, str] = {}
     if cpu:
-        processes = req.processes or 2
+        processes = (req.processes or 2) * req.nodes
         cfg_name = req.accelerate_config or "zero3_cpu"
         if cfg_name == "fsdp2":
             raise ValueError("--accelerate-config fsdp2 needs GPUs (accelerate enables FSDP on GPUs only)")
         if cfg_name == "zero3":
             cfg_name = "zero3_cpu"
         env["DS_ACCELERATOR"] = "cpu"
-        notes.append(f"CPU: {processes} processes, DeepSpeed's CPU accelerator (gloo)")
+        per_node = f" ({processes // req.nodes} on each of {req.nodes} nodes)" if req.nodes > 1 else ""
+        notes.append(f"CPU: {processes} processes{per_node}, DeepSpeed's CPU accelerator (gloo)")
     else:
         processes = gpus * req.nodes
         cfg_name = req.accelerate_config or "zero3"
+    user_batch = any(k in BATCH_KEYS for k, _ in pairs)
     if mode == "server":
-        vllm_gpus = req.vllm_gpus if req.vllm_gpus is not None else [gpus - 1]
-        bad = [g for g in vllm_gpus if not 0 <= g < gpus]
-        if bad or len(set(vllm_gpus)) != len(vllm_gpus):
-            raise ValueError(
-                f"--vllm-gpus {','.join(map(str, vllm_gpus))} must be distinct GPUs in [0, {gpus})"
-            )
-        train_gpus = [g for g in range(gpus) if g not in vllm_gpus]
-        if not train_gpus:
-            raise ValueError(f"--vllm-gpus takes all {gpus} GPUs: leave at least one for training")
+        vllm_gpus, train_gpus = server_split(gpus, trainer, req.vllm_gpus, user_batch)
+        devices = visible_devices(gpus)
         if not model.get("path"):
             raise ValueError(
                 "--vllm server needs model.path (the server loads the model); model.tiny has none"
@@ -417,26 +507,29 @@ def build_trl(req: Request) -> Launch:
             "--port", str(vport),
         ]  # fmt: skip
         steps.append(
-            Step("vLLM server", serve, {"CUDA_VISIBLE_DEVICES": ",".join(map(str, vllm_gpus))}, True)
+            Step("vLLM server", serve, {"CUDA_VISIBLE_DEVICES": ",".join(devices[g] for g in vllm_gpus)}, True)
         )
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, train_gpus))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(devices[g] for g in train_gpus)
         extra += ["--trl.vllm_mode", "server", "--trl.vllm_server_host", "127.0.0.1",
                   "--trl.vllm_server_port", str(vport), "--trl.vllm_group_port", str(gport)]  # fmt: skip
         notes.append(
-            f"vLLM server on GPU {','.join(map(str, vllm_gpus))} (tensor parallel {len(vllm_gpus)}, port {vport}); "
-            f"training on GPU {','.join(map(str, train_gpus))}"
+            f"vLLM server on GPU {','.join(devices[g] for g in vllm_gpus)} (tensor parallel {len(vllm_gpus)}, port "
+            f"{vport}); training on GPU {','.join(devices[g] for g in train_gpus)}"
+            + (" (positions in the CUDA_VISIBLE_DEVICES set here)" if _mask() else "")
+            + (
+                f"; the fewest server GPUs whose split divides generation_batch_size {trainer['generation_batch_size']}"
+                f" (--vllm-gpus {gpus - 1} -- --trl.generation_batch_size {batch_for(gpus - 1, trainer, user_batch)}"
+                f" trains on {gpus - 1})"
+                if req.vllm_gpus is None and len(vllm_gpus) > 1
+                else ""
+            )
         )
     elif mode == "colocate":
         if trainer.get("vllm_mode", "colocate") != "colocate":
             extra += ["--trl.vllm_mode", "colocate"]
         share = trainer.get("vllm_gpu_memory_utilization", 0.3)
         notes.append(f"vLLM colocate: each training process holds an engine with {share} of its GPU's memory")
-    batch_keys = (
-        "trl.gradient_accumulation_steps",
-        "trl.per_device_train_batch_size",
-        "trl.steps_per_generation",
-    )
-    if any(k in batch_keys for k, _ in pairs):  # the user set the batch: their choice stands (TRL checks it)
+    if user_batch:  # the user set the batch: their choice stands (TRL checks it)
         notes.append("batch: as your overrides set it (the recipe's arithmetic is not applied)")
     else:
         fix, note = batch_fix(trainer, processes)
@@ -550,6 +643,7 @@ def build_verl(req: Request, raw: dict[str, Any]) -> Launch:
 
 def build(req: Request) -> Launch:
     """The launch of ``req`` (nothing is started)."""
+    check_bounds(req.gpus, req.nodes, req.processes)  # before the recipe is read
     engine, raw = recipe_engine(req.recipe)
     _check_request(req, engine)
     return build_trl(req) if engine == "trl" else build_verl(req, raw)
