@@ -55,12 +55,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mrtpo.cli.launch import late_options
+    from mrtpo.cli.options import late_options
+    from mrtpo.integrations.cluster import check_bounds, check_lengths
     from mrtpo.plan import as_json, plan_recipe, table
 
     rest = late_options(args, _options, "plan")
     if args.gpus is None:
         raise ValueError("--gpus N is required (GPUs per node)")
+    check_bounds(args.gpus, args.nodes, least_gpus=1)  # before anything is read: nothing is sized by an unchecked number
+    check_lengths(
+        rollout_tokens=args.rollout_tokens, response_tokens=args.response_tokens, prompt_max=args.prompt_max
+    )
     plan = plan_recipe(args.recipe, args, rest)
     print(json.dumps(as_json(plan), indent=1) if args.json else table(plan))
     return 0

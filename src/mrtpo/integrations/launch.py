@@ -40,7 +40,6 @@ scripts beside it, else ``python -m`` of their modules).
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import shlex
 import shutil
@@ -53,6 +52,14 @@ from typing import Any
 
 import yaml
 
+from mrtpo.integrations.cluster import (
+    visible_mask,
+    batch_for,
+    check_bounds,
+    server_split,
+    shared_folder_note,
+    visible_devices,
+)
 from mrtpo.integrations.ports import check_port, free_port
 
 ENGINES = ("trl", "verl")
@@ -63,9 +70,6 @@ ACCELERATE_CONFIGS = {
     "fsdp2": "accelerate_fsdp2.yaml",
     "zero3_cpu": "accelerate_zero3_cpu.yaml",
 }
-MAX_GPUS = 64  # GPUs per node: the largest machines hold 8 to 16; more is a typo
-MAX_NODES = 1024
-MAX_PROCESSES = 256  # CPU processes per node
 MULTINODE_PORT = 29500  # accelerate's default; several nodes must agree on one port
 RAY_PORT = 6379  # Ray's default GCS port for `ray start --head`
 VERL_KEYS = ("defaults", "hydra", "actor_rollout_ref", "algorithm", "trainer", "ray_kwargs", "critic")
@@ -223,16 +227,6 @@ def _shown(path: Path) -> str:
 # ----------------------------------------------------------------------------------------- validation
 
 
-def check_bounds(gpus: int | None = None, nodes: int | None = None, processes: int | None = None) -> None:
-    """``--gpus``, ``--nodes`` and ``--processes`` within sane bounds (one line each), checked before anything
-    is read or built: nothing is ever sized by an unchecked number. ``mrtpo plan`` checks the same."""
-    for flag, value, low, high, what in (("--gpus", gpus, 0, MAX_GPUS, "GPUs per node"),
-                                         ("--nodes", nodes, 1, MAX_NODES, "machines"),
-                                         ("--processes", processes, 1, MAX_PROCESSES, "CPU processes per node")):  # fmt: skip
-        if value is not None and not low <= value <= high:
-            raise ValueError(f"{flag} {value} must be in [{low}, {high}] ({what})")
-
-
 def _check_request(req: Request, engine: str) -> None:
     """Argument combinations that cannot work, one line each (before anything is read or started)."""
     check_bounds(req.gpus, req.nodes, req.processes)
@@ -322,93 +316,12 @@ def batch_fix(trainer: dict[str, Any], processes: int) -> tuple[list[str], str |
     return out, note
 
 
-BATCH_KEYS = ("trl.gradient_accumulation_steps", "trl.per_device_train_batch_size", "trl.steps_per_generation")
+BATCH_KEYS = (
+    "trl.gradient_accumulation_steps",
+    "trl.per_device_train_batch_size",
+    "trl.steps_per_generation",
+)
 """Overrides that set the batch arithmetic: when one is given, mrtpo launch does not change it."""
-
-
-def _mask(environ: dict[str, str] | None = None) -> list[str]:
-    """The entries of a set ``CUDA_VISIBLE_DEVICES`` (SLURM's, a restricted mask), in order; [] when unset."""
-    mask = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES", "")
-    return [x.strip() for x in mask.split(",") if x.strip()]
-
-
-def visible_devices(gpus: int, environ: dict[str, str] | None = None) -> list[str]:
-    """What GPU positions ``0 .. gpus-1`` (``--vllm-gpus``'s numbers) stand for: the entries of a set
-    ``CUDA_VISIBLE_DEVICES`` taken in order (indices or UUIDs: a job's mask is narrowed, never replaced by
-    absolute indices), else the indices themselves."""
-    mask = _mask(environ)
-    if not mask:
-        return [str(i) for i in range(gpus)]
-    if len(mask) < gpus:
-        raise ValueError(
-            f"CUDA_VISIBLE_DEVICES={','.join(mask)} names {len(mask)} GPU{'s' if len(mask) > 1 else ''}, fewer than "
-            f"--gpus {gpus}: use --gpus {len(mask)}, or widen the mask"
-        )
-    return mask[:gpus]
-
-
-def server_split(
-    gpus: int, trainer: dict[str, Any], vllm_gpus: list[int] | None = None, user_batch: bool = False
-) -> tuple[list[int], list[int]]:
-    """``(server GPUs, training GPUs)`` (positions ``0 .. gpus-1``) of ``--vllm server``.
-
-    Named ``vllm_gpus`` are checked; by default the server takes the last 1, 2, 4, ... GPUs (tensor
-    parallel sizes that divide the attention heads of the usual models), the fewest that leave a number
-    of training processes dividing ``generation_batch_size`` (TRL splits the generation batch over them;
-    with ``user_batch``, the per-device batch is the user's and ``per_device_train_batch_size x
-    processes`` must divide it), while training keeps at least half of the GPUs. When no split does,
-    one line names the generation batch that makes the 1-GPU server split work.
-    """
-    gbs = trainer.get("generation_batch_size")
-    pdtbs = int(trainer.get("per_device_train_batch_size", 8))
-
-    def divides(train: int) -> bool:
-        return gbs is None or int(gbs) % (train * (pdtbs if user_batch else 1)) == 0
-
-    if gpus < 2:
-        raise ValueError(f"--vllm server needs at least 2 GPUs (one serves, the others train); --gpus {gpus}")
-    if vllm_gpus is not None:
-        bad = [g for g in vllm_gpus if not 0 <= g < gpus]
-        if bad or len(set(vllm_gpus)) != len(vllm_gpus):
-            raise ValueError(f"--vllm-gpus {','.join(map(str, vllm_gpus))} must be distinct GPUs in [0, {gpus})")
-        train = [g for g in range(gpus) if g not in vllm_gpus]
-        if not train:
-            raise ValueError(f"--vllm-gpus takes all {gpus} GPUs: leave at least one for training")
-        if not divides(len(train)):
-            best = _server_default(gpus, divides)
-            hint = f"--vllm-gpus {','.join(map(str, best[0]))} divides it, or " if best else ""
-            raise ValueError(
-                f"generation_batch_size {gbs} cannot be split evenly over the {len(train)} training GPUs left "
-                f"by --vllm-gpus {','.join(map(str, vllm_gpus))}: {hint}-- --trl.generation_batch_size "
-                f"{batch_for(len(train), trainer, user_batch)} does"
-            )
-        return list(vllm_gpus), train
-    best = _server_default(gpus, divides)
-    if best is not None:
-        return best
-    raise ValueError(
-        f"--vllm server on {gpus} GPUs: no split leaves training GPUs that divide generation_batch_size {gbs}; "
-        f"-- --trl.generation_batch_size {batch_for(gpus - 1, trainer, user_batch)} trains on {gpus - 1} GPUs "
-        "beside a 1-GPU server"
-    )
-
-
-def batch_for(processes: int, trainer: dict[str, Any], user_batch: bool = False) -> int:
-    """The least generation batch at least the recipe's that ``processes`` training processes split evenly
-    (whole prompt groups of ``num_generations``; with ``user_batch``, whole per-device batches too)."""
-    step = processes * (int(trainer.get("per_device_train_batch_size", 8)) if user_batch else 1)
-    group = int(trainer.get("num_generations", 8))
-    step = step * group // math.gcd(step, group)
-    return -(-int(trainer.get("generation_batch_size") or step) // step) * step
-
-
-def _server_default(gpus: int, divides) -> tuple[list[int], list[int]] | None:
-    serve = 1
-    while serve <= gpus // 2:
-        if divides(gpus - serve):
-            return list(range(gpus - serve, gpus)), list(range(gpus - serve))
-        serve *= 2
-    return None
 
 
 def plugin_args(tokens: list[str]) -> list[str]:
@@ -507,7 +420,9 @@ def build_trl(req: Request) -> Launch:
             "--port", str(vport),
         ]  # fmt: skip
         steps.append(
-            Step("vLLM server", serve, {"CUDA_VISIBLE_DEVICES": ",".join(devices[g] for g in vllm_gpus)}, True)
+            Step(
+                "vLLM server", serve, {"CUDA_VISIBLE_DEVICES": ",".join(devices[g] for g in vllm_gpus)}, True
+            )
         )
         env["CUDA_VISIBLE_DEVICES"] = ",".join(devices[g] for g in train_gpus)
         extra += ["--trl.vllm_mode", "server", "--trl.vllm_server_host", "127.0.0.1",
@@ -515,7 +430,7 @@ def build_trl(req: Request) -> Launch:
         notes.append(
             f"vLLM server on GPU {','.join(devices[g] for g in vllm_gpus)} (tensor parallel {len(vllm_gpus)}, port "
             f"{vport}); training on GPU {','.join(devices[g] for g in train_gpus)}"
-            + (" (positions in the CUDA_VISIBLE_DEVICES set here)" if _mask() else "")
+            + (" (positions in the CUDA_VISIBLE_DEVICES set here)" if visible_mask() else "")
             + (
                 f"; the fewest server GPUs whose split divides generation_batch_size {trainer['generation_batch_size']}"
                 f" (--vllm-gpus {gpus - 1} -- --trl.generation_batch_size {batch_for(gpus - 1, trainer, user_batch)}"
@@ -558,8 +473,14 @@ def build_trl(req: Request) -> Launch:
     steps.append(
         Step("trainer" if req.nodes == 1 else f"trainer, node {req.node_rank} of {req.nodes}", argv, env)
     )
-    sharding = {"zero3": "DeepSpeed ZeRO-3", "zero3_cpu": "DeepSpeed ZeRO-3 (CPU)", "fsdp2": "FSDP2"}
-    notes.insert(0, f"TRL: {processes} processes, {sharding.get(cfg_name, _shown(config))}, port {port}")
+    if req.nodes > 1:
+        note = shared_folder_note(config, str(trainer.get("output_dir", "trainer_output")), str(req.main_ip))
+        if note:
+            notes.append(note)
+    sharding = {"zero3": "DeepSpeed ZeRO-3", "zero3_cpu": "DeepSpeed ZeRO-3 (CPU)", "fsdp2": "FSDP2",
+                "zero3_offload": "DeepSpeed ZeRO-3, optimizer states on the CPU"}  # fmt: skip
+    shown = sharding.get(cfg_name, _shown(config))
+    notes.insert(0, f"TRL: {processes} process{'es' if processes > 1 else ''}, {shown}, port {port}")
     return Launch("trl", steps, notes, processes, port)
 
 
@@ -647,6 +568,63 @@ def build(req: Request) -> Launch:
     engine, raw = recipe_engine(req.recipe)
     _check_request(req, engine)
     return build_trl(req) if engine == "trl" else build_verl(req, raw)
+
+
+# ------------------------------------------------------------------------------------ machine
+
+
+def _train_flags(tokens: list[str]) -> tuple[str | bool | None, bool]:
+    """(``--resume`` target: True, a folder or None; ``--overwrite``) among the forwarded tokens."""
+    resume, overwrite = None, False
+    for i, tok in enumerate(tokens):
+        if tok == "--resume":
+            nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+            resume = nxt if nxt is not None and not nxt.startswith("--") else True
+        elif tok.startswith("--resume="):
+            resume = tok.partition("=")[2]
+        elif tok == "--overwrite":
+            overwrite = True
+    return resume, overwrite
+
+
+def check_machine(req: Request, engine: str) -> None:
+    """What every rank would check, checked once here before any rank starts, so that a problem is one
+    line rather than the same error from every rank and the launcher's traceback: the GPUs asked for are
+    visible; for TRL recipes the config's own check (the task, the method, what this machine lacks: a
+    model folder or a hub model not in the cache, a data folder, a package, a GPU for bf16;
+    :meth:`~mrtpo.integrations.trl.schema.RunConfig.check`) and the run folder (``--resume`` finds a
+    complete checkpoint; otherwise the folder is empty or ``--overwrite`` is given). Read-only."""
+    cpu = req.cpu or req.gpus == 0
+    if not cpu:
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count < int(req.gpus):
+            mask = os.environ.get("CUDA_VISIBLE_DEVICES")
+            shown = f" (CUDA_VISIBLE_DEVICES={mask})" if mask is not None else ""
+            raise ValueError(
+                f"--gpus {req.gpus}: this machine has {count} GPU{'' if count == 1 else 's'} visible{shown}"
+                + (
+                    "; --cpu starts CPU processes"
+                    if count == 0 and engine == "trl"
+                    else f"; use --gpus {count}"
+                )
+            )
+    if engine != "trl":
+        return
+    from mrtpo.integrations.trl.recipe import _prepare_run_folder, _resume_target, load_config
+
+    pairs, _ = split_overrides(req.overrides)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = load_config(req.recipe, pairs, plugins=plugin_args(req.overrides))
+    cfg.check()
+    resume, overwrite = _train_flags(req.overrides)
+    out = Path(cfg.trainer["output_dir"])
+    if resume:
+        _resume_target(out, resume, lambda message: None)
+    elif not overwrite:
+        _prepare_run_folder(out, overwrite=False)  # raises when the folder holds a run; deletes nothing
 
 
 # --------------------------------------------------------------------------------------------- run
