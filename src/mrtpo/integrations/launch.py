@@ -53,12 +53,12 @@ from typing import Any
 import yaml
 
 from mrtpo.integrations.cluster import (
-    visible_mask,
     batch_for,
     check_bounds,
     server_split,
     shared_folder_note,
     visible_devices,
+    visible_mask,
 )
 from mrtpo.integrations.ports import check_port, free_port
 
