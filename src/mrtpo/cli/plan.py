@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     rest = late_options(args, _options, "plan")
     if args.gpus is None:
         raise ValueError("--gpus N is required (GPUs per node)")
-    check_bounds(args.gpus, args.nodes, least_gpus=1)  # before anything is read: nothing is sized by an unchecked number
+    # upper bounds before anything is read (nothing is sized by an unchecked number); plan_recipe says >= 1
+    check_bounds(*(v if v > 0 else None for v in (args.gpus, args.nodes)))
     check_lengths(
         rollout_tokens=args.rollout_tokens, response_tokens=args.response_tokens, prompt_max=args.prompt_max
     )

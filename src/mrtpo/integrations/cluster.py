@@ -27,12 +27,10 @@ MAX_PROCESSES = 256  # CPU processes per node
 MAX_TOKENS = 2**20  # a prompt or response length of mrtpo plan's assumptions
 
 
-def check_bounds(
-    gpus: int | None = None, nodes: int | None = None, processes: int | None = None, least_gpus: int = 0
-) -> None:
+def check_bounds(gpus: int | None = None, nodes: int | None = None, processes: int | None = None) -> None:
     """``--gpus``, ``--nodes`` and ``--processes`` within sane bounds (one line each), checked before anything
     is read or built: nothing is ever sized by an unchecked number. ``mrtpo plan`` checks the same."""
-    for flag, value, low, high, what in (("--gpus", gpus, least_gpus, MAX_GPUS, "GPUs per node"),
+    for flag, value, low, high, what in (("--gpus", gpus, 0, MAX_GPUS, "GPUs per node"),
                                          ("--nodes", nodes, 1, MAX_NODES, "machines"),
                                          ("--processes", processes, 1, MAX_PROCESSES, "CPU processes per node")):  # fmt: skip
         if value is not None and not low <= value <= high:
