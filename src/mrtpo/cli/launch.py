@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     launch.check_bounds(req.gpus, req.nodes, req.processes)  # before anything is read
     engine, _ = launch.recipe_engine(req.recipe)
-    launch._check_request(req, engine)  # the options' combinations, before the plan reads the recipe
+    launch.check_request(req, engine)  # the options' combinations, before the plan reads the recipe
     notes = [] if args.no_plan_check else fit(req, engine, measure=not args.dry_run)
     plan = launch.build(req)
     plan.notes[1:1] = notes

@@ -227,7 +227,7 @@ def _shown(path: Path) -> str:
 # ----------------------------------------------------------------------------------------- validation
 
 
-def _check_request(req: Request, engine: str) -> None:
+def check_request(req: Request, engine: str) -> None:
     """Argument combinations that cannot work, one line each (before anything is read or started)."""
     check_bounds(req.gpus, req.nodes, req.processes)
     if req.engine is not None and req.engine not in ENGINES:
@@ -566,7 +566,7 @@ def build(req: Request) -> Launch:
     """The launch of ``req`` (nothing is started)."""
     check_bounds(req.gpus, req.nodes, req.processes)  # before the recipe is read
     engine, raw = recipe_engine(req.recipe)
-    _check_request(req, engine)
+    check_request(req, engine)
     return build_trl(req) if engine == "trl" else build_verl(req, raw)
 
 
