@@ -91,8 +91,11 @@ def run(args: argparse.Namespace) -> int:
     launch.check_bounds(req.gpus, req.nodes, req.processes)  # before anything is read
     engine, _ = launch.recipe_engine(req.recipe)
     launch.check_request(req, engine)  # the options' combinations, before the plan reads the recipe
-    notes = [] if args.no_plan_check else fit(req, engine, measure=not args.dry_run)
     plan = launch.build(req)
+    chosen = req.accelerate_config
+    notes = [] if args.no_plan_check else fit(req, engine, plan, measure=not args.dry_run)
+    if req.accelerate_config != chosen:  # the plan chose optimizer offload
+        plan = launch.build(req)
     plan.notes[1:1] = notes
     if not args.dry_run:
         launch.check_machine(req, engine)  # once, before any rank starts
@@ -105,12 +108,13 @@ def run(args: argparse.Namespace) -> int:
     return rc
 
 
-def fit(req, engine: str, measure: bool = False) -> list[str]:
+def fit(req, engine: str, built, measure: bool = False) -> list[str]:
     """``mrtpo plan``'s verdict for a TRL recipe on GPUs under the launch's sharding, as a note; when it
     does not fit under ZeRO-3 but fits with the optimizer states offloaded to the CPU (and no accelerate
     config was named), ``req`` switches to ``zero3_offload`` and the note says so; when it does not fit
     otherwise, one line (ValueError) with the plan's verdict and knobs. ``measure``: plan for the memory of
-    this machine's first GPU (else the plan's default GPU). Other launches: no note."""
+    this machine's first GPU (else the plan's default GPU). ``built``: the launch as built, whose training
+    processes the plan takes (a vLLM server's GPUs apart). Other launches: no note."""
     import argparse
 
     from mrtpo.cli import plan as plan_cli
@@ -122,7 +126,10 @@ def fit(req, engine: str, measure: bool = False) -> list[str]:
         return []
     parser = argparse.ArgumentParser(add_help=False)
     plan_cli._options(parser)
-    args = parser.parse_args(["--gpus", str(req.gpus), "--nodes", str(req.nodes)])
+    gpus = req.gpus
+    if any(step.role == "vLLM server" for step in built.steps):  # the plan counts one server GPU
+        gpus = built.processes + 1
+    args = parser.parse_args(["--gpus", str(gpus), "--nodes", str(req.nodes)])
     args.sharding = sharding[req.accelerate_config]
     args.offload = "optimizer" if req.accelerate_config == "zero3_offload" else "none"
     where = f"{{:g}} GiB GPUs ({args.gpu}, mrtpo plan's default)"
