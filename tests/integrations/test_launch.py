@@ -366,7 +366,7 @@ def test_a_set_cuda_visible_devices_is_narrowed_not_replaced(capsys, monkeypatch
         "CUDA_VISIBLE_DEVICES": "11,12,13,14"
     }
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    os.chdir(ROOT)
+    monkeypatch.chdir(ROOT)
     assert (
         main(["launch", "recipes/sql_qwen2.5-coder-7b.yaml", "--gpus", "8", "--vllm", "server", "--dry-run"])
         == 2
@@ -412,7 +412,7 @@ def test_huge_counts_are_one_line_before_anything_is_sized(argv):
     assert err[0].startswith(f"mrtpo {argv[0]}: error: {flag} 1000000000") and "must be in [" in err[0]
 
 
-def test_a_recipe_that_needs_optimizer_offload_gets_it_or_one_line(capsys):
+def test_a_recipe_that_needs_optimizer_offload_gets_it_or_one_line(capsys, monkeypatch):
     # 1 GPU of 80 GiB: ZeRO-3 alone needs about 165 GiB for the 7B SQL recipe; with the optimizer on the CPU it fits
     [(_, argv)] = _dry(capsys, "sql_qwen2.5-coder-7b", "--gpus", "1")
     a = _accelerate(argv)
@@ -420,7 +420,7 @@ def test_a_recipe_that_needs_optimizer_offload_gets_it_or_one_line(capsys):
     offload = yaml_load(ROOT / a.config_file)["deepspeed_config"]
     assert offload["offload_optimizer_device"] == "cpu" and offload["zero_stage"] == 3
     # the note says why, with both figures of the plan
-    os.chdir(ROOT)
+    monkeypatch.chdir(ROOT)
     assert main(["launch", "recipes/sql_qwen2.5-coder-7b.yaml", "--gpus", "1", "--dry-run"]) == 0
     note = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("# plan:"))
     assert "does not fit" in note and "with the optimizer states on the CPU fits" in note
@@ -493,8 +493,8 @@ def test_a_missing_model_is_one_line_once_before_any_rank_starts(tmp_path):
     ), err
 
 
-def test_more_gpus_than_the_machine_has_is_one_line(capsys):
-    os.chdir(ROOT)
+def test_more_gpus_than_the_machine_has_is_one_line(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
     assert main(["launch", "recipes/tools_qwen2.5-3b.yaml", "--gpus", "64", "--no-plan-check"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mrtpo launch: error: --gpus 64: this machine has "), err
