@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Re-check that pip's resolver accepts the GPU environments, and print what each one selects.
 
-    .venv/bin/python scripts/check_envs.py                 # all four resolutions (a few minutes)
+    .venv/bin/python scripts/check_envs.py                 # all five resolutions (a few minutes)
     .venv/bin/python scripts/check_envs.py --sets gpu-trl,gpu-verl --json envs.json
 
 For each set, ``pip install --dry-run --ignore-installed --report`` resolves it from PyPI as a CUDA
@@ -10,6 +10,7 @@ versions of the key packages in one table. The sets:
 
     gpu-trl      requirements/gpu-trl.txt (the TRL route's tested pins: CUDA torch, vLLM, TRL, ...)
     trl-ranges   -e .[train,vllm,peft,deepspeed]: what the package's own ranges select today
+    gpu-trl-cu12 requirements/gpu-trl-cu12.txt (the TRL route for CUDA 12 drivers: torch 2.10.0, no vLLM)
     gpu-verl     requirements/gpu-verl.txt (the verl route's pins: verl[vllm]==0.9.1 and the `verl` extra)
     verl-ranges  -e .[verl] verl[vllm]==0.9.1: what verl's pins and the `verl` extra select today
 
@@ -44,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KEY = [
     "torch",
     "cuda-toolkit",
+    "nvidia-cuda-runtime-cu12",
     "vllm",
     "transformers",
     "tokenizers",
@@ -58,6 +60,7 @@ KEY = [
 SETS = {
     "gpu-trl": (["-r", "requirements/gpu-trl.txt"], None),
     "trl-ranges": (["-e", ".[train,vllm,peft,deepspeed]"], "gpu-trl"),
+    "gpu-trl-cu12": (["-r", "requirements/gpu-trl-cu12.txt"], None),
     "gpu-verl": (["-r", "requirements/gpu-verl.txt"], None),
     "verl-ranges": (["-e", ".[verl]", "verl[vllm]==0.9.1"], "gpu-verl"),
 }

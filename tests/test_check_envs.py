@@ -59,6 +59,17 @@ def test_the_resolved_sets_lie_within_the_declared_ranges():
     assert check_envs.outside(report(["verl", "instruct", "tools"], **VERL_SET)) == []
 
 
+def test_the_cuda_12_set_lies_within_the_declared_ranges_and_has_no_vllm():
+    # what requirements/gpu-trl-cu12.txt resolved to (docs/install.md): torch 2.10.0 is PyPI's newest CUDA 12 build
+    cu12 = {**TRL_SET, "torch": "2.10.0"}
+    cu12.pop("vllm")
+    assert check_envs.outside(report(["train", "peft", "deepspeed", "instruct", "tools"], **cu12)) == []
+    lines = (check_envs.ROOT / "requirements" / "gpu-trl-cu12.txt").read_text().splitlines()
+    pins = [x for x in lines if x and not x.startswith("#")]
+    assert "torch==2.10.0" in pins and not any("vllm" in x for x in pins)
+    assert "gpu-trl-cu12" in check_envs.SETS
+
+
 def test_a_version_outside_a_declared_range_is_named():
     bad = report(["vllm"], **{**TRL_SET, "transformers": "5.16.0", "vllm": "0.32.0", "torch": "2.15.0"})
     found = check_envs.outside(bad)

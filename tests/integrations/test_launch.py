@@ -306,3 +306,214 @@ def test_verl_entry_point_follows_the_method_blocks_credit(capsys, tmp_path):
     assert main(["launch", str(recipe), "--gpus", "8", "--dry-run"]) == 0
     line = [x for x in capsys.readouterr().out.splitlines() if x and not x.startswith("#")]
     assert shlex.split(line[-1])[:3] == ["python", "-m", "mrtpo.integrations.verl.main"]
+
+
+# ------------------------------------------------------------------------------------ real clusters
+
+PAPER = {"sql_qwen2.5-coder-7b": 256, "instruct_qwen2.5-7b": 512, "tools_qwen2.5-3b": 2048}
+
+
+@pytest.mark.parametrize("recipe", sorted(PAPER))
+def test_default_server_split_divides_every_paper_recipe(capsys, recipe):
+    # 7 training GPUs divide none of 256, 512, 2048 (nor 6 or 5): the server takes 4, training the other 4
+    (serve_env, serve), (train_env, argv) = _dry(capsys, recipe, "--gpus", "8", "--vllm", "server")
+    assert serve_env == {"CUDA_VISIBLE_DEVICES": "4,5,6,7"} and train_env == {
+        "CUDA_VISIBLE_DEVICES": "0,1,2,3"
+    }
+    assert serve[serve.index("--tensor_parallel_size") + 1] == "4"
+    a = _accelerate(argv)
+    t = _trainer_values(recipe, a)
+    assert a.num_processes == 4 and t["vllm_mode"] == "server"
+    assert t["per_device_train_batch_size"] * 4 * t["gradient_accumulation_steps"] == PAPER[recipe]
+
+
+def test_server_split_rules():
+    from mrtpo.integrations.cluster import batch_for, server_split
+
+    sql = {"generation_batch_size": 256, "per_device_train_batch_size": 8, "num_generations": 8}
+    assert server_split(8, sql) == ([4, 5, 6, 7], [0, 1, 2, 3])
+    assert server_split(8, {**sql, "generation_batch_size": 96}) == (
+        [6, 7],
+        [0, 1, 2, 3, 4, 5],
+    )  # 96 = 6 x 16
+    assert server_split(3, sql) == ([2], [0, 1])
+    # the user's per-device batch: 8 x 6 does not divide 96 + 8 = 104, 8 x 4 neither; 8 x 7 = 56 divides 112
+    assert server_split(8, {**sql, "generation_batch_size": 112}, user_batch=True) == ([7], list(range(7)))
+    # nothing divides 10 (7, 6, 4 training GPUs): the batch that 7 split, whole groups of 2: lcm(7, 2) = 14
+    with pytest.raises(
+        ValueError, match=r"-- --trl.generation_batch_size 14 trains on 7 GPUs beside a 1-GPU server"
+    ):
+        server_split(8, {"generation_batch_size": 10, "per_device_train_batch_size": 1, "num_generations": 2})
+    # named GPUs that leave 7: 256 / 7 is not whole; 280 = lcm(7, 8) x 5 is the least multiple >= 256
+    assert batch_for(7, sql) == 280
+    with pytest.raises(
+        ValueError, match=r"--vllm-gpus 4,5,6,7 divides it, or -- --trl.generation_batch_size 280"
+    ):
+        server_split(8, sql, [7])
+    with pytest.raises(ValueError, match="at least 2 GPUs"):
+        server_split(1, sql)
+
+
+def test_a_set_cuda_visible_devices_is_narrowed_not_replaced(capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,GPU-8a1f,9,11,12,13,14")  # a job's mask (SLURM)
+    (serve_env, _), (train_env, _) = _dry(capsys, "sql_qwen2.5-coder-7b", "--gpus", "8", "--vllm", "server")
+    assert serve_env == {"CUDA_VISIBLE_DEVICES": "11,12,13,14"}
+    assert train_env == {"CUDA_VISIBLE_DEVICES": "3,5,GPU-8a1f,9"}
+    (serve_env, _), (train_env, _) = _dry(
+        capsys, "sql_qwen2.5-coder-7b", "--gpus", "8", "--vllm", "server", "--vllm-gpus", "0,1,2,3"
+    )
+    assert serve_env == {"CUDA_VISIBLE_DEVICES": "3,5,GPU-8a1f,9"} and train_env == {
+        "CUDA_VISIBLE_DEVICES": "11,12,13,14"
+    }
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.chdir(ROOT)
+    assert (
+        main(["launch", "recipes/sql_qwen2.5-coder-7b.yaml", "--gpus", "8", "--vllm", "server", "--dry-run"])
+        == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["mrtpo launch: error: CUDA_VISIBLE_DEVICES=2,3 names 2 GPUs, fewer than --gpus 8: use --gpus 2, "
+                   "or widen the mask"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [
+            "launch",
+            "recipes/sql_qwen2.5-coder-7b.yaml",
+            "--gpus",
+            "1000000000",
+            "--vllm",
+            "server",
+            "--dry-run",
+        ],
+        ["launch", "recipes/sql_qwen2.5-coder-7b.yaml", "--gpus", "8", "--nodes", "1000000000", "--dry-run"],
+        ["launch", "recipes/tiny_cpu.yaml", "--cpu", "--processes", "1000000000", "--dry-run"],
+        ["plan", "recipes/sql_qwen2.5-coder-7b.yaml", "--gpus", "1000000000"],
+        ["plan", "recipes/sql_qwen2.5-coder-7b.yaml", "--gpus", "8", "--nodes", "1000000000"],
+        ["plan", "recipes/sql_qwen2.5-coder-7b.yaml", "--gpus", "8", "--response-tokens", "1000000000000"],
+    ],
+    ids=["launch-gpus", "launch-nodes", "launch-processes", "plan-gpus", "plan-nodes", "plan-tokens"],
+)
+def test_huge_counts_are_one_line_before_anything_is_sized(argv):
+    """In a process limited to 1 GiB of address space (a list of 10^9 GPUs needed 22.5 GB), one line; the
+    recipe is not even read (the bound comes first)."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))
+
+    out = subprocess.run([sys.executable, "-m", "mrtpo.cli.main", *argv], cwd=ROOT, capture_output=True, text=True,
+                         preexec_fn=limit, timeout=60)  # fmt: skip
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and out.stdout == "" and len(err) == 1, out.stderr
+    flag = next(a for a in argv if a.startswith("--") and argv[argv.index(a) + 1].startswith("1000000000"))
+    assert err[0].startswith(f"mrtpo {argv[0]}: error: {flag} 1000000000") and "must be in [" in err[0]
+
+
+def test_a_recipe_that_needs_optimizer_offload_gets_it_or_one_line(capsys, monkeypatch):
+    # 1 GPU of 80 GiB: ZeRO-3 alone needs about 165 GiB for the 7B SQL recipe; with the optimizer on the CPU it fits
+    [(_, argv)] = _dry(capsys, "sql_qwen2.5-coder-7b", "--gpus", "1")
+    a = _accelerate(argv)
+    assert a.config_file == "recipes/accelerate_zero3_offload.yaml" and a.num_processes == 1
+    offload = yaml_load(ROOT / a.config_file)["deepspeed_config"]
+    assert offload["offload_optimizer_device"] == "cpu" and offload["zero_stage"] == 3
+    # the note says why, with both figures of the plan
+    monkeypatch.chdir(ROOT)
+    assert main(["launch", "recipes/sql_qwen2.5-coder-7b.yaml", "--gpus", "1", "--dry-run"]) == 0
+    note = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("# plan:"))
+    assert "does not fit" in note and "with the optimizer states on the CPU fits" in note
+    # FSDP2 named: no offload to choose, one line with the plan's verdict
+    rc = main(
+        [
+            "launch",
+            "recipes/sql_qwen2.5-coder-7b.yaml",
+            "--gpus",
+            "1",
+            "--accelerate-config",
+            "fsdp2",
+            "--dry-run",
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        rc == 2
+        and len(err) == 1
+        and "mrtpo plan says it does not fit" in err[0]
+        and "--no-plan-check" in err[0]
+    )
+    # 8 GPUs fit without offload (the recipe's own setting), and --no-plan-check starts anyway
+    [(_, argv)] = _dry(capsys, "sql_qwen2.5-coder-7b", "--gpus", "8")
+    assert _accelerate(argv).config_file == "recipes/accelerate_zero3.yaml"
+    [(_, argv)] = _dry(
+        capsys, "sql_qwen2.5-coder-7b", "--gpus", "1", "--accelerate-config", "fsdp2", "--no-plan-check"
+    )
+    assert _accelerate(argv).config_file == "recipes/accelerate_fsdp2.yaml"
+
+
+def yaml_load(path):
+    import yaml
+
+    return yaml.safe_load(Path(path).read_text())
+
+
+def _launch_for_real(*argv: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "ACCELERATE_USE_CPU"}
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    return subprocess.run([sys.executable, "-m", "mrtpo.cli.main", "launch", *argv], cwd=ROOT, capture_output=True,
+                          text=True, env=env, timeout=300)  # fmt: skip
+
+
+def test_a_missing_model_is_one_line_once_before_any_rank_starts(tmp_path):
+    recipe = yaml_load(ROOT / "recipes" / "tiny_cpu.yaml")
+    recipe["model"] = {"path": str(tmp_path / "no-such-model")}
+    import yaml
+
+    (tmp_path / "missing.yaml").write_text(yaml.safe_dump(recipe))
+    out = _launch_for_real(str(tmp_path / "missing.yaml"), "--cpu", "--processes", "2", "--",
+                           "--trl.output_dir", str(tmp_path / "run"))  # fmt: skip
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and out.stdout == "" and len(err) == 1, (
+        out.stderr
+    )  # not per rank, no traceback
+    assert (
+        err[0].startswith("mrtpo launch: error: invalid config: field 'model.path'")
+        and "no-such-model" in err[0]
+    )
+    assert not (tmp_path / "run").exists()  # no rank started
+    # --resume of a folder without checkpoints: one line from the launcher too
+    (tmp_path / "run").mkdir()
+    out = _launch_for_real(
+        "recipes/tiny_cpu.yaml", "--cpu", "--", "--trl.output_dir", str(tmp_path / "run"), "--resume"
+    )
+    err = out.stderr.strip().splitlines()
+    assert (
+        out.returncode == 2 and out.stdout == "" and len(err) == 1 and "--resume: no checkpoint-*" in err[0]
+    ), err
+
+
+def test_more_gpus_than_the_machine_has_is_one_line(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["launch", "recipes/tools_qwen2.5-3b.yaml", "--gpus", "64", "--no-plan-check"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mrtpo launch: error: --gpus 64: this machine has "), err
+
+
+def test_sharded_checkpoints_into_a_folder_that_is_not_shared_get_a_note(tmp_path):
+    from mrtpo.integrations.cluster import file_system, shared_folder_note
+
+    (tmp_path / "nfs").mkdir()
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/sda1 / ext4 rw 0 0\nfiler:/export {tmp_path / 'nfs'} nfs4 rw 0 0\n")
+    local, shared = str(tmp_path / "local" / "run"), str(tmp_path / "nfs" / "runs" / "run")
+    assert (file_system(local, mounts), file_system(shared, mounts)) == ("ext4", "nfs4")
+    zero3, fsdp2 = ROOT / "recipes" / "accelerate_zero3.yaml", ROOT / "recipes" / "accelerate_fsdp2.yaml"
+    note = shared_folder_note(zero3, local, "10.0.0.1", mounts)
+    assert note is not None and "on a local ext4 file system" in note and local in note
+    assert shared_folder_note(zero3, shared, "10.0.0.1", mounts) is None  # NFS: every node sees it
+    assert shared_folder_note(zero3, local, "127.0.0.1", mounts) is None  # every node on this host
+    assert (
+        shared_folder_note(fsdp2, local, "10.0.0.1", mounts) is None
+    )  # FULL_STATE_DICT: rank 0 writes it all
+    assert "type is not known" in shared_folder_note(zero3, local, "10.0.0.1", tmp_path / "no-mounts")

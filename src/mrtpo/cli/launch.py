@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mrtpo.cli.options import late_options
+
 
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -46,6 +48,10 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "--processes", type=int, default=None, help="CPU processes with --gpus 0 / --cpu (default 2)"
     )
     parser.add_argument("--cpu", action="store_true", help="CPU processes (as --gpus 0)")
+    parser.add_argument(
+        "--no-plan-check", action="store_true",
+        help="start a TRL recipe on GPUs even when mrtpo plan says it does not fit",
+    )  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the command and exit")
 
 
@@ -65,32 +71,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def late_options(args: argparse.Namespace, add_options, command: str) -> list[str]:
-    """Options given after the recipe (which ``args.rest`` swallowed) go into ``args``; the overrides
-    (after ``--``, or options that name a config key) are returned."""
-    rest = list(args.rest)
-    if "--" in rest:
-        i = rest.index("--")
-        before, after = rest[:i], rest[i + 1 :]
-    else:
-        before, after = rest, []
-    late = argparse.ArgumentParser(prog=f"mrtpo {command}", add_help=False)
-    add_options(late)
-    defaults = {a.dest: a.default for a in late._actions}
-    got, unknown = late.parse_known_args(before)
-    for key, value in vars(got).items():
-        if value != defaults.get(key):
-            setattr(args, key, value)
-    if unknown:  # options after the recipe that are not the command's: overrides without the `--`
-        if not unknown[0].startswith("--") or "." not in unknown[0].split("=")[0]:
-            raise ValueError(
-                f"unknown argument {unknown[0]!r}; overrides for the recipe go after --: "
-                f"mrtpo {command} RECIPE --gpus 8 -- --trl.max_steps 5"
-            )
-        after = unknown + after
-    return after
-
-
 def run(args: argparse.Namespace) -> int:
     from mrtpo.integrations import launch
 
@@ -108,7 +88,17 @@ def run(args: argparse.Namespace) -> int:
         main_port=args.main_port, engine=args.engine, vllm=args.vllm, vllm_gpus=vllm_gpus,
         accelerate_config=args.accelerate_config, processes=args.processes, cpu=args.cpu, overrides=overrides,
     )  # fmt: skip
+    launch.check_bounds(req.gpus, req.nodes, req.processes)  # before anything is read
+    engine, _ = launch.recipe_engine(req.recipe)
+    launch.check_request(req, engine)  # the options' combinations, before the plan reads the recipe
     plan = launch.build(req)
+    chosen = req.accelerate_config
+    notes = [] if args.no_plan_check else fit(req, engine, plan, measure=not args.dry_run)
+    if req.accelerate_config != chosen:  # the plan chose optimizer offload
+        plan = launch.build(req)
+    plan.notes[1:1] = notes
+    if not args.dry_run:
+        launch.check_machine(req, engine)  # once, before any rank starts
     print(plan.text(), flush=True)
     if args.dry_run:
         return 0
@@ -116,3 +106,61 @@ def run(args: argparse.Namespace) -> int:
     if rc != 0:
         print(f"mrtpo launch: exit status {rc}", file=sys.stderr)
     return rc
+
+
+def fit(req, engine: str, built, measure: bool = False) -> list[str]:
+    """``mrtpo plan``'s verdict for a TRL recipe on GPUs under the launch's sharding, as a note; when it
+    does not fit under ZeRO-3 but fits with the optimizer states offloaded to the CPU (and no accelerate
+    config was named), ``req`` switches to ``zero3_offload`` and the note says so; when it does not fit
+    otherwise, one line (ValueError) with the plan's verdict and knobs. ``measure``: plan for the memory of
+    this machine's first GPU (else the plan's default GPU). ``built``: the launch as built, whose training
+    processes the plan takes (a vLLM server's GPUs apart). Other launches: no note."""
+    import argparse
+
+    from mrtpo.cli import plan as plan_cli
+    from mrtpo.plan import plan_recipe
+
+    cpu = req.cpu or req.gpus == 0
+    sharding = {None: "zero3", "zero3": "zero3", "zero3_offload": "zero3", "fsdp2": "fsdp2"}
+    if engine != "trl" or cpu or req.accelerate_config not in sharding:
+        return []
+    parser = argparse.ArgumentParser(add_help=False)
+    plan_cli._options(parser)
+    gpus = req.gpus
+    if any(step.role == "vLLM server" for step in built.steps):  # the plan counts one server GPU
+        gpus = built.processes + 1
+    args = parser.parse_args(["--gpus", str(gpus), "--nodes", str(req.nodes)])
+    args.sharding = sharding[req.accelerate_config]
+    args.offload = "optimizer" if req.accelerate_config == "zero3_offload" else "none"
+    where = f"{{:g}} GiB GPUs ({args.gpu}, mrtpo plan's default)"
+    if measure:
+        import torch
+
+        if torch.cuda.is_available():
+            args.gpu_memory = torch.cuda.get_device_properties(0).total_memory / 2**30
+            where = f"{{:g}} GiB GPUs (this machine's {torch.cuda.get_device_name(0)})"
+    overrides = list(req.overrides)
+    if req.vllm is not None:
+        overrides += ["--trl.use_vllm", "true", "--trl.vllm_mode", req.vllm]
+    try:
+        planned = plan_recipe(req.recipe, args, overrides)
+    except (ValueError, KeyError, FileNotFoundError) as e:  # a model the plan cannot shape: not checked
+        return [f"plan: not checked ({' '.join(str(e).split())})"]
+    where = where.format(round(planned.setup.gpu_memory_gib, 1))
+    if planned.fits:
+        return [f"plan: {planned.verdict()} on {where}"]
+    if req.accelerate_config is None and args.sharding == "zero3":
+        args.offload = "optimizer"
+        offloaded = plan_recipe(req.recipe, args, overrides)
+        if offloaded.fits:
+            req.accelerate_config = "zero3_offload"
+            return [
+                f"plan: {planned.verdict().split('; turn')[0]} on {where}; with the optimizer states on the CPU "
+                f"{offloaded.verdict()}: DeepSpeed optimizer offload (recipes/accelerate_zero3_offload.yaml)"
+            ]
+    total = req.gpus * req.nodes
+    raise ValueError(
+        f"{req.recipe} on {total} {where.replace('GPUs', 'GPU' if total == 1 else 'GPUs')}: mrtpo plan says it "
+        f"{planned.verdict()} (mrtpo plan {req.recipe} --gpus {req.gpus} shows the table; --no-plan-check starts "
+        "it anyway)"
+    )

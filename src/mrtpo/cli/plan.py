@@ -62,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mrtpo.cli.launch import late_options
+    from mrtpo.cli.options import late_options
+    from mrtpo.integrations.cluster import check_bounds, check_lengths
     from mrtpo.plan import as_json, plan_recipe, table
 
     rest = late_options(args, _options, "plan")
@@ -70,6 +71,11 @@ def run(args: argparse.Namespace) -> int:
         args.gpus = 1
     if args.gpus is None:
         raise ValueError("--gpus N is required (GPUs per node)")
+    # upper bounds before anything is read (nothing is sized by an unchecked number); plan_recipe says >= 1
+    check_bounds(*(v if v > 0 else None for v in (args.gpus, args.nodes)))
+    check_lengths(
+        rollout_tokens=args.rollout_tokens, response_tokens=args.response_tokens, prompt_max=args.prompt_max
+    )
     plan = plan_recipe(args.recipe, args, rest)
     print(json.dumps(as_json(plan), indent=1) if args.json else table(plan))
     return 0

@@ -52,12 +52,21 @@ from typing import Any
 
 import yaml
 
+from mrtpo.integrations.cluster import (
+    batch_for,
+    check_bounds,
+    server_split,
+    shared_folder_note,
+    visible_devices,
+    visible_mask,
+)
 from mrtpo.integrations.ports import check_port, free_port
 
 ENGINES = ("trl", "verl")
 VLLM_MODES = ("colocate", "server")
 ACCELERATE_CONFIGS = {
     "zero3": "accelerate_zero3.yaml",
+    "zero3_offload": "accelerate_zero3_offload.yaml",
     "fsdp2": "accelerate_fsdp2.yaml",
     "zero3_cpu": "accelerate_zero3_cpu.yaml",
 }
@@ -218,8 +227,9 @@ def _shown(path: Path) -> str:
 # ----------------------------------------------------------------------------------------- validation
 
 
-def _check_request(req: Request, engine: str) -> None:
+def check_request(req: Request, engine: str) -> None:
     """Argument combinations that cannot work, one line each (before anything is read or started)."""
+    check_bounds(req.gpus, req.nodes, req.processes)
     if req.engine is not None and req.engine not in ENGINES:
         raise ValueError(f"--engine {req.engine!r} must be one of {', '.join(ENGINES)}")
     if req.engine is not None and req.engine != engine:
@@ -234,14 +244,8 @@ def _check_request(req: Request, engine: str) -> None:
         raise ValueError(
             "--gpus N is required (GPUs per node; --gpus 0 --processes P or --cpu for CPU processes)"
         )
-    if req.gpus is not None and req.gpus < 0:
-        raise ValueError(f"--gpus {req.gpus} must be >= 0")
     if req.processes is not None and not cpu:
         raise ValueError("--processes sets CPU processes: use it with --gpus 0 or --cpu (on GPUs, --gpus N)")
-    if req.processes is not None and req.processes < 1:
-        raise ValueError(f"--processes {req.processes} must be >= 1")
-    if req.nodes < 1:
-        raise ValueError(f"--nodes {req.nodes} must be >= 1")
     if not 0 <= req.node_rank < req.nodes:
         raise ValueError(f"--node-rank {req.node_rank} must be in [0, {req.nodes}) for --nodes {req.nodes}")
     if req.nodes > 1 and not req.main_ip:
@@ -250,10 +254,6 @@ def _check_request(req: Request, engine: str) -> None:
         )
     if req.nodes == 1 and req.main_ip:
         raise ValueError("--main-ip is the address of node 0 of several: use it with --nodes M (M > 1)")
-    if cpu and req.nodes > 1:
-        raise ValueError(
-            "CPU processes run on one machine: --cpu / --gpus 0 with --nodes > 1 is not supported"
-        )
     if req.vllm is not None and req.vllm not in VLLM_MODES:
         raise ValueError(f"--vllm {req.vllm!r} must be one of {', '.join(VLLM_MODES)}")
     if req.vllm_gpus is not None and req.vllm != "server":
@@ -314,6 +314,14 @@ def batch_fix(trainer: dict[str, Any], processes: int) -> tuple[list[str], str |
         f"gradient_accumulation_steps {new_gas} (the recipe says {pdtbs} x {gas}); added {' '.join(out)}"
     )
     return out, note
+
+
+BATCH_KEYS = (
+    "trl.gradient_accumulation_steps",
+    "trl.per_device_train_batch_size",
+    "trl.steps_per_generation",
+)
+"""Overrides that set the batch arithmetic: when one is given, mrtpo launch does not change it."""
 
 
 def plugin_args(tokens: list[str]) -> list[str]:
@@ -384,27 +392,22 @@ def build_trl(req: Request) -> Launch:
     steps: list[Step] = []
     env: dict[str, str] = {}
     if cpu:
-        processes = req.processes or 2
+        processes = (req.processes or 2) * req.nodes
         cfg_name = req.accelerate_config or "zero3_cpu"
         if cfg_name == "fsdp2":
             raise ValueError("--accelerate-config fsdp2 needs GPUs (accelerate enables FSDP on GPUs only)")
         if cfg_name == "zero3":
             cfg_name = "zero3_cpu"
         env["DS_ACCELERATOR"] = "cpu"
-        notes.append(f"CPU: {processes} processes, DeepSpeed's CPU accelerator (gloo)")
+        per_node = f" ({processes // req.nodes} on each of {req.nodes} nodes)" if req.nodes > 1 else ""
+        notes.append(f"CPU: {processes} processes{per_node}, DeepSpeed's CPU accelerator (gloo)")
     else:
         processes = gpus * req.nodes
         cfg_name = req.accelerate_config or "zero3"
+    user_batch = any(k in BATCH_KEYS for k, _ in pairs)
     if mode == "server":
-        vllm_gpus = req.vllm_gpus if req.vllm_gpus is not None else [gpus - 1]
-        bad = [g for g in vllm_gpus if not 0 <= g < gpus]
-        if bad or len(set(vllm_gpus)) != len(vllm_gpus):
-            raise ValueError(
-                f"--vllm-gpus {','.join(map(str, vllm_gpus))} must be distinct GPUs in [0, {gpus})"
-            )
-        train_gpus = [g for g in range(gpus) if g not in vllm_gpus]
-        if not train_gpus:
-            raise ValueError(f"--vllm-gpus takes all {gpus} GPUs: leave at least one for training")
+        vllm_gpus, train_gpus = server_split(gpus, trainer, req.vllm_gpus, user_batch)
+        devices = visible_devices(gpus)
         if not model.get("path"):
             raise ValueError(
                 "--vllm server needs model.path (the server loads the model); model.tiny has none"
@@ -417,26 +420,31 @@ def build_trl(req: Request) -> Launch:
             "--port", str(vport),
         ]  # fmt: skip
         steps.append(
-            Step("vLLM server", serve, {"CUDA_VISIBLE_DEVICES": ",".join(map(str, vllm_gpus))}, True)
+            Step(
+                "vLLM server", serve, {"CUDA_VISIBLE_DEVICES": ",".join(devices[g] for g in vllm_gpus)}, True
+            )
         )
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, train_gpus))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(devices[g] for g in train_gpus)
         extra += ["--trl.vllm_mode", "server", "--trl.vllm_server_host", "127.0.0.1",
                   "--trl.vllm_server_port", str(vport), "--trl.vllm_group_port", str(gport)]  # fmt: skip
         notes.append(
-            f"vLLM server on GPU {','.join(map(str, vllm_gpus))} (tensor parallel {len(vllm_gpus)}, port {vport}); "
-            f"training on GPU {','.join(map(str, train_gpus))}"
+            f"vLLM server on GPU {','.join(devices[g] for g in vllm_gpus)} (tensor parallel {len(vllm_gpus)}, port "
+            f"{vport}); training on GPU {','.join(devices[g] for g in train_gpus)}"
+            + (" (positions in the CUDA_VISIBLE_DEVICES set here)" if visible_mask() else "")
+            + (
+                f"; the fewest server GPUs whose split divides generation_batch_size {trainer['generation_batch_size']}"
+                f" (--vllm-gpus {gpus - 1} -- --trl.generation_batch_size {batch_for(gpus - 1, trainer, user_batch)}"
+                f" trains on {gpus - 1})"
+                if req.vllm_gpus is None and len(vllm_gpus) > 1
+                else ""
+            )
         )
     elif mode == "colocate":
         if trainer.get("vllm_mode", "colocate") != "colocate":
             extra += ["--trl.vllm_mode", "colocate"]
         share = trainer.get("vllm_gpu_memory_utilization", 0.3)
         notes.append(f"vLLM colocate: each training process holds an engine with {share} of its GPU's memory")
-    batch_keys = (
-        "trl.gradient_accumulation_steps",
-        "trl.per_device_train_batch_size",
-        "trl.steps_per_generation",
-    )
-    if any(k in batch_keys for k, _ in pairs):  # the user set the batch: their choice stands (TRL checks it)
+    if user_batch:  # the user set the batch: their choice stands (TRL checks it)
         notes.append("batch: as your overrides set it (the recipe's arithmetic is not applied)")
     else:
         fix, note = batch_fix(trainer, processes)
@@ -465,8 +473,14 @@ def build_trl(req: Request) -> Launch:
     steps.append(
         Step("trainer" if req.nodes == 1 else f"trainer, node {req.node_rank} of {req.nodes}", argv, env)
     )
-    sharding = {"zero3": "DeepSpeed ZeRO-3", "zero3_cpu": "DeepSpeed ZeRO-3 (CPU)", "fsdp2": "FSDP2"}
-    notes.insert(0, f"TRL: {processes} processes, {sharding.get(cfg_name, _shown(config))}, port {port}")
+    if req.nodes > 1:
+        note = shared_folder_note(config, str(trainer.get("output_dir", "trainer_output")), str(req.main_ip))
+        if note:
+            notes.append(note)
+    sharding = {"zero3": "DeepSpeed ZeRO-3", "zero3_cpu": "DeepSpeed ZeRO-3 (CPU)", "fsdp2": "FSDP2",
+                "zero3_offload": "DeepSpeed ZeRO-3, optimizer states on the CPU"}  # fmt: skip
+    shown = sharding.get(cfg_name, _shown(config))
+    notes.insert(0, f"TRL: {processes} process{'es' if processes > 1 else ''}, {shown}, port {port}")
     return Launch("trl", steps, notes, processes, port)
 
 
@@ -550,9 +564,67 @@ def build_verl(req: Request, raw: dict[str, Any]) -> Launch:
 
 def build(req: Request) -> Launch:
     """The launch of ``req`` (nothing is started)."""
+    check_bounds(req.gpus, req.nodes, req.processes)  # before the recipe is read
     engine, raw = recipe_engine(req.recipe)
-    _check_request(req, engine)
+    check_request(req, engine)
     return build_trl(req) if engine == "trl" else build_verl(req, raw)
+
+
+# ------------------------------------------------------------------------------------ machine
+
+
+def _train_flags(tokens: list[str]) -> tuple[str | bool | None, bool]:
+    """(``--resume`` target: True, a folder or None; ``--overwrite``) among the forwarded tokens."""
+    resume, overwrite = None, False
+    for i, tok in enumerate(tokens):
+        if tok == "--resume":
+            nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+            resume = nxt if nxt is not None and not nxt.startswith("--") else True
+        elif tok.startswith("--resume="):
+            resume = tok.partition("=")[2]
+        elif tok == "--overwrite":
+            overwrite = True
+    return resume, overwrite
+
+
+def check_machine(req: Request, engine: str) -> None:
+    """What every rank would check, checked once here before any rank starts, so that a problem is one
+    line rather than the same error from every rank and the launcher's traceback: the GPUs asked for are
+    visible; for TRL recipes the config's own check (the task, the method, what this machine lacks: a
+    model folder or a hub model not in the cache, a data folder, a package, a GPU for bf16;
+    :meth:`~mrtpo.integrations.trl.schema.RunConfig.check`) and the run folder (``--resume`` finds a
+    complete checkpoint; otherwise the folder is empty or ``--overwrite`` is given). Read-only."""
+    cpu = req.cpu or req.gpus == 0
+    if not cpu:
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count < int(req.gpus):
+            mask = os.environ.get("CUDA_VISIBLE_DEVICES")
+            shown = f" (CUDA_VISIBLE_DEVICES={mask})" if mask is not None else ""
+            raise ValueError(
+                f"--gpus {req.gpus}: this machine has {count} GPU{'' if count == 1 else 's'} visible{shown}"
+                + (
+                    "; --cpu starts CPU processes"
+                    if count == 0 and engine == "trl"
+                    else f"; use --gpus {count}"
+                )
+            )
+    if engine != "trl":
+        return
+    from mrtpo.integrations.trl.recipe import _prepare_run_folder, _resume_target, load_config
+
+    pairs, _ = split_overrides(req.overrides)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = load_config(req.recipe, pairs, plugins=plugin_args(req.overrides))
+    cfg.check()
+    resume, overwrite = _train_flags(req.overrides)
+    out = Path(cfg.trainer["output_dir"])
+    if resume:
+        _resume_target(out, resume, lambda message: None)
+    elif not overwrite:
+        _prepare_run_folder(out, overwrite=False)  # raises when the folder holds a run; deletes nothing
 
 
 # --------------------------------------------------------------------------------------------- run

@@ -64,7 +64,9 @@ def checkpoint_problems(folder: str | Path) -> list[str]:
         problem = safetensors_problem(f)
         if problem:
             problems.append(problem)
-    for name in ("optimizer.pt", "scheduler.pt"):
+    shards = deepspeed_problems(folder)  # None: not a DeepSpeed checkpoint, the optimizer is optimizer.pt
+    problems.extend(shards or [])
+    for name in ("optimizer.pt", "scheduler.pt") if shards is None else ("scheduler.pt",):
         problem = _torch_file_problem(folder / name)
         if problem:
             problems.append(problem + (" (the optimizer would restart)" if name == "optimizer.pt" else ""))
@@ -175,3 +177,40 @@ def trim_log_history(checkpoint: str | Path, keep: int = 1) -> int:
     new = json.dumps(state, indent=2, sort_keys=True) + "\n"
     replace_file(path, [new], durable=True)
     return len(text) - len(new)
+
+
+def deepspeed_problems(folder: str | Path) -> list[str] | None:
+    """What a DeepSpeed checkpoint lacks (None when ``folder`` is not one: no ``latest`` file).
+
+    DeepSpeed writes the optimizer, partitioned, into ``global_stepN/`` (named by ``latest``): one
+    ``*zero_pp_rank_R_*optim_states.pt`` per rank R, and the model states. Every rank also writes its
+    ``rng_state_R.pth`` beside them, so the ranks that saved are known; a rank whose shard is missing
+    (several nodes writing into folders that are not one shared folder) is named."""
+    folder = Path(folder)
+    latest = folder / "latest"
+    if not latest.is_file():
+        return None
+    tag = latest.read_text().strip()
+    step = folder / tag
+    if not tag or not step.is_dir():
+        return [f"no {tag or 'global_step'} folder (named by latest; the optimizer would restart)"]
+    problems = []
+    if not any(step.glob("*model_states.pt")):
+        problems.append(f"no model states in {tag}/")
+    ranks = sorted(
+        int(m.group(1))
+        for f in folder.glob("rng_state_*.pth")
+        if (m := re.match(r"rng_state_(\d+)\.pth$", f.name))
+    ) or [0]
+    for rank in ranks:
+        found = sorted(step.glob(f"*zero_pp_rank_{rank}_*optim_states.pt"))
+        if not found:
+            problems.append(
+                f"no optimizer shard of rank {rank} in {tag}/ (the optimizer would restart; several nodes must save "
+                "into one shared folder)"
+            )
+        for f in found:
+            problem = _torch_file_problem(f)
+            if problem:
+                problems.append(f"{tag}/{problem}")
+    return problems
