@@ -238,15 +238,22 @@ def trl_setup(recipe: str, pairs: list[tuple[str, Any]], args) -> Setup:
         shape = model_shape(str(cfg.model["path"]))
     gpus, nodes = int(args.gpus), int(args.nodes)
     vllm = t["vllm_mode"] if t.get("use_vllm") else None
-    processes = gpus * nodes - (1 if vllm == "server" else 0)
+    notes = []
+    processes = gpus * nodes
+    if vllm == "server":  # the split mrtpo launch makes: the server's GPUs do not train
+        from mrtpo.integrations.cluster import server_split
+
+        served, trained = server_split(gpus, t) if nodes == 1 else ([gpus - 1], list(range(gpus - 1)))
+        processes = len(trained) * nodes
+        notes.append(
+            f"vLLM server mode: {len(served)} GPU{'s' * (len(served) > 1)} serve, {processes} train (the split "
+            "mrtpo launch --vllm server makes)"
+        )
     pdtbs = int(t["per_device_train_batch_size"])
     gbs = t.get("generation_batch_size")
     if gbs is None:
         spg = t.get("steps_per_generation") or t["gradient_accumulation_steps"]
         gbs = pdtbs * processes * int(spg)
-    notes = []
-    if vllm == "server":
-        notes.append("vLLM server mode: one GPU serves, the others train (as mrtpo launch --vllm server)")
     dtype = str(cfg.model.get("dtype", "auto"))
     generate_every = max(1, int(gbs) // max(1, pdtbs * processes)) * int(t.get("num_iterations", 1))
     old_pass = bool(
