@@ -75,10 +75,15 @@ def test_the_marked_blocks_are_found():
     assert len(blocks) >= 4 and any("mrtpo train" in code for _, code in blocks)
 
 
+RUN_PAGES = ["README.md", "docs/paper-run.md"]
+"""The pages whose marked blocks run, each in its own fresh folder."""
+
+
 @pytest.mark.slow
-def test_the_readme_runs_in_order_in_a_fresh_folder(tmp_path):
+@pytest.mark.parametrize("page", RUN_PAGES)
+def test_the_marked_blocks_run_in_order_in_a_fresh_folder(tmp_path, page):
     """Each marked block as a user pastes it: bash blocks through bash -e, python blocks through the
-    environment's python, from a fresh folder that holds only the repository's recipes/ (the README's
+    environment's python, from a fresh folder that holds only the repository's recipes/ (the pages'
     commands name recipes/... from a clone's root); nothing is downloaded."""
     (tmp_path / "recipes").symlink_to(ROOT / "recipes")
     bin_dir = str(Path(sys.executable).parent)
@@ -91,7 +96,9 @@ def test_the_readme_runs_in_order_in_a_fresh_folder(tmp_path):
         env.pop(k)
     for k in ("RANK", "WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE"):
         env.pop(k, None)
-    for i, (lang, code) in enumerate(readme_blocks((ROOT / "README.md").read_text())):
+    blocks = readme_blocks((ROOT / page).read_text())
+    assert blocks, f"{page} has no block marked {MARK}"
+    for i, (lang, code) in enumerate(blocks):
         if lang == "bash":
             cmd = ["bash", "-e", "-o", "pipefail", "-c", code]
         else:
@@ -99,5 +106,5 @@ def test_the_readme_runs_in_order_in_a_fresh_folder(tmp_path):
             script.write_text(code)
             cmd = [sys.executable, str(script)]
         proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, f"README block {i} ({lang}):\n{code}\n--- stderr:\n{proc.stderr[-3000:]}"
+        assert proc.returncode == 0, f"{page} block {i} ({lang}):\n{code}\n--- stderr:\n{proc.stderr[-3000:]}"
     assert shutil.which("mrtpo", path=env["PATH"])
