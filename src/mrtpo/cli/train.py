@@ -250,6 +250,9 @@ def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally) -> int:
                 file=sys.stderr,
             )
         return 130
+    from mrtpo.integrations.trl.vllm import close_engine
+
+    close_engine(trainer)  # a colocated vLLM engine: its teardown needs its process group
     _close_process_group(barrier=True)
     _summarize(tally)
     if trainer.accelerator.is_main_process:  # several processes: one final line
