@@ -123,7 +123,11 @@ def close_engine(trainer) -> None:
     gen = getattr(trainer, "vllm_generation", None)
     engine = getattr(getattr(gen, "llm", None), "llm_engine", None)
     shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
-    if callable(shutdown) and getattr(gen, "mode", None) == "colocate" and trainer.accelerator.num_processes == 1:
+    if (
+        callable(shutdown)
+        and getattr(gen, "mode", None) == "colocate"
+        and trainer.accelerator.num_processes == 1
+    ):
         shutdown()
 
 
