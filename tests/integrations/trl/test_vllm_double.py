@@ -14,14 +14,15 @@ import ast
 import dataclasses
 import importlib.util
 import inspect
+import os
 import textwrap
 
 import pytest
 
 from tests.integrations.trl import vllm_double as vd
 
-needs_vllm = pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None,
+needs_vllm = pytest.mark.skipif(  # MRTPO_REQUIRE_REAL_VLLM=1 (CI, in .venv-vllm): never skipped
+    importlib.util.find_spec("vllm") is None and os.environ.get("MRTPO_REQUIRE_REAL_VLLM") != "1",
     reason="vLLM is not installed here; the CPU environment runs these (scripts/cpu_vllm_env.sh)",
 )
 
