@@ -88,10 +88,11 @@ def sync_by_reload_on_cpu(trainer) -> bool:
     if gen is None or getattr(gen, "mode", None) != "colocate" or getattr(gen, "llm", None) is None:
         return False
     try:
+        from vllm import LLM
         from vllm.platforms import current_platform
-    except ImportError:  # a double of vllm (the tests) or no vllm
+    except ImportError:  # no vllm, or a double of the module (the tests)
         return False
-    if not current_platform.is_cpu():
+    if not current_platform.is_cpu() or not isinstance(gen.llm, LLM):  # a GPU, or a double of the engine
         return False
     gen.sync_weights = types.MethodType(_sync_weights_by_reload, gen)
     return True
@@ -141,12 +142,13 @@ def engine_in_model_dtype(trainer) -> Iterator[None]:
     in bfloat16, which is what "auto" gives; nothing changes there, nor when vLLM or TRL's module is absent."""
     try:
         import trl.generation.vllm_generation as trl_vllm
+        from vllm import LLM
         from vllm.platforms import current_platform
     except ImportError:
         yield
         return
     build = getattr(trl_vllm, "LLM", None)
-    if build is None or not current_platform.is_cpu():
+    if build is not LLM or not current_platform.is_cpu():  # a GPU, or a double patched in (the tests)
         yield
         return
 
