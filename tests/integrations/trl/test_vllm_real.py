@@ -83,9 +83,8 @@ def colocated(tmp_path_factory):
             mp.delenv(var, raising=False)
         cfg = load_config(str(RECIPE), [("trl.output_dir", str(out)), ("trl.max_steps", "4")])
         tr = build_trainer(cfg)
-        assert (
-            type(tr.vllm_generation.sync_weights).__name__ == "method"
-        )  # bound: the reload path is in place
+        # the CPU build's sync is in place of TRL's
+        assert tr.vllm_generation.sync_weights.__func__ is vllm_mod._sync_weights_by_reload
         tok = tr.processing_class
         fixed = tok("<|im_start|> user </b> </i> <|im_end|> <|im_start|> assistant </q> </b>")["input_ids"]
         rec = {"gens": [], "losses": []}

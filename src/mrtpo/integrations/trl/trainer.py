@@ -277,7 +277,7 @@ class MRTPOTrainer(GRPOTrainer):
                 "and the distillation loss is 0 for it",
                 first.id,
             )
-        with vllm_mod.engine_in_model_dtype(self):  # vLLM's CPU build: the engine in the model's dtype
+        with vllm_mod.cpu_build_colocate(self):  # vLLM's CPU build: the engine's dtype and weight sync
             super().__init__(
                 model=model,
                 reward_funcs=[_reward_column(n) for n in self.reward_names],
@@ -287,7 +287,6 @@ class MRTPOTrainer(GRPOTrainer):
                 processing_class=processing_class,
                 **kwargs,
             )
-        vllm_mod.sync_by_reload_on_cpu(self)  # vLLM's CPU build: its own reload path (TRL's push fails there)
         self._scored: _Scored | None = None
         self._captured: list[torch.Tensor] | None = None
         self._reuse_ok = not _has_dropout(self._unwrapped())

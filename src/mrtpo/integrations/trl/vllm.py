@@ -133,6 +133,16 @@ def close_engine(trainer) -> None:
 
 
 @contextlib.contextmanager
+def cpu_build_colocate(trainer) -> Iterator[None]:
+    """Around TRL's ``GRPOTrainer.__init__``: on vLLM's CPU build, the colocated engine is built in the
+    training model's dtype (:func:`engine_in_model_dtype`) and synced through vLLM's reload
+    (:func:`sync_by_reload_on_cpu`). Nothing changes anywhere else."""
+    with engine_in_model_dtype(trainer):
+        yield
+    sync_by_reload_on_cpu(trainer)
+
+
+@contextlib.contextmanager
 def engine_in_model_dtype(trainer) -> Iterator[None]:
     """While TRL builds its colocated engine (inside ``GRPOTrainer.__init__``), on vLLM's CPU build: give
     ``vllm.LLM`` the training model's dtype. TRL passes none, and vLLM's ``dtype="auto"`` downcasts a float32
