@@ -276,6 +276,9 @@ def _train(args, cfg, rest, threads, plugins, resume, overwrite, tally, break_lo
                 file=sys.stderr,
             )
         return 130
+    from mrtpo.integrations.trl.vllm import close_engine
+
+    close_engine(trainer)  # a colocated vLLM engine: its teardown needs its process group
     _close_process_group(barrier=True)
     _summarize(tally)
     if trainer is None:  # --resume of a finished run: train() said "already complete at step N"

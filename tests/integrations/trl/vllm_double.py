@@ -79,10 +79,38 @@ _SAMPLING_FIELDS = {
     "logprobs": None,
     "seed": None,
     "structured_outputs": None,
-    "stop_token_ids": None,
+    "stop_token_ids": [],
     "ignore_eos": False,
     "skip_special_tokens": True,
 }
+
+
+LLM_KEYWORDS = frozenset(
+    {
+        # TRL's colocate engine (trl.generation.vllm_generation.VLLMGeneration._init_vllm, TRL 1.14-1.16)
+        "tensor_parallel_size",
+        "gpu_memory_utilization",
+        "max_model_len",
+        "max_num_seqs",
+        "enable_sleep_mode",
+        "model_impl",
+        "distributed_executor_backend",
+        "seed",
+        "max_num_batched_tokens",
+        "logprobs_mode",
+        "quantization",
+        "trust_remote_code",
+        # mrtpo: the engine's dtype (eval's VLLMGenerator, and the CPU build's colocate engine), and what a
+        # CPU run of the real engine sets
+        "dtype",
+        "enforce_eager",
+        "kv_cache_memory_bytes",
+        "enable_prefix_caching",
+    }
+)
+"""The keyword arguments :class:`FakeLLM` takes besides ``model`` (others raise ``TypeError``): each is a
+parameter of the real ``vllm.LLM`` or a field of ``vllm.EngineArgs`` (checked against the installed vLLM by
+tests/integrations/trl/test_vllm_double.py)."""
 
 
 class SamplingParams:
@@ -94,7 +122,7 @@ class SamplingParams:
         if unknown:
             raise TypeError(f"SamplingParams double: unexpected keyword(s) {unknown}")
         for k, v in {**_SAMPLING_FIELDS, **kw}.items():
-            setattr(self, k, v)
+            setattr(self, k, list(v) if isinstance(v, list) else v)  # a fresh list per instance
 
 
 @dataclass
@@ -291,6 +319,9 @@ class FakeLLM:
     defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, model: str, **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - LLM_KEYWORDS)
+        if unknown:
+            raise TypeError(f"FakeLLM double: keyword(s) {unknown} not in vllm_double.LLM_KEYWORDS")
         self.kwargs = {"model": model, **kwargs}
         self.engine = HFBackedEngine(model, seed=int(kwargs.get("seed") or 0), **type(self).defaults)
         self.sleep_calls: list[int] = []

@@ -109,7 +109,18 @@ def environment_errors(
     if trainer.get("use_vllm") is True and importlib.util.find_spec("vllm") is None:
         errors.append(
             f"field 'trl.use_vllm': vllm is not installed (pip install vllm; it needs a GPU){note('trl.use_vllm')}; "
-            "set trl.use_vllm false to generate with transformers"
+            "set trl.use_vllm false to generate with transformers, or on a CPU use vLLM's CPU build "
+            "(scripts/cpu_vllm_env.sh)"
+        )
+    if (
+        trainer.get("use_vllm") is True
+        and trainer.get("vllm_enable_sleep_mode") is True
+        and trainer.get("vllm_mode") in (None, "colocate")
+        and accelerator() is None
+    ):  # vLLM's CPU build refuses it at start-up ("Sleep mode is not supported on current platform.")
+        errors.append(
+            "field 'trl.vllm_enable_sleep_mode': vLLM's sleep mode needs a GPU (CUDA, ROCm or XPU) and this "
+            f"machine has none{note('trl.vllm_enable_sleep_mode')}; set trl.vllm_enable_sleep_mode false"
         )
     if trainer.get("use_liger_kernel") is True and importlib.util.find_spec("liger_kernel") is None:
         errors.append(

