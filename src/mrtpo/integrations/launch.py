@@ -612,6 +612,7 @@ def check_machine(req: Request, engine: str) -> None:
             )
     if engine != "trl":
         return
+    from mrtpo.integrations.trl import run_folder
     from mrtpo.integrations.trl.recipe import _prepare_run_folder, _resume_target, load_config
 
     pairs, _ = split_overrides(req.overrides)
@@ -623,8 +624,8 @@ def check_machine(req: Request, engine: str) -> None:
     out = Path(cfg.trainer["output_dir"])
     if resume:
         _resume_target(out, resume, lambda message: None)
-    elif not overwrite:
-        _prepare_run_folder(out, overwrite=False)  # raises when the folder holds a run; deletes nothing
+    elif not overwrite and not run_folder.untrained(out):  # a run that never stepped is reused by train
+        _prepare_run_folder(out, False, lambda message: None)  # raises when the folder holds a run
 
 
 # --------------------------------------------------------------------------------------------- run
