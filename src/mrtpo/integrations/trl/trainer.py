@@ -93,6 +93,7 @@ from mrtpo.attribution import require_differentiable
 from mrtpo.head import autocast_dtype, head_of
 from mrtpo.integrations.trl import checkpoints as checkpoints_mod
 from mrtpo.integrations.trl import data as data_mod
+from mrtpo.integrations.trl import serve as serve_mod
 from mrtpo.integrations.trl import sharding as sharding_mod
 from mrtpo.integrations.trl import vllm as vllm_mod
 from mrtpo.integrations.trl.config import MRTPOConfig
@@ -277,15 +278,16 @@ class MRTPOTrainer(GRPOTrainer):
                 "and the distillation loss is 0 for it",
                 first.id,
             )
-        super().__init__(
-            model=model,
-            reward_funcs=[_reward_column(n) for n in self.reward_names],
-            args=args,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            processing_class=processing_class,
-            **kwargs,
-        )
+        with serve_mod.disk_sync_on_cpu():  # server mode on vLLM's CPU build: weights through a file
+            super().__init__(
+                model=model,
+                reward_funcs=[_reward_column(n) for n in self.reward_names],
+                args=args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=processing_class,
+                **kwargs,
+            )
         self._scored: _Scored | None = None
         self._captured: list[torch.Tensor] | None = None
         self._reuse_ok = not _has_dropout(self._unwrapped())
