@@ -76,7 +76,7 @@ class TransformersGenerator:
 
 
 class VLLMGenerator:
-    """vLLM offline generation (GPU); same interface as :class:`TransformersGenerator`: each conversation
+    """vLLM offline generation (GPU, or vLLM's CPU build); same interface as :class:`TransformersGenerator`: each conversation
     through the model's chat template (``LLM.chat``, generation prompt added), special tokens left out of
     the text. ``dtype`` is vLLM's (``auto`` reads the model's config)."""
 
@@ -89,8 +89,11 @@ class VLLMGenerator:
                 "requirements/gpu-trl.txt, docs/install.md); --backend transformers generates without it"
             )
         from vllm import LLM
+        from vllm.platforms import current_platform
 
         self.config = config or SamplingConfig()
+        if current_platform.is_cpu():  # vLLM's CPU build: eager (no Inductor compile at start-up)
+            llm_kwargs.setdefault("enforce_eager", True)
         self.llm = LLM(model=model_path, seed=self.config.seed, dtype=dtype, **llm_kwargs)
 
     def generate(self, prompts: Sequence[list[dict]], *, progress: bool = True) -> list[str]:
