@@ -48,7 +48,11 @@ def _named_module(rel: Path) -> bool:
 
 def test_every_test_folder_mirrors_a_source_folder():
     folders = {p.parent.relative_to(TESTS) for p in TESTS.rglob("test_*.py")}
-    assert [str(f) for f in sorted(folders) if not (SRC / f / "__init__.py").exists() and str(f) not in FEATURE_FOLDERS] == []
+    assert [
+        str(f)
+        for f in sorted(folders)
+        if not (SRC / f / "__init__.py").exists() and str(f) not in FEATURE_FOLDERS
+    ] == []
 
 
 def test_every_test_file_names_its_module_or_is_a_feature():

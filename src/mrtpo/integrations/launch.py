@@ -444,10 +444,9 @@ def build_trl(req: Request) -> Launch:
             "trl", "vllm-serve", "--model", str(model["path"]), "--tensor_parallel_size", str(len(vllm_gpus)),
             "--port", str(vport),
         ]  # fmt: skip
-        steps.append(
-            Step("vLLM server", serve, {"CUDA_VISIBLE_DEVICES": ",".join(map(str, vllm_gpus))}, True,
-                 health=f"http://127.0.0.1:{vport}/health", log=_server_log(trainer))  # fmt: skip
-        )
+        visible = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, vllm_gpus))}
+        health = f"http://127.0.0.1:{vport}/health"
+        steps.append(Step("vLLM server", serve, visible, True, health=health, log=_server_log(trainer)))
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, train_gpus))
         extra += ["--trl.vllm_mode", "server", "--trl.vllm_server_host", "127.0.0.1",
                   "--trl.vllm_server_port", str(vport), "--trl.vllm_group_port", str(gport)]  # fmt: skip
@@ -643,7 +642,10 @@ def run(launch: Launch, req: Request) -> int:
                 background.append(_start_background(step, env))
                 if step.health:  # raises serve.ServerNotHealthy (one line) after the timeout
                     took = serve.wait_healthy(step.health, req.server_timeout, background[-1], step.log)
-                    print(f"mrtpo launch: {step.role} answered {step.health} after {took:.0f} s", file=sys.stderr)
+                    print(
+                        f"mrtpo launch: {step.role} answered {step.health} after {took:.0f} s",
+                        file=sys.stderr,
+                    )
                 continue
             rc = subprocess.run(_resolved(step.argv), env=env).returncode
             if rc != 0:
@@ -677,10 +679,8 @@ def _stop(proc: subprocess.Popen, grace: float = 30.0) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):

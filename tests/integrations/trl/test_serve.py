@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import typing
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 class _Health(http.server.BaseHTTPRequestHandler):
-    answers: list[int] = []
+    answers: typing.ClassVar[list[int]] = []
 
-    def do_GET(self):  # noqa: N802 (the standard library's name)
+    def do_GET(self):
         code = self.answers.pop(0) if self.answers else 200
         self.send_response(code)
         self.end_headers()
@@ -117,7 +118,10 @@ def test_cpu_server_launch_lines(capsys, monkeypatch, tmp_path):
                     "--dtype": "float32", "--enforce_eager": "true", "--max_model_len": "128"}  # fmt: skip
     assert server.health == f"http://127.0.0.1:{opts['--port']}/health"
     t = trainer.argv
-    assert t[t.index("--trl.vllm_mode") + 1] == "server" and t[t.index("--trl.vllm_server_port") + 1] == opts["--port"]
+    assert (
+        t[t.index("--trl.vllm_mode") + 1] == "server"
+        and t[t.index("--trl.vllm_server_port") + 1] == opts["--port"]
+    )
     assert server.line().endswith(f"> {tmp_path / 'run.vllm-server.log'} 2>&1 &")
 
 
@@ -128,9 +132,9 @@ def test_a_server_that_never_answers_stops_the_launch_in_one_line(capsys, monkey
     log = tmp_path / "run.vllm-server.log"
     child = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
              "print(p.pid); print('loading the model', flush=True); time.sleep(600)")  # fmt: skip
+    health = f"http://127.0.0.1:{free_port('127.0.0.1')}/health"
     steps = [
-        launch.Step("vLLM server", ["python", "-c", child], background=True,
-                    health=f"http://127.0.0.1:{free_port('127.0.0.1')}/health", log=str(log)),  # fmt: skip
+        launch.Step("vLLM server", ["python", "-c", child], background=True, health=health, log=str(log)),
         launch.Step("trainer", ["python", "-c", f"open({str(marker)!r}, 'w')"]),
     ]
     plan = launch.Launch("trl", steps, [], 1, None)

@@ -116,10 +116,15 @@ class ServerNotHealthy(RuntimeError):
 
 
 def last_line(log: Path | None) -> str:
+    """The last non-empty line of the file ``log`` (at most 300 characters), or ``""``."""
     if log is None or not Path(log).is_file():
         return ""
     lines = [x.strip() for x in Path(log).read_text(errors="replace").splitlines() if x.strip()]
     return lines[-1][:300] if lines else ""
+
+
+def _where(log: Path | None) -> str:
+    return f" (log: {log}; last line: {last_line(log)!r})" if log is not None else ""
 
 
 def wait_healthy(
@@ -129,7 +134,6 @@ def wait_healthy(
     :class:`ServerNotHealthy` (one line: the URL, the log and its last line) after ``timeout`` seconds or
     when ``proc`` exits first."""
     t0 = time.monotonic()
-    where = f" (log: {log}; last line: {last_line(log)!r})" if log is not None else ""
     while True:
         try:
             with urllib.request.urlopen(url, timeout=5) as r:
@@ -138,12 +142,12 @@ def wait_healthy(
         except (urllib.error.URLError, OSError):
             pass
         if proc is not None and proc.poll() is not None:
-            where = f" (log: {log}; last line: {last_line(log)!r})" if log is not None else ""
-            raise ServerNotHealthy(f"the vLLM server exited with status {proc.returncode} before {url} answered{where}")
-        if time.monotonic() - t0 > timeout:
-            where = f" (log: {log}; last line: {last_line(log)!r})" if log is not None else ""
             raise ServerNotHealthy(
-                f"the vLLM server did not answer {url} within {timeout:.0f} s{where}; raise --server-timeout "
+                f"the vLLM server exited with status {proc.returncode} before {url} answered{_where(log)}"
+            )
+        if time.monotonic() - t0 > timeout:
+            raise ServerNotHealthy(
+                f"the vLLM server did not answer {url} within {timeout:.0f} s{_where(log)}; raise --server-timeout "
                 "for a larger model"
             )
         time.sleep(poll)
@@ -260,14 +264,17 @@ def disk_sync_client():
 @contextlib.contextmanager
 def disk_sync_on_cpu() -> Iterator[None]:
     """While TRL builds its vLLM generator (inside ``GRPOTrainer.__init__``), on vLLM's CPU build: TRL's
-    server-mode client is :func:`disk_sync_client`'s. Nothing changes on a GPU build or without vLLM."""
+    server-mode client is :func:`disk_sync_client`'s. Nothing changes on a GPU build, without vLLM, or when
+    something else already stands in TRL's client's place."""
     try:
+        import trl.generation.vllm_client as trl_client
         import trl.generation.vllm_generation as trl_vllm
     except ImportError:
         yield
         return
     client = getattr(trl_vllm, "VLLMClient", None)
-    if client is None or not cpu_build():
+    if client is None or client is not getattr(trl_client, "VLLMClient", None) or not cpu_build():
+        # (another client in TRL's place, a test double: left as it is)
         yield
         return
     trl_vllm.VLLMClient = disk_sync_client()

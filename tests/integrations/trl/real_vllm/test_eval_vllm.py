@@ -29,7 +29,7 @@ def model_dir(tmp_path_factory):
     """A tiny Qwen2 vLLM's CPU attention accepts (head_dim 64) on a byte-level BPE of the prompts' text."""
     from mrtpo.models.tiny import build_bpe_tokenizer, build_model
 
-    texts = [r["prompt"] for r in ROWS] + ["the sea is blue, and the moon is white.", "HELLO \"quoted\" words"]
+    texts = [r["prompt"] for r in ROWS] + ["the sea is blue, and the moon is white.", 'HELLO "quoted" words']
     tok = build_bpe_tokenizer(texts * 4, merges=120)
     # untied: a random tiny model with tied embeddings greedily repeats the prompt's last token ("\n")
     model = build_model(len(tok), hidden_size=128, num_layers=2, num_heads=2, num_kv_heads=1, seed=7,

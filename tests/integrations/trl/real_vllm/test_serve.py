@@ -18,11 +18,11 @@ import pytest
 
 pytest.importorskip("vllm")
 
-import torch  # noqa: E402
+import torch
 
-from mrtpo.integrations import launch  # noqa: E402
-from mrtpo.integrations.ports import free_port  # noqa: E402
-from mrtpo.integrations.trl import serve  # noqa: E402
+from mrtpo.integrations import launch
+from mrtpo.integrations.ports import free_port
+from mrtpo.integrations.trl import serve
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[4]
@@ -38,7 +38,10 @@ def _toy_model(folder: Path) -> Path:
 
     examples = load_task_spec("toy", {"size": 256, "seed": 0}).load(None, split="train", limit=256)
     model, tok = _tiny_model_and_tokenizer({**TINY, "words": ["</b>", "</i>", "</q>"]}, examples)
-    assert model.config.tie_word_embeddings and model.config.hidden_size // model.config.num_attention_heads == 64
+    assert (
+        model.config.tie_word_embeddings
+        and model.config.hidden_size // model.config.num_attention_heads == 64
+    )
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
@@ -86,7 +89,9 @@ def test_http_generation_tokens_and_logprobs_are_the_models(server):
     client = VLLMClient(base_url=base, connection_timeout=10)
     prompts = [[3, 6, 9, 10, 11], [3, 6, 12, 13]]
     t0 = time.perf_counter()
-    out = client.generate(prompts, n=2, max_tokens=8, temperature=1.0, logprobs=0, generation_kwargs={"seed": 0})
+    out = client.generate(
+        prompts, n=2, max_tokens=8, temperature=1.0, logprobs=0, generation_kwargs={"seed": 0}
+    )
     print(f"generated {sum(map(len, out['completion_ids']))} tokens in {time.perf_counter() - t0:.2f} s")
     assert out["prompt_ids"] == prompts and len(out["completion_ids"]) == 4
     model = _model(folder)
@@ -103,7 +108,9 @@ def test_trl_nccl_transfer_refuses_cpu_and_the_server_keeps_trls_flags(server):
     from trl.generation.vllm_client import VLLMClient
 
     client = VLLMClient(base_url=server[0], connection_timeout=10)
-    assert client.get_server_info()["weight_transfer_config"] == {"backend": "nccl"}  # as trl vllm-serve sets it
+    assert client.get_server_info()["weight_transfer_config"] == {
+        "backend": "nccl"
+    }  # as trl vllm-serve sets it
     with pytest.raises(NotImplementedError, match="NCCL weight-transfer engine, which needs a CUDA device"):
         client.init_communicator(device="cpu")
 
@@ -158,7 +165,9 @@ def test_mrtpo_launch_trains_through_the_cpu_server(tmp_path):
     )  # fmt: skip
     assert f"path: {folder}" in recipe.read_text()
     accel = tmp_path / "accelerate_cpu.yaml"
-    accel.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nnum_processes: 1\nuse_cpu: true\n")
+    accel.write_text(
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nnum_processes: 1\nuse_cpu: true\n"
+    )
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "mrtpo.cli.main", "launch", str(recipe), "--cpu", "--vllm", "server", "--processes",
            "1", "--accelerate-config", str(accel), "--server-timeout", "600", "--", "--trl.max_steps", "3",
