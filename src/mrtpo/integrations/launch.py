@@ -12,7 +12,9 @@ TRL recipes (``mrtpo train`` configs) start through ``accelerate launch`` with a
   --main_process_ip --main_process_port``;
 - ``--vllm server`` starts ``trl vllm-serve`` on the GPUs named by ``--vllm-gpus`` (default: the last
   one), trains on the others (``CUDA_VISIBLE_DEVICES``) and adds ``--trl.vllm_mode server`` and the
-  server's ports to the overrides; ``--vllm colocate`` uses the recipe's colocated engine;
+  server's ports to the overrides; the trainer starts once the server's ``/health`` answers
+  (``--server-timeout``), and the server (its process session) is stopped when the trainer ends;
+  ``--vllm colocate`` uses the recipe's colocated engine;
 - the batch arithmetic of the recipes' headers (``generation_batch_size = per_device_train_batch_size x
   processes x gradient_accumulation_steps``: one optimizer step per generation) is checked for the
   processes asked for; when it does not hold, the overrides that restore it are added and said
@@ -27,6 +29,7 @@ and node 0 waits for every node before it starts verl.
 
 CPU: ``--gpus 0 --processes P`` (or ``--cpu``) starts P processes with DeepSpeed's CPU accelerator
 (``DS_ACCELERATOR=cpu``, ``recipes/accelerate_zero3_cpu.yaml``), as the README's ZeRO-3-on-CPU line does.
+``--cpu --vllm server`` starts the server on vLLM's CPU build (:mod:`mrtpo.integrations.trl.serve`).
 
 Ports (:mod:`mrtpo.integrations.ports`): on one machine every port is a free one unless named
 (``--main-port``); on several nodes the port must be the same on every node, so it is the one named or
