@@ -215,9 +215,8 @@ def test_knobs_in_todays_spellings_and_more_gpus_on_one_machine():
 
 
 def test_verl_runs_its_reference_model_with_a_kl_loss():
-    from tests.plan.test_report import ROOT, args
-
     from mrtpo.plan import plan_recipe
+    from tests.plan.test_report import ROOT, args
 
     recipe = str(ROOT / "recipes" / "verl_sql_mrtpo.yaml")
     plain = plan_recipe(recipe, args())

@@ -1,5 +1,5 @@
 """``mrtpo launch RECIPE --gpus N [--nodes M --node-rank R --main-ip IP --main-port P] [--engine trl|verl]
-[--vllm colocate|server [--vllm-gpus 6,7]] [--accelerate-config fsdp2|zero3|PATH] [--dry-run] [-- OVERRIDES]``.
+[--vllm colocate|server [--vllm-gpus 6,7] [--server-timeout S]] [--accelerate-config fsdp2|zero3|PATH] [--dry-run] [-- OVERRIDES]``.
 
 Prints the one command that starts RECIPE (TRL: ``accelerate launch ... -m mrtpo.cli.main train RECIPE``;
 verl: its entry point with ``trainer.n_gpus_per_node`` / ``trainer.nnodes``; several nodes: the lines of
@@ -52,6 +52,12 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "--no-plan-check", action="store_true",
         help="start a TRL recipe on GPUs even when mrtpo plan says it does not fit",
     )  # fmt: skip
+    parser.add_argument(
+        "--server-timeout",
+        type=float,
+        default=1800.0,
+        help="seconds to wait for the vLLM server's /health before the trainer starts (default 1800)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the command and exit")
 
 
@@ -87,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         recipe=args.recipe, gpus=args.gpus, nodes=args.nodes, node_rank=args.node_rank, main_ip=args.main_ip,
         main_port=args.main_port, engine=args.engine, vllm=args.vllm, vllm_gpus=vllm_gpus,
         accelerate_config=args.accelerate_config, processes=args.processes, cpu=args.cpu, overrides=overrides,
+        server_timeout=args.server_timeout,
     )  # fmt: skip
     launch.check_bounds(req.gpus, req.nodes, req.processes)  # before anything is read
     engine, _ = launch.recipe_engine(req.recipe)
@@ -102,7 +109,13 @@ def run(args: argparse.Namespace) -> int:
     print(plan.text(), flush=True)
     if args.dry_run:
         return 0
-    rc = launch.run(plan, req)
+    from mrtpo.integrations.trl.serve import ServerNotHealthy
+
+    try:
+        rc = launch.run(plan, req)
+    except ServerNotHealthy as e:  # the server is stopped; one line with its log
+        print(f"mrtpo launch: error: {e}", file=sys.stderr)
+        return 1
     if rc != 0:
         print(f"mrtpo launch: exit status {rc}", file=sys.stderr)
     return rc

