@@ -25,7 +25,6 @@ ALLOWED = {
     "integrations/trl/reading.py:cort": "spellings of earlier versions (method.cort.*)",
     "integrations/trl/reading.py:rlsd": "spellings of earlier versions (method.rlsd.*)",
     "plan/steptime.py": "the step-time validation: its configurations by name (replay on and off)",
-    "integrations/launch.py": "the launcher picks verl's entry point from the recipe before torch is imported",
 }
 
 

@@ -81,7 +81,6 @@ MULTINODE_PORT = 29500  # accelerate's default; several nodes must agree on one 
 RAY_PORT = 6379  # Ray's default GCS port for `ray start --head`
 VERL_KEYS = ("defaults", "hydra", "actor_rollout_ref", "algorithm", "trainer", "ray_kwargs", "critic")
 TRL_SECTIONS = ("model", "task", "data", "method", "trl", "peft", "plugins")
-RESPONSE_LEVEL = ("none", "uniform")  # verl credit modes that need no replay: verl's own entry point
 REPO_RECIPES = Path(__file__).resolve().parents[3] / "recipes"
 TRAIN_FLAGS = ("--resume", "--overwrite", "--print-config")  # `mrtpo train` flags, forwarded as they are
 
@@ -573,15 +572,29 @@ def _get(raw: dict, dotted: str, default: Any = None) -> Any:
     return node
 
 
+def _response_level(credit: str) -> bool:
+    """``credit`` names the response-level method (the registry's answer: imports torch, verl recipes only)."""
+    from mrtpo.credit import RESPONSE_LEVEL
+
+    return credit == RESPONSE_LEVEL
+
+
 def build_verl(req: Request, raw: dict[str, Any]) -> Launch:
     values = {k: v for k, v in hydra_pairs(req.overrides)}
     # algorithm.mrtpo is the method block: its credit defaults to reward (MethodConfig's); without the block
     # the recipe is verl's own
     block = _get(raw, "algorithm.mrtpo") is not None or any(k.startswith("algorithm.mrtpo.") for k in values)
+    from mrtpo.method import MethodConfig
+
     credit = values.get(
-        "algorithm.mrtpo.credit", _get(raw, "algorithm.mrtpo.credit", "reward" if block else "none")
+        "algorithm.mrtpo.credit", _get(raw, "algorithm.mrtpo.credit", MethodConfig.credit if block else None)
     )
-    entry = "verl.trainer.main_ppo" if credit in RESPONSE_LEVEL else "mrtpo.integrations.verl.main"
+    # the response-level method alone is verl's own; every credit scheme (its ablations included) is mrtpo's
+    entry = (
+        "verl.trainer.main_ppo"
+        if credit is None or _response_level(credit)
+        else "mrtpo.integrations.verl.main"
+    )
     gpus, nodes = int(req.gpus), req.nodes
     total = gpus * nodes
     batch = values.get("data.train_batch_size", _get(raw, "data.train_batch_size"))
