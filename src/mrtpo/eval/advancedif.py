@@ -303,7 +303,7 @@ class AdvancedIF(Benchmark):
     @property
     def judge(self):
         if self._judge is None:
-            from mrtpo.eval.judge import make_judge
+            from mrtpo.clients.judge import make_judge
 
             a = self.args
             self._judge = make_judge(
