@@ -142,3 +142,45 @@ def test_a_command_builds_only_its_own_parser():
         "from mrtpo.cli.main import build_parser; build_parser(['bench', 'replay', '--help'][:2])"
     )
     assert "mrtpo.cli.bench_replay" in two and "mrtpo.cli.bench_train" not in two
+
+
+# Who may not import whom (the arrows point down): the tasks are plug-ins over the core, the clients and the
+# models; the evaluations, engines and commands sit above them and may use them, never the reverse.
+ABOVE_TASKS = ("mrtpo.eval", "mrtpo.integrations", "mrtpo.cli", "mrtpo.analysis", "mrtpo.bench", "mrtpo.demo")
+ABOVE_TASKS += ("mrtpo.plan", "mrtpo.data_prep")
+FORBIDDEN = {
+    "mrtpo.tasks": ABOVE_TASKS,
+    "mrtpo.clients": (*ABOVE_TASKS, "mrtpo.tasks"),
+    "mrtpo.models": (*ABOVE_TASKS, "mrtpo.tasks", "mrtpo.clients"),
+}
+
+
+def _upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    def within(name: str, prefix: str) -> bool:
+        return name == prefix or name.startswith(prefix + ".")
+
+    return sorted(
+        (m, d)
+        for m, deps in graph.items()
+        for layer, above in FORBIDDEN.items()
+        if within(m, layer)
+        for d in deps
+        if any(within(d, a) for a in above)
+    )
+
+
+def test_the_arrow_finder_sees_a_lazy_upward_import(tmp_path):
+    for folder in ["mrtpo", "mrtpo/tasks", "mrtpo/eval", "mrtpo/clients"]:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "mrtpo/eval/judge.py").write_text("")
+    (tmp_path / "mrtpo/clients/judge.py").write_text("")
+    (tmp_path / "mrtpo/tasks/judged.py").write_text("def f():\n    from mrtpo.eval.judge import x\n")
+    (tmp_path / "mrtpo/tasks/fine.py").write_text("from mrtpo.clients.judge import x\n")
+    (tmp_path / "mrtpo/eval/advancedif.py").write_text("from mrtpo.clients import judge\n")
+    assert _upward(_import_graph(tmp_path)) == [("mrtpo.tasks.judged", "mrtpo.eval.judge")]
+
+
+def test_no_upward_arrow():
+    """Tasks import no evaluation, engine or command (the judge client is mrtpo.clients.judge, below both)."""
+    assert _upward(_import_graph(SRC)) == []

@@ -320,6 +320,11 @@ def test_bad_rows_are_named(tmp_path, server):
     data = _write_jsonl(tmp_path / "bad2.jsonl", [ends_with_assistant])
     with pytest.raises(ValueError, match=r"bad2.jsonl:1: conversation_history must end with a user message"):
         BENCHMARKS.get("advancedif")(_args(tmp_path, data, server.url)).load()
+    twice = [{**ROWS[0], "id": "a"}, {**ROWS[1], "id": "a"}]  # the same id under two tasks
+    data = _write_jsonl(tmp_path / "twice.jsonl", twice)
+    only_second = _args(tmp_path, data, server.url, task="if_carried_context_oss")
+    with pytest.raises(ValueError, match=r"twice.jsonl:2: duplicate id 'a' \(first at .*twice.jsonl:1\)"):
+        BENCHMARKS.get("advancedif")(only_second).load()  # refused whichever task is kept
     with pytest.raises(ValueError, match="neither an http"):
         from mrtpo.eval.judge import make_judge
 

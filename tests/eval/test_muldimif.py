@@ -120,6 +120,9 @@ def test_bad_data_is_named(tmp_path):
     data.write_text(json.dumps(bad), encoding="utf-8")
     with pytest.raises(ValueError, match=r"row 0: constraint 0 must be \[category, sub-type, sentence\]"):
         BENCHMARKS.get("muldimif")(_args(data)).load()
+    data.write_text(json.dumps([ROWS[0], ROWS[1], ROWS[0]]), encoding="utf-8")  # row 2 repeats row 0's id
+    with pytest.raises(ValueError, match=r"bad.json: row 2: duplicate id '1' \(first at .*bad.json: row 0\)"):
+        BENCHMARKS.get("muldimif")(_args(data)).load()
     resp = tmp_path / "r.jsonl"
     resp.write_text('{"id": "1"}\n')
     with pytest.raises(ValueError, match=r"r.jsonl:1: expected 'response' or 'conversations'"):

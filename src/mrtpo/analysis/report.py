@@ -269,22 +269,41 @@ def _reward_order(names: Sequence[str], present: set[str]) -> list[str]:
     return [n for n in names if n in present] + sorted(present - set(names))
 
 
+def _method_panels(methods: Sequence[str]):
+    """A figure of one panel per method (matplotlib's Agg backend): ``(figure, axes)``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(methods), figsize=(4.8 * len(methods), 3.9), squeeze=False)
+    return fig, list(axes[0])
+
+
+def _save_panels(fig, axes, out_path: Path) -> Path:
+    """Grid and legend on every panel; the figure written to ``out_path`` and closed."""
+    import matplotlib.pyplot as plt
+
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=130)
+    plt.close(fig)
+    return out_path
+
+
 def _plot_top_k(loc: dict[str, dict[str, Any]], out_path: Path, order: Sequence[str] = ()) -> Path | None:
     """One panel per method: per reward, the mean share of its distance held by the top k tokens of a
     response; gray dashes: the uniform assignment (``min(k, T) / T``, averaged over the rewards)."""
     methods = [m for m, t in loc.items() if t.get("top_k_curve")]
     if not methods:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     present = {n for m in methods for k in loc[m]["top_k_curve"] for n in loc[m]["top_k_curve"][k]}
     names = _reward_order(order, present)
     colors = reward_colors(set(order) | present)  # the palette: one colour per reward in every figure
-    fig, axes = plt.subplots(1, len(methods), figsize=(4.8 * len(methods), 3.9), squeeze=False)
-    for ax, method in zip(axes[0], methods):
+    fig, axes = _method_panels(methods)
+    for ax, method in zip(axes, methods):
         curve = loc[method]["top_k_curve"]
         ks = sorted(curve)
         for name in names:
@@ -298,12 +317,7 @@ def _plot_top_k(loc: dict[str, dict[str, Any]], out_path: Path, order: Sequence[
         ax.set_xlabel("k (top tokens of a response)")
         ax.set_ylabel("share of the reward's distance")
         ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_path, dpi=130)
-    plt.close(fig)
-    return out_path
+    return _save_panels(fig, axes, out_path)
 
 
 def _part_names(parts: int) -> list[str]:
@@ -321,17 +335,12 @@ def _plot_positions(loc: dict[str, dict[str, Any]], out_path: Path, order: Seque
     ]
     if not methods:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     present = {n for m in methods for n in loc[m]["rewards"]}
     names = _reward_order(order, present)
     colors = reward_colors(set(order) | present)  # the palette: one colour per reward in every figure
     markers = "osD^vP*X"
-    fig, axes = plt.subplots(1, len(methods), figsize=(4.8 * len(methods), 3.9), squeeze=False)
-    for ax, method in zip(axes[0], methods):
+    fig, axes = _method_panels(methods)
+    for ax, method in zip(axes, methods):
         parts = int(loc[method]["parts"])
         x = np.arange(1, parts + 1)
         for i, name in enumerate(names):
@@ -352,12 +361,7 @@ def _plot_positions(loc: dict[str, dict[str, Any]], out_path: Path, order: Seque
         ax.set_xlabel(f"part of the response ({parts} equal parts by token position)")
         ax.set_ylabel("share of the reward's distance")
         ax.set_ylim(0, None)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_path, dpi=130)
-    plt.close(fig)
-    return out_path
+    return _save_panels(fig, axes, out_path)
 
 
 # --------------------------------------------------------------------------------------------------

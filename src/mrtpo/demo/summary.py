@@ -98,21 +98,8 @@ def method_table(
         steps, held = {}, {}
         for row, _, hkey in METRICS:
             per = [r["steps"].get(row) for r in rs]
-            steps[row] = {
-                "per_run": per,
-                "median": _steps_median(per),
-                "per_warm_start": {
-                    w: _steps_median([s for s, u in zip(per, units) if u[0] == w]) for w in wss
-                },
-            }
-            vals = [r["heldout"].get(hkey) for r in rs]
-            held[row] = {
-                "per_run": vals,
-                "median": _finite_median(vals),
-                "per_warm_start": {
-                    w: _finite_median([v for v, u in zip(vals, units) if u[0] == w]) for w in wss
-                },
-            }
+            steps[row] = _medians(per, units, wss, _steps_median)
+            held[row] = _medians([r["heldout"].get(hkey) for r in rs], units, wss, _finite_median)
         out[m] = {
             "label": method_label(m),
             "units": units,
@@ -123,6 +110,16 @@ def method_table(
             "steps_cap": steps_cap,
         }
     return out
+
+
+def _medians(per: list, units: Sequence[list[int]], wss: Sequence[int], median) -> dict[str, Any]:
+    """``{"per_run", "median", "per_warm_start": {w: median}}`` of one value per run (``units[i]``: run i's
+    [warm start, seed])."""
+    return {
+        "per_run": per,
+        "median": median(per),
+        "per_warm_start": {w: median([v for v, u in zip(per, units) if u[0] == w]) for w in wss},
+    }
 
 
 def _steps_median(per: Sequence[int | None]) -> float | None:

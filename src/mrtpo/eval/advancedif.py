@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from mrtpo.eval.benchmark import Benchmark, Item, Responses, register_benchmark
+from mrtpo.eval.benchmark import Benchmark, Item, Responses, register_benchmark, unique_items
 from mrtpo.io import iter_jsonl
 
 SYSTEM_STEER = "if_system_steerability_oss"
@@ -303,7 +303,7 @@ class AdvancedIF(Benchmark):
     @property
     def judge(self):
         if self._judge is None:
-            from mrtpo.eval.judge import make_judge
+            from mrtpo.clients.judge import make_judge
 
             a = self.args
             self._judge = make_judge(
@@ -321,16 +321,10 @@ class AdvancedIF(Benchmark):
         return self._judge
 
     def load(self) -> list[Item]:
-        items, seen = [], {}
-        for index, (where, row) in enumerate(read_table(self.args.data)):
-            item = parse_row(row, index, where)
-            if item.id in seen:
-                raise ValueError(f"{where}: duplicate id {item.id!r} (first at {seen[item.id]})")
-            seen[item.id] = where
-            if self.args.task and item.data["benchmark_name"] != self.args.task:
-                continue
-            items.append(item)
-        return items
+        rows = enumerate(read_table(self.args.data))
+        items = unique_items((where, parse_row(row, index, where)) for index, (where, row) in rows)
+        task = self.args.task  # ids are unique over every row, whichever task is kept
+        return [it for it in items if not task or it.data["benchmark_name"] == task]
 
     def read_responses(self, path: Path) -> Responses:
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -76,6 +76,17 @@ def check_unique_ids(name: str, items: Sequence[Item]) -> None:
         if it.id in seen:
             raise ValueError(f"{name}: two items have the id {it.id!r} (item ids must be unique)")
         seen.add(it.id)
+
+
+def unique_items(located: Iterable[tuple[str, Item]]) -> Iterator[Item]:
+    """The items of ``(where, item)`` pairs in order; ``ValueError`` naming both places (``FILE:LINE``) when
+    an id comes a second time."""
+    seen: dict[str, str] = {}
+    for where, item in located:
+        if item.id in seen:
+            raise ValueError(f"{where}: duplicate id {item.id!r} (first at {seen[item.id]})")
+        seen[item.id] = where
+        yield item
 
 
 class Benchmark:

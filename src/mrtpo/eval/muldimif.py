@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mrtpo.eval.benchmark import Benchmark, Item, Responses, register_benchmark
+from mrtpo.eval.benchmark import Benchmark, Item, Responses, register_benchmark, unique_items
 from mrtpo.io import iter_jsonl
 from mrtpo.tasks.instruct import muldimif as rules
 
@@ -167,14 +167,7 @@ class MulDimIF(Benchmark):
         )
 
     def load(self) -> list[Item]:
-        items, seen = [], {}
-        for where, row in read_rows(self.args.data):
-            item = parse_row(row, where)
-            if item.id in seen:
-                raise ValueError(f"{where}: duplicate id {item.id!r} (first at {seen[item.id]})")
-            seen[item.id] = where
-            items.append(item)
-        return items
+        return list(unique_items((where, parse_row(row, where)) for where, row in read_rows(self.args.data)))
 
     def read_responses(self, path: Path) -> Responses:
         out = Responses(path)

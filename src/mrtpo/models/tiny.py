@@ -7,6 +7,7 @@ fast tokenizer with a ChatML-like template, the model a small Qwen2 config.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<eos>", "<|im_start|>", "<|im_end|>", "system", "user", "assistant")
 
@@ -51,6 +52,18 @@ def numbered_words(n: int, prefix: str = "w") -> list[str]:
     return [f"{prefix}{i}" for i in range(n)]
 
 
+def _seeded_qwen2(model_class: str, seed: int, **config: Any):
+    """``transformers.<model_class>`` of a ``Qwen2Config(**config)`` (pad id 0, eos id 2, no bos), its
+    weights drawn under ``torch.manual_seed(seed)`` without touching the caller's random state."""
+    import torch
+    import transformers
+
+    cfg = transformers.Qwen2Config(pad_token_id=0, eos_token_id=2, bos_token_id=None, **config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return getattr(transformers, model_class)(cfg)
+
+
 def build_model(
     vocab_size: int,
     *,
@@ -65,10 +78,9 @@ def build_model(
     dtype=None,
 ):
     """A randomly initialised Qwen2 causal LM (``seed`` makes it reproducible)."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    cfg = Qwen2Config(
+    model = _seeded_qwen2(
+        "Qwen2ForCausalLM",
+        seed,
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=intermediate_size or 2 * hidden_size,
@@ -77,13 +89,7 @@ def build_model(
         num_key_value_heads=num_kv_heads,
         max_position_embeddings=max_positions,
         tie_word_embeddings=tie_embeddings,
-        pad_token_id=0,
-        eos_token_id=2,
-        bos_token_id=None,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(cfg)
     if dtype is not None:
         model = model.to(dtype)
     return model.eval()
@@ -135,10 +141,9 @@ def build_classifier(
 ):
     """A randomly initialised ``Qwen2ForSequenceClassification`` (a tiny reward model: ``num_labels=1``
     gives one score per sequence), pad id 0 (``seed`` makes it reproducible)."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForSequenceClassification
-
-    cfg = Qwen2Config(
+    return _seeded_qwen2(
+        "Qwen2ForSequenceClassification",
+        seed,
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
@@ -147,11 +152,4 @@ def build_classifier(
         num_key_value_heads=num_kv_heads,
         max_position_embeddings=4096,
         num_labels=num_labels,
-        pad_token_id=0,
-        eos_token_id=2,
-        bos_token_id=None,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Qwen2ForSequenceClassification(cfg)
-    return model.eval()
+    ).eval()

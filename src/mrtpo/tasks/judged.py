@@ -1,11 +1,20 @@
-"""A reward scored by a model judge: :class:`JudgeVerifier`.
+"""A reward scored by a judge that answers in text: :class:`JudgeVerifier`.
 
-The judge is one of the evaluations' judges (:mod:`mrtpo.eval.judge`, reused as they are): an
-OpenAI-compatible endpoint (:class:`~mrtpo.eval.judge.OpenAIChatJudge`: HTTP 429, 5xx, connection errors
+One of the two judge rewards. This one asks a judge for a *text* answer and parses a score from it:
+an endpoint (any OpenAI-compatible server, a hosted model) or a local model folder decoding greedily.
+It gives a number only, no gradient: with ``credit: p2t`` its row is the replay's. Extend it (its
+``messages`` and ``parse``) for a judge you reach over HTTP, one that reasons before it scores, or
+a score other than yes/no. The other, ``kind: judge`` of :mod:`mrtpo.tasks.model_reward`, is a local
+causal LM whose yes/no next-token log-odds are the reward, differentiable for P2T's attribution; extend
+that one for a judge whose weights are here and whose verdict the policy's tokens should be credited
+by gradient.
+
+The judge is one of the judges of :mod:`mrtpo.clients.judge` (the evaluations use the same ones): an
+OpenAI-compatible endpoint (:class:`~mrtpo.clients.judge.OpenAIChatJudge`: HTTP 429, 5xx, connection errors
 and timeouts retried with exponential backoff, ``backoff * 2**attempt`` seconds capped at
 ``max_backoff``, or the server's ``Retry-After``) or a local model folder, with its answers cached on
-disk (:class:`~mrtpo.eval.judge.CachedJudge`). A call that still fails raises
-:class:`~mrtpo.eval.judge.JudgeError`, and so does an answer that holds no score: both are failed
+disk (:class:`~mrtpo.clients.judge.CachedJudge`). A call that still fails raises
+:class:`~mrtpo.clients.judge.JudgeError`, and so does an answer that holds no score: both are failed
 verdicts, which the run's policy for failing verifiers handles (``task.on_verifier_error``,
 :mod:`mrtpo.tasks.faults`); the reward is never an invented value. ``timeout`` bounds one verdict
 (retries included) as for every verifier.
@@ -26,7 +35,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mrtpo.eval.judge import Judge, JudgeError, make_judge
+from mrtpo.clients.judge import Judge, JudgeError, make_judge
 from mrtpo.tasks.base import Example, Verdict, Verifier
 
 NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
@@ -43,7 +52,7 @@ class JudgeVerifier(Verifier):
 
     Args:
         name: the reward (its column and the tag of its information segments).
-        judge: an object with ``name`` and ``complete(messages) -> str`` (:mod:`mrtpo.eval.judge`).
+        judge: an object with ``name`` and ``complete(messages) -> str`` (:mod:`mrtpo.clients.judge`).
         messages: ``(example, response) -> chat messages`` the judge answers.
         parse: ``answer -> score or None`` (default :func:`last_number`); None is a failed verdict.
         bounds: the score's range (a score outside it is a failed verdict).
@@ -76,7 +85,7 @@ class JudgeVerifier(Verifier):
         judge_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> JudgeVerifier:
-        """A verifier whose judge is :func:`mrtpo.eval.judge.make_judge` of ``spec`` (an ``http(s)://``
+        """A verifier whose judge is :func:`mrtpo.clients.judge.make_judge` of ``spec`` (an ``http(s)://``
         base URL with ``model``, or a local model folder); ``judge_options`` go to the judge
         (``max_retries``, ``backoff``, ``max_backoff``, ``timeout`` per request, ``max_tokens``, ...),
         ``kwargs`` to this class (``parse``, ``bounds``, ``timeout``)."""

@@ -11,6 +11,12 @@ per ``kind`` (:mod:`mrtpo.tasks.model_scorers`):
   ``model: policy``); ``d = logsumexp(z_yes) − logsumexp(z_no)`` over its next-token logits after the
   judge prompt (``template``: the rubric, the prompt and the response).
 
+This ``kind: judge`` is one of the two judge rewards: a local model read by its logits in one forward
+pass, differentiable, so P2T attributes its verdict to the response's tokens. The other,
+:class:`mrtpo.tasks.judged.JudgeVerifier`, asks a judge (an HTTP endpoint or a local folder) for a text
+answer and parses a score from it: no gradient, any answer format. Extend this one for a local judge
+whose verdict should credit tokens by gradient; that one for an endpoint or a free-form answer.
+
 The reward is ``σ(d)`` in [0, 1] (``output: prob``, the default: P(yes | yes or no) for a judge), or ``d``
 clipped to ``bounds`` (``output: logit``). Responses are scored in batches of ``batch_size`` on
 ``device`` (``auto``: this process's GPU, else the CPU), without gradient, the scorer frozen; a scorer

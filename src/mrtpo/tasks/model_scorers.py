@@ -32,6 +32,18 @@ def _placeholders(template: str, values: Mapping[str, str]) -> str:
     return re.sub(r"\{(rubric|prompt|response)\}", lambda m: values[m.group(1)], template)
 
 
+def forward_kwargs(model: Any, embeds, mask, pos) -> tuple[dict[str, Any], Mapping[str, Any]]:
+    """The keywords of one forward from input embeddings (``position_ids`` where the model takes them, no
+    cache: one forward, and none under gradient checkpointing) and the model's forward parameters."""
+    params = inspect.signature(model.forward).parameters
+    kw: dict[str, Any] = {"inputs_embeds": embeds, "attention_mask": mask}
+    if "position_ids" in params:
+        kw["position_ids"] = pos
+    if "use_cache" in params:
+        kw["use_cache"] = False
+    return kw, params
+
+
 class Scorer:
     """A model reward's model at work (the module's docstring).
 
@@ -139,14 +151,17 @@ class Scorer:
             raise ValueError(f"{self.spec.where}: the scorer's template does not place the response once")
         return before, after, bool(getattr(tok, "chat_template", None))
 
-    def encode(self, example: Example, response: str) -> tuple[list[int], list[tuple[int, int]], int]:
-        """Scorer ids (the last ``max_length``), their spans in the response text (``(-1, -1)`` for tokens
-        outside it), and the number of tokens cut from the start. A tokenizer without offsets (a slow one)
-        gets them from per-token decoding (:func:`mrtpo.attribution.decoded_offsets`)."""
+    def tokenize(
+        self, example: Example, middle: str
+    ) -> tuple[list[int], list[tuple[int, int]], int, int, int]:
+        """The scorer's tokens of ``before + middle + after`` (:meth:`text_around`): ids and character
+        offsets of the last ``max_length`` tokens, where ``middle`` starts and ends in that text, and the
+        number of tokens cut from the start. A tokenizer without offsets (a slow one) gets them from
+        per-token decoding (:func:`mrtpo.attribution.decoded_offsets`)."""
         _, tok = self.load()
         before, after, templated = self.text_around(example)
-        text = before + response + after
-        start, end = len(before), len(before) + len(response)
+        text = before + middle + after
+        start, end = len(before), len(before) + len(middle)
         try:
             enc = tok(text, add_special_tokens=not templated, return_offsets_mapping=True)
             offsets = [tuple(int(x) for x in o) for o in enc["offset_mapping"]]
@@ -157,11 +172,17 @@ class Scorer:
             offsets, start, end = decoded_offsets(tok, [int(i) for i in enc["input_ids"]], text, start, end)
         ids = [int(i) for i in enc["input_ids"]]
         cut = max(0, len(ids) - self.spec.max_length)
+        return ids[cut:], offsets[cut:], start, end, cut
+
+    def encode(self, example: Example, response: str) -> tuple[list[int], list[tuple[int, int]], int]:
+        """Scorer ids (the last ``max_length``), their spans in the response text (``(-1, -1)`` for tokens
+        outside it), and the number of tokens cut from the start (:meth:`tokenize`)."""
+        ids, offsets, start, end, cut = self.tokenize(example, response)
         spans = []
-        for a, b in offsets[cut:]:
+        for a, b in offsets:
             lo, hi = max(a, start), min(b, end)
             spans.append((lo - start, hi - start) if hi > lo else (-1, -1))
-        return ids[cut:], spans, cut
+        return ids, spans, cut
 
     def batch(self, seqs: Sequence[list[int]]):
         """Left-padded ``input_ids``, ``attention_mask`` and ``position_ids`` (from 0 at each first token)."""
@@ -189,12 +210,7 @@ class Scorer:
     def log_odds_of(self, embeds, mask, pos):
         """The verdict's log-odds d [B] from input embeddings (the one forward of verdicts and attribution)."""
         model, _ = self.load()
-        params = inspect.signature(model.forward).parameters
-        kw: dict[str, Any] = {"inputs_embeds": embeds, "attention_mask": mask}
-        if "position_ids" in params:
-            kw["position_ids"] = pos
-        if "use_cache" in params:
-            kw["use_cache"] = False  # one forward: no cache (and none under gradient checkpointing)
+        kw, params = forward_kwargs(model, embeds, mask, pos)
         return self.head(model, kw, params)
 
     def null(self, emb):

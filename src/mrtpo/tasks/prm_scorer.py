@@ -16,13 +16,12 @@ Attribution (P2T with a process reward model): each token's influence is on its 
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from mrtpo.tasks.base import Example
-from mrtpo.tasks.model_scorers import ClassifierScorer
+from mrtpo.tasks.model_scorers import ClassifierScorer, forward_kwargs
 
 STEP_SEPARATOR = "\n\n"
 
@@ -57,8 +56,6 @@ class PRMScorer(ClassifierScorer):
     def encode(self, example: Example, response: str) -> tuple[list[int], list[tuple[int, int]], int]:
         """As :meth:`Scorer.encode`, with ``step_token`` after each step; spans in the response's own
         characters (the step tokens have none)."""
-        _, tok = self.load()
-        before, after, templated = self.text_around(example)
         mark = self.spec.step_token
         origin: list[int] = []  # the response character of each character of the marked response (-1: mark)
         pieces, pos = [], 0
@@ -69,34 +66,18 @@ class PRMScorer(ClassifierScorer):
         pieces.append(response[pos:])
         origin += list(range(pos, len(response)))
         marked = "".join(pieces)
-        text = before + marked + after
-        start, end = len(before), len(before) + len(marked)
-        try:
-            enc = tok(text, add_special_tokens=not templated, return_offsets_mapping=True)
-            offsets = [tuple(int(x) for x in o) for o in enc["offset_mapping"]]
-        except (NotImplementedError, ValueError, TypeError, KeyError):  # a slow tokenizer: no offsets
-            from mrtpo.attribution import decoded_offsets
-
-            enc = tok(text, add_special_tokens=not templated)
-            offsets, start, end = decoded_offsets(tok, [int(i) for i in enc["input_ids"]], text, start, end)
-        ids = [int(i) for i in enc["input_ids"]]
-        cut = max(0, len(ids) - self.spec.max_length)
+        ids, offsets, start, end, cut = self.tokenize(example, marked)
         spans = []
-        for a, b in offsets[cut:]:
+        for a, b in offsets:
             chars = [origin[c - start] for c in range(max(a, start), min(b, end)) if origin[c - start] >= 0]
             spans.append((min(chars), max(chars) + 1) if chars else (-1, -1))
-        return ids[cut:], spans, cut
+        return ids, spans, cut
 
     def _step_log_odds(self, model, embeds, mask, pos, seqs) -> list[Any]:
         """The log-odds ``d_s`` [S_b] at each row's step tokens (one forward)."""
         from mrtpo.attribution import log_odds
 
-        params = inspect.signature(model.forward).parameters
-        kw: dict[str, Any] = {"inputs_embeds": embeds, "attention_mask": mask}
-        if "position_ids" in params:
-            kw["position_ids"] = pos
-        if "use_cache" in params:
-            kw["use_cache"] = False
+        kw, _ = forward_kwargs(model, embeds, mask, pos)
         logits = model(**kw).logits  # [B, W, C]
         step, width, out = self.step_id(), embeds.shape[1], []
         for b, seq in enumerate(seqs):

@@ -12,7 +12,7 @@ one number per response, within ``bounds``.
 
 Responses go ``batch_size`` per request; a request that fails with HTTP 429 or 5xx, a connection error or
 a timeout (``timeout`` seconds per request) is retried ``max_retries`` times with exponential backoff
-(:func:`mrtpo.eval.judge.post_json`); one that still fails, or an answer without one number per response,
+(:func:`mrtpo.clients.judge.post_json`); one that still fails, or an answer without one number per response,
 fails the verdicts of the batch, which are then redone one response at a time so that each failing one is
 named, and the run's policy for failing verifiers applies (``task.on_verifier_error``:
 :mod:`mrtpo.tasks.faults`). A remote reward has no gradient: under ``credit: p2t`` its rows take replay
@@ -118,7 +118,7 @@ class RemoteReward(Verifier):
         self.requests += 1
 
     def _post(self, examples: Sequence[Example], responses: Sequence[str]) -> list[float]:
-        from mrtpo.eval.judge import JudgeError, post_json
+        from mrtpo.clients.judge import JudgeError, post_json
 
         prompts = [_prompt(ex) for ex in examples]
         payload = {
@@ -146,7 +146,7 @@ class RemoteReward(Verifier):
         return scores
 
     def verdict(self, example: Example, response: str) -> Verdict:
-        from mrtpo.eval.judge import JudgeError
+        from mrtpo.clients.judge import JudgeError
 
         (score,) = self._post([example], [str(response)])
         if isinstance(score, bool) or not isinstance(score, numbers.Real):

@@ -249,6 +249,24 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _timed_and_tracked(cfg: BenchConfig, fn) -> tuple[Any, float, Any, Any]:
+    """``(fn's answer, its seconds, the RSS (CUDA: allocator) peak around it, the tracked peak)``: ``fn``
+    timed once; on CPU run again, untimed, for the tracked peak of live tensors (CUDA: the allocator's
+    peak is that)."""
+    from mrtpo.bench.memory import TrackedPeak
+
+    with PeakMemory(cfg.device) as mem:
+        t0 = time.perf_counter()
+        out = fn()
+        _sync(cfg.device)
+        seconds = time.perf_counter() - t0
+    if cfg.device == "cuda":
+        return out, seconds, mem, mem
+    with TrackedPeak(cfg.device) as tracked:
+        fn()
+    return out, seconds, mem, tracked
+
+
 def fpe_seconds(model, full: list[int], response: list[int], device: str, repeats: int = 3) -> float:
     """Wall time of 1 FPE: one no-grad forward of the decoder body over ``full + response`` (median)."""
     import torch
@@ -368,7 +386,6 @@ def run_replay_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[st
     import torch
 
     from mrtpo import replay as R
-    from mrtpo.bench.memory import TrackedPeak
 
     torch.set_num_threads(cfg.threads)
     model = build_bench_model(cfg)
@@ -379,16 +396,9 @@ def run_replay_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[st
     extra: dict[str, Any] = {}
     result: dict[str, Any] = {"variant": variant}
     if variant == "naive":
-        with PeakMemory(cfg.device) as mem:
-            t0 = time.perf_counter()
-            dist, tokens, forwards = naive_replay(model, full, loo, responses)
-            _sync(cfg.device)
-            seconds = time.perf_counter() - t0
-        if cfg.device == "cuda":
-            tracked = mem
-        else:
-            with TrackedPeak(cfg.device) as tracked:
-                naive_replay(model, full, loo, responses)
+        (dist, tokens, forwards), seconds, mem, tracked = _timed_and_tracked(
+            cfg, lambda: naive_replay(model, full, loo, responses)
+        )
         stats = {
             "forward_passes": forwards,
             "tokens": tokens,
@@ -417,16 +427,9 @@ def run_replay_variant(cfg: BenchConfig, variant: str, out_path: str) -> dict[st
             )
             for j, r in enumerate(responses)
         ]
-        with PeakMemory(cfg.device) as mem:
-            t0 = time.perf_counter()
-            res = R.replay(model, requests, projection_dtype=cfg.projections[0], **options)
-            _sync(cfg.device)
-            seconds = time.perf_counter() - t0
-        if cfg.device == "cuda":
-            tracked = mem
-        else:
-            with TrackedPeak(cfg.device) as tracked:
-                R.replay(model, requests, projection_dtype=cfg.projections[0], **options)
+        res, seconds, mem, tracked = _timed_and_tracked(
+            cfg, lambda: R.replay(model, requests, projection_dtype=cfg.projections[0], **options)
+        )
         dist = res.distances.cpu()
         stats = res.stats.as_dict()
         stats["design_memory"] = design_memory(cfg, full, loo, responses, kernel)

@@ -66,6 +66,7 @@ from typing import Any
 
 from mrtpo.tasks.instruct import nltk_fallback
 from mrtpo.tasks.instruct.nltk_fallback import MissingNltkData
+from mrtpo.tasks.instruct.spans import placeholder_spans
 
 FAMILIES = ("ifeval", "ifbench")
 
@@ -144,19 +145,8 @@ _NON_SPACE = re.compile(r"\S")
 
 
 def _count_placeholders(value: str) -> int:
-    """``len(re.findall(r"\\[.*?\\]", value))`` in one pass (``.`` stops at a newline)."""
-    count, n = 0, len(value)
-    i = value.find("[")
-    while i >= 0:
-        nl = value.find("\n", i)
-        end = n if nl < 0 else nl
-        j = value.find("]", i + 1, end)
-        if j >= 0:
-            count += 1
-            i = value.find("[", j + 1)
-        else:  # no "]" after it on this line: no "[" of the line's rest matches either
-            i = value.find("[", end)
-    return count
+    """``len(re.findall(r"\\[.*?\\]", value))`` in one pass (:func:`~mrtpo.tasks.instruct.spans.placeholder_spans`)."""
+    return len(placeholder_spans(value))
 
 
 def _count_line_items(value: str, marker: str, *, then_not_star: bool) -> int:

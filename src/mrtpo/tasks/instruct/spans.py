@@ -172,23 +172,28 @@ def _highlights(response: str, kw: Mapping[str, Any], prompt: str) -> list[Span]
     return [(m.start(), m.end()) for m in re.finditer(r"\*[^\n\*]*\*", response)]
 
 
-def _placeholders(response: str, kw: Mapping[str, Any], prompt: str) -> list[Span]:
-    """The matches of ``\\[.*?\\]`` (what the checker counts), in one pass: from a ``[`` to the first
-    ``]`` after it on the same line (``.`` stops at a newline); a ``[`` with no ``]`` after it on its
-    line ends the line's matches. (``re.finditer`` rescans the line from every ``[``: quadratic.)"""
+def placeholder_spans(text: str) -> list[Span]:
+    """The matches of ``\\[.*?\\]`` in ``text`` (what the placeholder checker counts), in one pass: from a
+    ``[`` to the first ``]`` after it on the same line (``.`` stops at a newline); a ``[`` with no ``]``
+    after it on its line ends the line's matches. (``re.finditer`` rescans the line from every ``[``:
+    quadratic.)"""
     out: list[Span] = []
-    n = len(response)
-    i = response.find("[")
+    n = len(text)
+    i = text.find("[")
     while i >= 0:
-        nl = response.find("\n", i)
+        nl = text.find("\n", i)
         end = n if nl < 0 else nl
-        j = response.find("]", i + 1, end)
+        j = text.find("]", i + 1, end)
         if j >= 0:
             out.append((i, j + 1))
-            i = response.find("[", j + 1)
+            i = text.find("[", j + 1)
         else:
-            i = response.find("[", end)
+            i = text.find("[", end)
     return out
+
+
+def _placeholders(response: str, kw: Mapping[str, Any], prompt: str) -> list[Span]:
+    return placeholder_spans(response)
 
 
 def _commas(response: str, kw: Mapping[str, Any], prompt: str) -> list[Span]:

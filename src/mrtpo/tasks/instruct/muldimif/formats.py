@@ -22,6 +22,14 @@ _NUMW = rf"(\b(?:{_ONE_TO_TEN}|\d+)\b)"
 _VERBS = r"include|includes|included|including|use|using|used|uses|formatted|presented|organized|structured|feature|should be|incorporate"
 
 
+# a heading level named by a constraint, in the order tried: (rule type, pattern whose group 1 is the level)
+_LEVEL_RULES = (
+    ("max_level", rf"(?i)(?:heading levels)? must (?:not exceed|be limited to)\s+(?:level\s+)?{_NUMW}"),
+    ("first_at", rf"(?i)must begin with a level {_NUMW} heading"),
+    ("min_at", rf"(?i)use heading level {_NUMW}"),
+)
+
+
 def _num10(word: str | None) -> int | None:
     if word is None:
         return None
@@ -110,23 +118,11 @@ def _markdown_rules(sentence: str) -> list[dict[str, Any]]:
                 if n is not None:
                     rules.append({"type": "n_levels", "op": op, "count": n})
                 continue
-        m = re.search(rf"(?i)(?:heading levels)? must (?:not exceed|be limited to)\s+(?:level\s+)?{_NUMW}", c)
-        if m:
-            n = _num10(m.group(1))
+        hit = next(((kind, m) for kind, pattern in _LEVEL_RULES if (m := re.search(pattern, c))), None)
+        if hit:
+            n = _num10(hit[1].group(1))
             if n is not None:
-                rules.append({"type": "max_level", "level": n})
-            continue
-        m = re.search(rf"(?i)must begin with a level {_NUMW} heading", c)
-        if m:
-            n = _num10(m.group(1))
-            if n is not None:
-                rules.append({"type": "first_at", "level": n})
-            continue
-        m = re.search(rf"(?i)use heading level {_NUMW}", c)
-        if m:
-            n = _num10(m.group(1))
-            if n is not None:
-                rules.append({"type": "min_at", "level": n})
+                rules.append({"type": hit[0], "level": n})
             continue
         if any(
             p in low
