@@ -486,6 +486,8 @@ def build_trl(req: Request) -> Launch:
         port = req.main_port or MULTINODE_PORT
     else:
         port = req.main_port if req.main_port is not None else free_port()
+        if cpu and processes == 1:  # accelerate's simple launcher passes no port: torch's 29500 may be taken
+            env["MASTER_PORT"] = str(port)
     argv = ["accelerate", "launch", "--config_file", _shown(config), "--num_processes", str(processes)]
     if req.nodes > 1:
         argv += ["--num_machines", str(req.nodes), "--machine_rank", str(req.node_rank),
