@@ -405,14 +405,20 @@ class _Checker:
             got = rel[j, 0, : len(resp)].double().cpu()
             self._record("cort", (got - ref).abs().max().item(), 4 * delta / tau + SLACK, delta)
 
-    def _check_attributed(self, scored, w, attributed, adv_local) -> None:
-        """P2T's rows: exactly the model reward's active pairs, each averaging 1 over its response."""
+    def _check_attributed(self, scored, w, attributed, adv_local, skipped=None) -> None:
+        """P2T's rows: exactly the model reward's active pairs but those whose response no scorer token covers
+        (skipped, reason ``uncovered``: replayed instead; an attribution that failed fails the cell), each
+        averaging 1 over its response."""
         import torch
 
         k = self.tr.reward_names.index("rm")
         active = adv_local.abs().cpu() > 1e-8  # [B, K]
         attributed = attributed.cpu()
-        want = active & (torch.arange(active.shape[1]) == k)  # [B, K]: the model reward's active pairs only
+        skipped = torch.zeros_like(attributed, dtype=torch.int8) if skipped is None else skipped.cpu()
+        if bool((skipped > 1).any()):  # 2: the attribution raised
+            self._record("p2t", 1.0, 0.0, 0.0)
+            return
+        want = active & (torch.arange(active.shape[1]) == k) & (skipped == 0)  # [B, K]
         if not bool((attributed == want).all()):
             self._record("p2t", 1.0, 0.0, 0.0)  # the wrong pairs were attributed: the cell fails
             return
@@ -464,7 +470,7 @@ class _Checker:
             elif kind == "gradient":  # p2t: the rule rows are replayed distances, the model reward's weights
                 attributed = res.attributed.to(res.replayed.device)
                 self._check_distances(scored, res.distances, res.replayed & ~attributed, "reward")
-                self._check_attributed(scored, res.distances, attributed, adv_local)
+                self._check_attributed(scored, res.distances, attributed, adv_local, res.skipped)
             else:
                 raise ValueError(f"the matrix has no float32 reference for replay kind {kind!r}")
             return res
