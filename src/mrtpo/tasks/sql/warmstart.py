@@ -37,13 +37,13 @@ FORMAT_WORDS = ("<think>", "</think>", "<answer>", "```sql", "```", "</answer>")
 class SqlWarmStartConfig:
     """Settings of the SQL warm start (defaults: the documented laptop run)."""
 
-    steps: int = 300
+    steps: int = 400
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 20
     weight_decay: float = 0.01
     p_break: float = 0.3
-    p_wrong: float = 0.3
+    p_wrong: float = 0.1
     hidden_size: int = 128
     num_layers: int = 2
     seed: int = 0
