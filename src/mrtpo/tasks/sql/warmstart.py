@@ -63,7 +63,14 @@ def demonstration(example, rng: random.Random, *, p_break: float, p_wrong: float
     sql = example.meta["gold_sql"]
     if others and rng.random() < p_wrong:
         sql = rng.choice(others)
-    words = [FORMAT_WORDS[0], FORMAT_WORDS[1], FORMAT_WORDS[2], FORMAT_WORDS[3], *sql.split(), *FORMAT_WORDS[4:]]
+    words = [
+        FORMAT_WORDS[0],
+        FORMAT_WORDS[1],
+        FORMAT_WORDS[2],
+        FORMAT_WORDS[3],
+        *sql.split(),
+        *FORMAT_WORDS[4:],
+    ]
     if rng.random() < p_break:
         drop = rng.choice([0, 1, 2, 3, len(words) - 2, len(words) - 1])  # one of the six format tokens
         del words[drop]
@@ -110,7 +117,9 @@ def evaluate(model, tok, task, examples, *, temperature: float, seed: int = 0) -
     cfg = SamplingConfig(max_new_tokens=40, temperature=temperature, batch_size=64, seed=seed)
     was_training = model.training
     model.eval()
-    responses = TransformersGenerator(model, tok, cfg).generate([e.messages() for e in examples], progress=False)
+    responses = TransformersGenerator(model, tok, cfg).generate(
+        [e.messages() for e in examples], progress=False
+    )
     model.train(was_training)
     rows = task.score(examples, responses)
     return {name: sum(r[k] for r in rows) / len(rows) for k, name in enumerate(task.reward_names)}
@@ -171,7 +180,9 @@ def train_sql_warm_start(config: SqlWarmStartConfig, out_dir: str | Path | None 
                 for j in rows:
                     e = train[j]
                     others = [q for q in by_db[e.meta["db_id"]] if q != e.meta["gold_sql"]]
-                    text = demonstration(e, rng, p_break=config.p_break, p_wrong=config.p_wrong, others=others)
+                    text = demonstration(
+                        e, rng, p_break=config.p_break, p_wrong=config.p_wrong, others=others
+                    )
                     resp.append(word_ids(text))
                 ids, mask, labels = encode_pairs(tok, [prompts[j] for j in rows], resp)
                 loss = response_loss(model, ids, mask, labels)
