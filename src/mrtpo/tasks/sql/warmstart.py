@@ -1,0 +1,246 @@
+"""A supervised warm start for the SQL task on CPU: a tiny model that writes the response format and,
+part of the time, a query that runs and returns the gold result, so ``mrtpo train`` has rewards to raise.
+
+``python -m mrtpo.tasks.sql.warmstart --out runs/sql_warm`` (then ``mrtpo train recipes/sql_laptop.yaml``).
+
+The model is the project's tiny Qwen2 (:func:`mrtpo.models.tiny.build_model`) on a word-level tokenizer
+(:func:`mrtpo.models.tiny.build_tokenizer`) of every word of the data's prompts and gold queries plus
+the response's tags; its responses are whitespace-separated words, so a demonstration reads::
+
+    <think> </think> <answer> ```sql SELECT title FROM courses ORDER BY capacity DESC ``` </answer>
+
+which the format verifier accepts (whitespace between the tags and around the code block is allowed).
+
+Demonstrations are the training split's questions with their gold queries, deliberately imperfect so
+RL has headroom: with probability ``p_break`` one of the six format tokens is left out (format 0), and
+with probability ``p_wrong`` the query is another question's query on the same database (it runs, but
+usually returns another result). The loss and the learning-rate schedule are the demo's
+(:func:`mrtpo.demo.warmstart.response_loss`, :func:`mrtpo.demo.warmstart.lr_factor`): cross-entropy on
+the response tokens and ``<eos>``, AdamW, linear warm-up then cosine decay; everything is drawn from
+``seed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+FORMAT_WORDS = ("<think>", "</think>", "<answer>", "```sql", "```", "</answer>")
+"""The response's format tokens, in order (the tokenizer keeps each as one word)."""
+
+
+@dataclass
+class SqlWarmStartConfig:
+    """Settings of the SQL warm start (defaults: the documented laptop run)."""
+
+    steps: int = 400
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.01
+    p_break: float = 0.3
+    p_wrong: float = 0.1
+    hidden_size: int = 128
+    num_layers: int = 2
+    seed: int = 0
+    eval_limit: int = 64
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError(f"steps and batch_size must be >= 1, got {self.steps}, {self.batch_size}")
+        for name in ("p_break", "p_wrong"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+def demonstration(example, rng: random.Random, *, p_break: float, p_wrong: float, others: list[str]) -> str:
+    """The response taught for ``example``: the gold query in the format, imperfect with the given
+    probabilities (``others``: gold queries of the same database, for the wrong-query case)."""
+    sql = example.meta["gold_sql"]
+    if others and rng.random() < p_wrong:
+        sql = rng.choice(others)
+    words = [
+        FORMAT_WORDS[0],
+        FORMAT_WORDS[1],
+        FORMAT_WORDS[2],
+        FORMAT_WORDS[3],
+        *sql.split(),
+        *FORMAT_WORDS[4:],
+    ]
+    if rng.random() < p_break:
+        drop = rng.choice([0, 1, 2, 3, len(words) - 2, len(words) - 1])  # one of the six format tokens
+        del words[drop]
+    return " ".join(words)
+
+
+def build_sql_tokenizer(examples):
+    """A word-level tokenizer of every word in ``examples``' segments (gold queries included: the
+    privileged reference segment holds them) plus :data:`FORMAT_WORDS`."""
+    from mrtpo.models.tiny import build_tokenizer
+
+    words: dict[str, None] = {}
+    for ex in examples:
+        for seg in ex.segments:
+            words.update(dict.fromkeys(seg.text.split()))
+        words.update(dict.fromkeys(ex.meta["gold_sql"].split()))
+    words.update(dict.fromkeys(FORMAT_WORDS))
+    return build_tokenizer(list(words))
+
+
+def encode_pairs(tok, prompts: list[list[int]], responses: list[list[int]]):
+    """``input_ids, attention_mask, labels`` of (prompt ids, response ids) pairs: prompts left-padded,
+    responses (plus ``<eos>``) right-padded, labels -100 except on response tokens and ``<eos>``."""
+    import torch
+
+    p_len = max(map(len, prompts))
+    r_len = max(map(len, responses)) + 1
+    ids = torch.full((len(prompts), p_len + r_len), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        r = [*r, tok.eos_token_id]
+        ids[i, p_len - len(p) : p_len] = torch.tensor(p)
+        ids[i, p_len : p_len + len(r)] = torch.tensor(r)
+        mask[i, p_len - len(p) : p_len + len(r)] = 1
+        labels[i, p_len : p_len + len(r)] = torch.tensor(r)
+    return ids, mask, labels
+
+
+def evaluate(model, tok, task, examples, *, temperature: float, seed: int = 0) -> dict[str, float]:
+    """Mean of each SQL reward over sampled (``temperature > 0``) or greedy responses to ``examples``."""
+    from mrtpo.eval.generation import SamplingConfig, TransformersGenerator
+
+    cfg = SamplingConfig(max_new_tokens=40, temperature=temperature, batch_size=64, seed=seed)
+    was_training = model.training
+    model.eval()
+    responses = TransformersGenerator(model, tok, cfg).generate(
+        [e.messages() for e in examples], progress=False
+    )
+    model.train(was_training)
+    rows = task.score(examples, responses)
+    return {name: sum(r[k] for r in rows) / len(rows) for k, name in enumerate(task.reward_names)}
+
+
+def train_sql_warm_start(config: SqlWarmStartConfig, out_dir: str | Path | None = None, *, source=None):
+    """Train the warm start on ``source``'s train split (None: the shipped ``sql_tiny``); evaluate its
+    sampled (temperature 1) and greedy rewards on the first ``eval_limit`` train and dev questions;
+    save model, tokenizer and ``warmstart.json`` to ``out_dir``. Returns ``(model, tokenizer, info)``."""
+    import torch
+
+    from mrtpo.demo.warmstart import lr_factor, response_loss
+    from mrtpo.models.tiny import build_model
+    from mrtpo.tasks.sql import SqlTask
+
+    task = SqlTask(workers=1)
+    try:
+        train = task.load(source, split="train")
+        dev = task.load(source, split="dev")
+        tok = build_sql_tokenizer(train + dev)
+        vocab = tok.get_vocab()
+
+        def word_ids(text: str) -> list[int]:
+            return [vocab.get(w, tok.unk_token_id) for w in text.split()]
+
+        prompts = [
+            word_ids(tok.apply_chat_template(e.messages(), tokenize=False, add_generation_prompt=True))
+            for e in train
+        ]
+        by_db: dict[str, list[str]] = {}
+        for e in train:
+            by_db.setdefault(e.meta["db_id"], []).append(e.meta["gold_sql"])
+        t0 = time.perf_counter()
+        rng = random.Random(config.seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            model = build_model(
+                len(tok),
+                hidden_size=config.hidden_size,
+                num_layers=config.num_layers,
+                max_positions=512,
+                seed=config.seed,
+                dtype=torch.float32,
+            )
+            model.generation_config.eos_token_id = tok.eos_token_id
+            model.generation_config.pad_token_id = tok.pad_token_id
+            opt = torch.optim.AdamW(
+                model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98)
+            )
+            sched = torch.optim.lr_scheduler.LambdaLR(
+                opt, lambda s: lr_factor(s, config.warmup_steps, config.steps)
+            )
+            model.train()
+            losses = []
+            for _ in range(config.steps):
+                rows = [rng.randrange(len(train)) for _ in range(config.batch_size)]
+                resp = []
+                for j in rows:
+                    e = train[j]
+                    others = [q for q in by_db[e.meta["db_id"]] if q != e.meta["gold_sql"]]
+                    text = demonstration(
+                        e, rng, p_break=config.p_break, p_wrong=config.p_wrong, others=others
+                    )
+                    resp.append(word_ids(text))
+                ids, mask, labels = encode_pairs(tok, [prompts[j] for j in rows], resp)
+                loss = response_loss(model, ids, mask, labels)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                losses.append(loss.item())
+            seconds = time.perf_counter() - t0
+            n = config.eval_limit
+            info = {
+                "config": asdict(config),
+                "seconds": seconds,
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "vocabulary": len(tok),
+                "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+                "train_sampled": evaluate(model, tok, task, train[:n], temperature=1.0, seed=config.seed),
+                "train_greedy": evaluate(model, tok, task, train[:n], temperature=0.0),
+                "dev_sampled": evaluate(model, tok, task, dev[:n], temperature=1.0, seed=config.seed),
+            }
+    finally:
+        task.close()
+    model.eval()
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out)
+        tok.save_pretrained(out)
+        (out / "warmstart.json").write_text(json.dumps(info, indent=2))
+    return model, tok, info
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m mrtpo.tasks.sql.warmstart",
+        description="Warm-start a tiny model for the SQL task on CPU (then: mrtpo train recipes/sql_laptop.yaml).",
+    )
+    p.add_argument("--out", required=True, help="folder for the model, tokenizer and warmstart.json")
+    p.add_argument("--source", default=None, help="a Spider-format folder (default: the shipped sql_tiny)")
+    defaults = SqlWarmStartConfig()
+    for name, value in asdict(defaults).items():
+        p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    args = p.parse_args(argv)
+    try:
+        config = SqlWarmStartConfig(**{k: getattr(args, k) for k in asdict(defaults)})
+        _, _, info = train_sql_warm_start(config, args.out, source=args.source)
+    except (ValueError, FileNotFoundError) as e:
+        p.exit(2, f"error: {e}\n")
+    print(
+        f"warm start saved to {args.out} in {info['seconds']:.0f} s ({info['parameters']:,} parameters); "
+        f"sampled rewards on {config.eval_limit} train questions: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in info["train_sampled"].items())
+        + "; dev: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in info["dev_sampled"].items())
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
