@@ -264,3 +264,15 @@ def test_entry_point_plugins(tmp_path, monkeypatch, clean_registry):
     assert "user-wc-ep" not in BENCHMARKS
     plugins.load_all()
     assert BENCHMARKS.get("user-wc-ep").description == "answer in exactly N words"
+
+
+def test_a_dataset_or_a_typo_for_a_benchmark_gets_a_hint(capsys):
+    """`mrtpo eval spyder` (a dataset, misspelled) points to the benchmark that scores it; a typo of a
+    benchmark gets the nearest name."""
+    from mrtpo.cli.main import main
+
+    assert main(["eval", "spyder"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "spider is scored by 'sql': mrtpo eval sql --data FOLDER" in err
+    assert main(["eval", "bfcll"]) == 2
+    assert "(did you mean 'bfcl'?)" in capsys.readouterr().err

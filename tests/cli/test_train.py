@@ -628,3 +628,13 @@ def test_no_recipe_and_a_gpu_recipe_on_cpu_are_one_line_each(capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "field 'trl.bf16'" in err and "trl.use_cpu: true" in err and "doesn't support" not in err
+
+
+def test_resume_of_a_folder_that_does_not_exist_names_it_and_creates_nothing(tmp_path, capsys):
+    from mrtpo.cli.main import main
+
+    out = tmp_path / "no_such_run"
+    assert main(["train", "recipes/tiny_cpu.yaml", f"--trl.output_dir={out}", "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not exist" in err and "trl.output_dir" in err
+    assert not out.exists()

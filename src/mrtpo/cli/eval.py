@@ -112,6 +112,24 @@ def _check_ids(bench, responses, all_items, items, allow_missing: bool) -> list:
     return [it for it in items if it.id in responses]
 
 
+DATASETS = {"spider": "sql", "bird": "sql", "spider-syn": "sql", "spider-dk": "sql", "spider-realistic": "sql"}
+"""Datasets a user may name instead of the benchmark that reads them."""
+
+
+def _unknown_benchmark(name: str, known: list[str]) -> None:
+    """One line for a name that is no benchmark: the benchmark of a dataset of that name (or close to it),
+    else the nearest benchmark name."""
+    import difflib
+
+    near = difflib.get_close_matches(name.lower(), [*known, *DATASETS], n=1, cutoff=0.6)
+    hint = ""
+    if near and near[0] in DATASETS:
+        hint = f" ({near[0]} is scored by {DATASETS[near[0]]!r}: mrtpo eval {DATASETS[near[0]]} --data FOLDER)"
+    elif near:
+        hint = f" (did you mean {near[0]!r}?)"
+    raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(sorted(known))}{hint}")
+
+
 def run(args) -> int:
     from mrtpo.eval.benchmark import BENCHMARKS, check_unique_ids
     from mrtpo.eval.plugins import load_all
@@ -120,6 +138,8 @@ def run(args) -> int:
     if args.benchmark is None:
         raise ValueError(f"name a benchmark: {', '.join(BENCHMARKS.names())} (mrtpo eval --help)")
     args._words = ("eval", args.benchmark)  # error lines read "mrtpo eval NAME: error: ..."
+    if args.benchmark not in BENCHMARKS.names():
+        _unknown_benchmark(args.benchmark, BENCHMARKS.names())
     cls = BENCHMARKS.get(args.benchmark)
     a = benchmark_parser(cls).parse_args(args.rest)
     if (a.model is None) == (a.responses is None):

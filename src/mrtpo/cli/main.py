@@ -56,6 +56,12 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+GROUPS = {
+    "bench": "benchmarks that print figures: replay, advantages, training step, SQL sandbox, verifiers, a soak",
+}
+"""What a command of several words does, for ``mrtpo --help``."""
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The command line's parser. With ``argv``, only the command it names gets its options (its module is
     imported); the others are listed by name and help alone, so ``mrtpo train --help`` does not import
@@ -73,7 +79,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             sub = top.add_parser(words[0], help=help_, description=help_)
         else:
             if words[0] not in groups:
-                g = top.add_parser(words[0], help=f"{words[0]} commands")
+                what = GROUPS.get(words[0], f"{words[0]} commands")
+                g = top.add_parser(words[0], help=what, description=what)
                 groups[words[0]] = g.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
             sub = groups[words[0]].add_parser(words[1], help=help_, description=help_)
         if argv is None or _names(argv, words):

@@ -366,6 +366,11 @@ def train(
             return None
         if isinstance(resume, str):  # read only: a bad checkpoint named is refused before the lock
             resume = _resume_target(out, resume, log)
+        elif not out.is_dir():  # before the lock creates it
+            raise FileNotFoundError(
+                f"--resume: the run folder {str(out)!r} (trl.output_dir) does not exist: check the path, or "
+                "start the run without --resume"
+            )
     with run_folder.output_dir_errors(out):  # below a file, read-only, full: one line
         lock = run_lock.take(out, break_lock=break_lock, log=log)  # before anything is written
     try:
