@@ -32,12 +32,13 @@ reproducible bit for bit on the same machine, torch build and thread count (a te
 from __future__ import annotations
 
 import json
-import math
 import pickle
 import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from mrtpo.models.sft import lr_factor, response_loss
 
 
 @dataclass
@@ -94,24 +95,6 @@ class WarmStartConfig:
             raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
         if not 0 <= self.clean_steps <= self.steps:
             raise ValueError(f"clean_steps must be in [0, steps={self.steps}], got {self.clean_steps}")
-
-
-def lr_factor(
-    step: int, warmup: int, total: int, decay_start: int | None = None, floor: float = 0.1
-) -> float:
-    """Learning-rate multiplier: linear warm-up, constant until ``decay_start``, cosine down to ``floor``.
-
-    ``f(s) = (s + 1) / warmup`` for ``s < warmup``; ``1`` for ``s < decay_start``; then
-    ``floor + (1 - floor) * (1 + cos(pi * p)) / 2`` with ``p = (s - d) / max(1, total - d)`` (clipped
-    to 1) and ``d = max(warmup, decay_start)`` (``decay_start=None``: right after the warm-up).
-    """
-    if step < warmup:
-        return (step + 1) / warmup
-    d = warmup if decay_start is None else max(warmup, decay_start)
-    if step < d:
-        return 1.0
-    progress = min(1.0, (step - d) / max(1, total - d))
-    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 class DemoBatcher:
@@ -187,20 +170,6 @@ class DemoBatcher:
             examples.append(ex)
             responses.append(demonstrate(ex, rng, self.p_meet))
         return self.encode(examples, responses)
-
-
-def response_loss(model, ids, mask, labels):
-    """Mean next-token cross-entropy over the labelled positions.
-
-    ``loss = mean_{(b, t): labels[b, t] != -100} -log p(ids[b, t] | ids[b, < t])``.
-    """
-    import torch.nn.functional as F
-
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]  # [B, W-1, V]
-    target = labels[:, 1:]  # [B, W-1]
-    return F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1), ignore_index=-100
-    )
 
 
 def evaluate_policy(

@@ -112,7 +112,7 @@ def encode_pairs(tok, prompts: list[list[int]], responses: list[list[int]]):
 
 def evaluate(model, tok, task, examples, *, temperature: float, seed: int = 0) -> dict[str, float]:
     """Mean of each SQL reward over sampled (``temperature > 0``) or greedy responses to ``examples``."""
-    from mrtpo.eval.generation import SamplingConfig, TransformersGenerator
+    from mrtpo.models.generation import SamplingConfig, TransformersGenerator
 
     cfg = SamplingConfig(max_new_tokens=40, temperature=temperature, batch_size=64, seed=seed)
     was_training = model.training
@@ -131,7 +131,7 @@ def train_sql_warm_start(config: SqlWarmStartConfig, out_dir: str | Path | None 
     save model, tokenizer and ``warmstart.json`` to ``out_dir``. Returns ``(model, tokenizer, info)``."""
     import torch
 
-    from mrtpo.demo.warmstart import lr_factor, response_loss
+    from mrtpo.models.sft import lr_factor, response_loss
     from mrtpo.models.tiny import build_model
     from mrtpo.tasks.sql import SqlTask
 
