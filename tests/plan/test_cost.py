@@ -224,3 +224,28 @@ def test_verl_runs_its_reference_model_with_a_kl_loss():
     assert plain.setup.beta == 0 and "reference" not in plain.step.phases
     assert kl.setup.beta == 0.001 and kl.step.phases["reference"] == kl.step.phases["rollout pass"]
     assert kl.memory.parts["reference"] == 2 * kl.setup.shape.params() // 8  # FSDP2: a bf16 shard
+
+
+def test_a_model_reward_scorer_and_its_attribution_are_counted():
+    """A 7B reward model beside the SQL recipe: its bf16 weights on every process in every phase; with p2t,
+    one attribution call of it (batch 1, checkpointing, over the longest prompt and completion, 2,048
+    tokens) in the replay phase: mrtpo.attribution's term, 0.72 GiB; none with credit reward."""
+    from mrtpo.attribution import attribution_activation_bytes
+    from mrtpo.plan import plan_recipe
+    from mrtpo.plan.memory import GIB
+    from mrtpo.plan.shapes import model_shape
+    from tests.plan.test_report import ROOT, args
+
+    recipe = str(ROOT / "recipes" / "sql_qwen2.5-coder-7b.yaml")
+    rm = '[{"name": "rm", "model": "Qwen/Qwen2.5-7B-Instruct", "kind": "classifier"}]'
+    plain = plan_recipe(recipe, args())
+    reward = plan_recipe(recipe, args(), ["--task.options.model_rewards", rm])
+    p2t = plan_recipe(recipe, args(), ["--task.options.model_rewards", rm, "--method.credit", "p2t"])
+    shape = model_shape("Qwen/Qwen2.5-7B-Instruct")
+    assert reward.memory.parts["scorers"] == p2t.memory.parts["scorers"] == 2 * shape.params()
+    assert "scorers" not in plain.memory.parts and reward.memory.parts["attribution"] == 0
+    want = attribution_activation_bytes(layers=shape.layers, hidden=shape.hidden, intermediate=shape.intermediate,
+                                        tokens=2048, batch=1, checkpointing=True)  # fmt: skip
+    assert p2t.memory.parts["attribution"] == want and round(want / GIB, 2) == 0.72
+    for phase, v in plain.memory.phases.items():  # the scorer's weights in every phase (with its overhead)
+        assert reward.memory.phases[phase] > v + 2 * shape.params()

@@ -272,11 +272,34 @@ def reference_bytes(s: Setup) -> int:
     return s.weights_dtype_bytes * p
 
 
+def scorer_bytes(s: Setup) -> tuple[int, int]:
+    """The model rewards' scorers on every process: ``(weights, attribution)`` bytes. Each scorer loads whole
+    on each process (bf16), beside the policy; a kind that attributes (:attr:`ReplayKind.scorer_passes`) adds,
+    in the replay phase, the largest scorer's activations of one attribution call
+    (:func:`mrtpo.attribution.attribution_activation_bytes`, over the longest prompt and completion)."""
+    if not s.scorers:
+        return 0, 0
+    from mrtpo.attribution import attribution_activation_bytes
+
+    weights = sum(2 * sh.params() for sh, _, _ in s.scorers)
+    kind = s.replay_kind
+    if kind is None or not kind.scorer_passes:
+        return weights, 0
+    tokens = s.prompt_max + s.max_completion
+    act = max(
+        attribution_activation_bytes(layers=sh.layers, hidden=sh.hidden, intermediate=sh.intermediate,
+                                     tokens=tokens, batch=batch, checkpointing=ckpt)
+        for sh, batch, ckpt in s.scorers
+    )  # fmt: skip
+    return weights, act
+
+
 def memory(s: Setup, replay_sharding: str | None = None, micro_batch: int | None = None,
            checkpointing: bool | None = None) -> Memory:  # fmt: skip
     states, formulas, ds = model_states(s)
     ref = reference_bytes(s)
-    base = sum(states.values()) + ref
+    scorer_weights, attribution = scorer_bytes(s)
+    base = sum(states.values()) + ref + scorer_weights
     gen, kv_tokens, kv_needed = generation(s)
     engine_resident = gen if (s.vllm == "colocate" and not s.vllm_sleeps) else 0
     mode = replay_sharding or s.replay_sharding
@@ -292,10 +315,13 @@ def memory(s: Setup, replay_sharding: str | None = None, micro_batch: int | None
     rep = replay_bytes(s, mode)
     raw = {"generation": base + gen, "training": base + engine_resident + act}
     if s.replays:
-        raw["replay"] = base + engine_resident + rep
+        raw["replay"] = base + engine_resident + max(rep, attribution)  # replay's forwards, then the scorer's
     phases = {k: overhead(v) + v for k, v in raw.items()}
     parts = {**states, "reference": ref, "activations": act, "generation": gen, "replay": rep,
              "overhead": max(overhead(v) for v in raw.values())}  # fmt: skip
+    if s.scorers:
+        parts["scorers"] = scorer_weights
+        parts["attribution"] = attribution
     formulas = {
         **formulas,
         "activations": ("layer inputs + one layer recomputed" if (s.checkpointing if checkpointing is None else checkpointing)
@@ -305,5 +331,8 @@ def memory(s: Setup, replay_sharding: str | None = None, micro_batch: int | None
         "replay": f"{mode}: " + ("gathered model" if mode == "gather" else "head") + " + fp32 head + [chunk, V] blocks",
         "overhead": "CUDA context, NCCL 1.5 GiB + 5 % fragmentation (assumed)",
         "reference": "none (beta = 0)" if not ref else f"beta {s.beta:g}: TRL's reference model, bf16, sharded",
+        **({"scorers": f"{len(s.scorers)} model reward scorer(s), bf16, whole on each process",
+            "attribution": "one attribution call of the largest scorer (replay phase)" if attribution
+            else "none (the credit does not attribute)"} if s.scorers else {}),
     }  # fmt: skip
     return Memory(parts, phases, formulas, ds, mode, kv_tokens, kv_needed)

@@ -23,6 +23,8 @@ ERRORS = {
     "replay": "FPE exact vs ReplayStats; bytes not measured",
     "overhead": "assumed",
     "reference": "formula; not measured",
+    "scorers": "formula (bf16 weights); not measured",
+    "attribution": "formula; 1.1-1.5x under on CPU (scripts/attribution_memory.py)",
     "time": "GPU terms assumed (MFU, bandwidths, per-call times); not measured on a GPU",
     "time_cpu": "CPU: measured rates; within 8 % of mrtpo train's median step, 4 configurations (docs/scale.md)",
 }
@@ -40,7 +42,8 @@ def errors(s: Setup) -> dict[str, str]:
         else ERRORS["states_other"]
     )
     return {"weights": states, "gradients": states, "optimizer": states,
-            **{k: ERRORS[k] for k in ("activations", "generation", "replay", "overhead", "reference")},
+            **{k: ERRORS[k] for k in ("activations", "generation", "replay", "overhead", "reference", "scorers",
+                                      "attribution")},
             "time": ERRORS["time_cpu" if s.cpu is not None else "time"]}  # fmt: skip
 
 
@@ -244,7 +247,9 @@ def assumed_terms(s: Setup) -> list[str]:
     if s.cpu is None:
         out.append(f"MFU {s.mfu:g} of the stated bf16 rate")
         if s.vllm is not None:
-            out.append(f"decode at {device.GPU_DECODE_BANDWIDTH:g} of the HBM bandwidth; no per-call time (CUDA graphs)")
+            out.append(
+                f"decode at {device.GPU_DECODE_BANDWIDTH:g} of the HBM bandwidth; no per-call time (CUDA graphs)"
+            )
             out.append(f"weight sync {cost.INTRA_NODE_BPS / 1e9:g} GB/s in a node, {cost.INTER_NODE_BPS / 1e9:g} "
                        f"across, {cost.GATHER_LATENCY_S * 1e3:g} ms per tensor")  # fmt: skip
         out.append(f"{device.GPU_LAYER_CALL_S * 1e3:g} ms per decoder-layer call of an eager pass")
@@ -272,8 +277,9 @@ def table(plan: Plan) -> str:
         f"{'memory per GPU':22s} {'GiB':>7s}  {'how':56s}  error",
     ]
     err = errors(s)
-    for part in ("weights", "gradients", "optimizer", "reference", "activations", "generation", "replay", "overhead"):
-        if part == "reference" and not m.parts[part]:
+    for part in ("weights", "gradients", "optimizer", "reference", "scorers", "activations", "generation", "replay",
+                 "attribution", "overhead"):  # fmt: skip
+        if part in ("reference", "scorers", "attribution") and not m.parts.get(part):
             continue
         lines.append(f"  {part:20s} {m.parts[part] / GIB:7.2f}  {m.formulas[part][:56]:56s}  {err[part]}")
     if m.deepspeed is not None:
@@ -288,8 +294,11 @@ def table(plan: Plan) -> str:
         for k in plan.knobs:
             lines.append(f"    {k.total_gib:7.1f}  {'fits ' if k.fits else 'over '} {k.change}")
     where = "process (CPU)" if s.cpu is not None else "GPU"
-    lines += ["", f"{'step per ' + where:22s} {'TFLOP':>8s} {'seconds':>8s}  padded to {st.padded_prompt:.0f} + "
-              f"{st.padded_completion:.0f} tokens (longest prompt and completion of a generation batch)"]
+    lines += [
+        "",
+        f"{'step per ' + where:22s} {'TFLOP':>8s} {'seconds':>8s}  padded to {st.padded_prompt:.0f} + "
+        f"{st.padded_completion:.0f} tokens (longest prompt and completion of a generation batch)",
+    ]
     for name, ph in st.phases.items():
         extra = ""
         if name == "replay":

@@ -147,6 +147,9 @@ class Setup:
     prompt_lengths: tuple[int, ...] = ()  # the data's rollout prompt lengths (tokens), when read
     contexts: tuple[Any, ...] = ()  # the data's replay contexts (mrtpo.replay.contexts.Contexts), when read
     cpu: Any = None  # a mrtpo.plan.device.CpuProfile: time the step on this CPU (--device cpu)
+    scorers: tuple[
+        tuple[Shape, int, bool], ...
+    ] = ()  # model rewards: (shape, attribution batch, checkpointing)
 
     @property
     def rows_per_process(self) -> int:
@@ -233,7 +236,9 @@ def trl_setup(recipe: str, pairs: list[tuple[str, Any]], args) -> Setup:
     if cfg.model.get("tiny") is not None:
         shape, data = _tiny_data(cfg)
     elif not cfg.model.get("path"):
-        raise ValueError(f"{recipe}: mrtpo plan needs model.path (a shipped config or a local folder) or model.tiny")
+        raise ValueError(
+            f"{recipe}: mrtpo plan needs model.path (a shipped config or a local folder) or model.tiny"
+        )
     else:
         shape = model_shape(str(cfg.model["path"]))
     gpus, nodes = int(args.gpus), int(args.nodes)
@@ -265,7 +270,10 @@ def trl_setup(recipe: str, pairs: list[tuple[str, Any]], args) -> Setup:
         common["profile"] = _data_profile(common["profile"], data, args)
         common["rollout_tokens"] = args.rollout_tokens or round(sum(data["prompts"]) / len(data["prompts"]))
         common["prompt_max"] = max(data["prompts"])
-        notes.append(f"model.tiny: the plan read the task's {len(data['prompts'])} prompts (lengths and contexts)")
+        notes.append(
+            f"model.tiny: the plan read the task's {len(data['prompts'])} prompts (lengths and contexts)"
+        )
+    scorers = _scorers((cfg.task.get("options") or {}).get("model_rewards") or (), notes)
     return Setup(
         recipe=recipe, engine="trl", shape=shape, processes=processes, sharding=args.sharding or "zero3",
         weights_dtype_bytes=4 if dtype == "float32" or (data and dtype == "auto") else 2, lora=dict(cfg.peft) if cfg.peft else None,
@@ -277,8 +285,34 @@ def trl_setup(recipe: str, pairs: list[tuple[str, Any]], args) -> Setup:
         replay_token_budget=t["replay_token_budget"], replay_kernel=str(t["replay_distance_kernel"]),
         replay_prefix_sharing=bool(t["replay_prefix_sharing"]), replay_projection=str(t["replay_projection_dtype"]),
         notes=notes, beta=float(t.get("beta") or 0.0), prompt_lengths=tuple(data.get("prompts", ())),
-        contexts=tuple(data.get("contexts", ())), cpu=getattr(args, "cpu_profile", None), **common,
+        contexts=tuple(data.get("contexts", ())), cpu=getattr(args, "cpu_profile", None), scorers=scorers,
+        **common,
     )  # fmt: skip
+
+
+def _scorers(specs, notes: list[str]) -> tuple[tuple[Shape, int, bool], ...]:
+    """The model rewards' scorers the plan can size (``task.options.model_rewards``: each local one's shape,
+    attribution batch and checkpointing); a reward server (``url``) holds no memory here, and a scorer whose
+    shape is not known offline is named in a note."""
+    out = []
+    for spec in specs:
+        if not isinstance(spec, dict) or not spec.get("model") or spec.get("model") == "policy":
+            continue
+        try:
+            shape = model_shape(str(spec["model"]))
+        except (FileNotFoundError, ValueError):
+            notes.append(
+                f"model reward {spec.get('name', spec['model'])!r}: its shape is not known offline, not counted"
+            )
+            continue
+        out.append(
+            (
+                shape,
+                int(spec.get("attribution_batch_size", 1)),
+                bool(spec.get("gradient_checkpointing", True)),
+            )
+        )
+    return tuple(out)
 
 
 def _tiny_data(cfg) -> tuple[Shape, dict[str, Any]]:
@@ -295,7 +329,9 @@ def _tiny_data(cfg) -> tuple[Shape, dict[str, Any]]:
     if not examples:
         raise ValueError(f"task {cfg.task['name']!r} loaded no training examples from {d['source']!r}")
     model, tok = _tiny_model_and_tokenizer(cfg.model["tiny"], examples, "float32")
-    shape = Shape.from_config(model.config.to_dict(), "model.tiny", "model.tiny (random, built from the config)")
+    shape = Shape.from_config(
+        model.config.to_dict(), "model.tiny", "model.tiny (random, built from the config)"
+    )
     names = list(task.reward_names)
     seen: dict[str, Any] = {}
     for ex in examples:
