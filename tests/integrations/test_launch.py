@@ -172,8 +172,10 @@ def test_verl_recipes_on_8_gpus_and_on_2_nodes(capsys, recipe):
 
 def test_wait_for_ray_nodes():
     counts = iter([1, 1, 2])
-    assert launch.wait_ray(2, "10.0.0.1:6379", timeout=5, poll=0, count=lambda: next(counts)) == 0
-    assert launch.wait_ray(2, "10.0.0.1:6379", timeout=0, poll=0, count=lambda: 1) == 1
+    from mrtpo.integrations.ray_wait import wait_ray
+
+    assert wait_ray(2, "10.0.0.1:6379", timeout=5, poll=0, count=lambda: next(counts)) == 0
+    assert wait_ray(2, "10.0.0.1:6379", timeout=0, poll=0, count=lambda: 1) == 1
 
 
 BAD = [

@@ -51,7 +51,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -624,7 +623,7 @@ def build_verl(req: Request, raw: dict[str, Any]) -> Launch:
         address = f"{req.main_ip}:{port}"
         if req.node_rank == 0:
             steps.append(Step("Ray head", ["ray", "start", "--head", f"--port={port}", f"--num-gpus={gpus}"]))
-            steps.append(Step("wait for every node", ["python", "-m", "mrtpo.integrations.launch", "wait-ray",
+            steps.append(Step("wait for every node", ["python", "-m", "mrtpo.integrations.ray_wait",
                                                       "--nodes", str(nodes), "--address", address]))  # fmt: skip
             steps.append(Step("verl", argv, {"RAY_ADDRESS": address}))
             notes.append(
@@ -776,49 +775,3 @@ def _stop(proc: subprocess.Popen, grace: float = 30.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
-
-
-# ------------------------------------------------------------------------------------ Ray helper
-
-
-def wait_ray(nodes: int, address: str, timeout: float = 900.0, poll: float = 5.0, count=None) -> int:
-    """Wait until ``nodes`` Ray nodes are alive in the cluster at ``address`` (``count``: a function
-    returning the number alive, for tests); 0 when they are, 1 (with one line) after ``timeout``."""
-    if count is None:
-
-        def count() -> int:
-            import ray
-
-            if not ray.is_initialized():
-                ray.init(address=address, logging_level="ERROR")
-            return sum(1 for n in ray.nodes() if n.get("Alive"))
-
-    t0 = time.monotonic()
-    seen = 0
-    while True:
-        seen = count()
-        if seen >= nodes:
-            print(f"mrtpo launch: {seen} of {nodes} Ray nodes are up", file=sys.stderr)
-            return 0
-        if time.monotonic() - t0 > timeout:
-            print(f"mrtpo launch: only {seen} of {nodes} Ray nodes joined {address} within {timeout:.0f} s; "
-                  "start the other nodes with mrtpo launch ... --node-rank R", file=sys.stderr)  # fmt: skip
-            return 1
-        time.sleep(poll)
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m mrtpo.integrations.launch")
-    sub = p.add_subparsers(dest="command", required=True)
-    w = sub.add_parser("wait-ray", help="wait until every node of a Ray cluster is up")
-    w.add_argument("--nodes", type=int, required=True)
-    w.add_argument("--address", required=True)
-    w.add_argument("--timeout", type=float, default=900.0)
-    a = p.parse_args(argv)
-    return wait_ray(a.nodes, a.address, a.timeout)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
