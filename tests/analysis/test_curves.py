@@ -192,6 +192,9 @@ def test_plot_labels_say_what_the_lines_are(tmp_path, monkeypatch):
     plot_curves({"reward": {"gdpo": one}}, tmp_path / "one.png", thresholds={"reward": 0.5})
     plot_curves({"reward": {"gdpo": one, "mrtpo": two}}, tmp_path / "two.png", threshold_label="level (given)",
                 thresholds={"reward": 0.25})  # fmt: skip
+    plot_curves({"credit/wrap/effective_token_ratio": {"gdpo": one}}, tmp_path / "etr.png",
+                reference={"credit/wrap/effective_token_ratio": 1.0})  # fmt: skip
+    assert "1: uniform token weights" in figs[2].axes[0].get_legend_handles_labels()[1]
     ax_one, ax_two = figs[0].axes[0], figs[1].axes[0]
     assert ax_one.get_ylabel() == "one run per method (no band)"
     assert ax_two.get_ylabel() == "median over runs (seeds), IQR band"

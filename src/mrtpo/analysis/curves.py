@@ -281,7 +281,12 @@ def plot_curves(
             )
         if reference and key in reference:
             v = reference[key]
-            what = "ratio 1: no localization" if key.endswith("/ratio") and v == 1 else f"reference {v:g}"
+            if key.endswith("/ratio") and v == 1:
+                what = "ratio 1: no localization"
+            elif key.endswith("/effective_token_ratio") and v == 1:
+                what = "1: uniform token weights"
+            else:
+                what = f"reference {v:g}"
             ax.axhline(v, color="0.6", ls="--", lw=1, label=what)
         ax.set_title(metric_title(key), fontsize=11)
         ax.set_xlabel("step")
