@@ -210,7 +210,10 @@ def test_train_and_resume_continue_identically(tmp_path, capsys):
         {r["step"] for r in map(json.loads, (full / "samples.jsonl").read_text().splitlines())}
     ) == [1, 2, 3, 4]
     assert len((full / "samples.jsonl").read_text().splitlines()) == len(a)
-    # resuming a run folder without checkpoints is a one-line error
+    # resuming a run folder without checkpoints is a one-line error (one that does not exist: its own line)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("not a run")
+    capsys.readouterr()
     rc = main(["train", recipe, f"--trl.output_dir={tmp_path / 'empty'}", "--resume"])
     assert rc == 2 and "no checkpoint-* folder" in capsys.readouterr().err
 
