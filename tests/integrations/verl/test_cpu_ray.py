@@ -282,7 +282,7 @@ def test_mrtpo_replay_through_ray_equals_replay_in_process(cluster, tok, kind):
     data, perm = _balanced(tok)
     adv = gdpo_advantages(data)
     # the registered method itself: one chunk per DP rank, dispatched and collected by Ray
-    out = cluster.wg.mrtpo_replay(vw.worker_batch(data, adv, kind, vw.ReplayConfig(token_budget=64), KEYS))
+    out = cluster.wg.mrtpo_replay(vw.worker_batch(data, adv, kind, vw.ReplayConfig.from_mapping({"token_budget": 64}), KEYS))
     shards = out.meta_info["metrics"][vw.METRIC_PREFIX + "responses"]
     assert shards == [len(data) // WORLD] * WORLD  # each actor replayed its own half
     # the driver's side, as the compute_advantage hook calls it
