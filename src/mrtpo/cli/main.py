@@ -108,6 +108,7 @@ _INSTALL = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv_given = argv
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     if not argv:  # `mrtpo` alone: the commands
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         return f"mrtpo {' '.join(args._words)}"
 
     try:
-        return int(mod.run(args) or 0)
+        rc = int(mod.run(args) or 0)
     except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:  # user errors: one line
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"{name()}: error: {' '.join(str(msg).split())}", file=sys.stderr)
@@ -144,6 +145,32 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{name()}: interrupted", file=sys.stderr)
         return 130
+    if argv_given is None:  # the process's entry point (not a call from Python)
+        _exit_after_launch(rc)
+    return rc
+
+
+def _exit_after_launch(rc: int) -> None:
+    """End a process of a multi-process launch that closed its process group with ``rc`` without the
+    interpreter's teardown. Its exit handlers run and its output is flushed; what is skipped is the
+    destruction of torch's and DeepSpeed's native objects, where one rank of a finished 2-process ZeRO-3
+    run aborted ("terminate called without an active exception", SIGABRT), failing the launch after its
+    last step and final model were written."""
+    import os
+
+    train = sys.modules.get("mrtpo.cli.train")
+    if train is None or not getattr(train, "ENDED_PROCESS_GROUP", False):
+        return
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    import atexit
+    import logging
+
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 if __name__ == "__main__":

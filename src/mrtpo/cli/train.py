@@ -294,8 +294,14 @@ def _close_process_group(barrier: bool = False) -> None:
     """End the launch's process group before the interpreter exits (several processes): left to the exit,
     its threads can be torn down while still joinable, and one process then aborts ("terminate called without
     an active exception") after a run that finished."""
+    global ENDED_PROCESS_GROUP
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         if barrier:  # after a finished run every process gets here; after Ctrl-C one may not
             dist.barrier()
         dist.destroy_process_group()
+        ENDED_PROCESS_GROUP = True
+
+
+ENDED_PROCESS_GROUP = False
+"""This process ended a launch's process group (``mrtpo.cli.main`` then skips the interpreter's teardown)."""
