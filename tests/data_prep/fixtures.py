@@ -69,3 +69,16 @@ def bird_dev_zip(tmp: Path, dbs=SPIDER_DBS) -> tuple[Path, int]:
         zf.writestr("dev_x/dev_databases.zip", inner.getvalue())
         zf.writestr("__MACOSX/dev_x/._dev.json", "resource fork")
     return archive, len(rows)
+
+
+def train_one_step(task: str, source: Path, out: Path, *extra: str) -> list[dict]:
+    """``mrtpo train`` of the tiny CPU recipe for one step on ``task`` reading the prepared folder ``source``
+    (the recipe's reader, the task's verifier, replay and the optimizer step); the run's samples."""
+    from mrtpo.cli.main import main
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "tiny_cpu.yaml"
+    argv = ["train", str(recipe), "--task.name", task, "--task.options", "{}", "--data.source", str(source)]
+    argv += ["--data.limit", "16", "--trl.max_steps", "1", "--trl.disable_tqdm", "true"]
+    argv += ["--trl.output_dir", str(out), *extra]
+    assert main(argv) == 0
+    return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]

@@ -12,6 +12,7 @@ pytest.importorskip("if_verifiable")
 from mrtpo.cli.main import main
 from mrtpo.tasks import load_task
 from mrtpo.tasks.instruct.data import load_benchmark
+from tests.data_prep.fixtures import train_one_step
 from tests.eval.test_advancedif import ROWS as ADVANCEDIF_ROWS
 from tests.eval.test_muldimif import ROWS as MULDIMIF_ROWS
 from tests.tasks.instruct.test_data import hir_row
@@ -64,6 +65,14 @@ def test_hir16k_archive_counts_subsets_and_the_task_reads_it(tmp_path, capsys):
     with pytest.warns(UserWarning, match="type3"):
         examples = load_task("instruct").load(str(out), split="train")
     assert sorted(e.id for e in examples) == ["a0", "a1", "a3", "b0", "b1"]
+    with pytest.warns(UserWarning, match="type3"):
+        samples = train_one_step("instruct", out, tmp_path / "run")
+    assert samples and all(s["prompt"].startswith("Describe a rainy day.") for s in samples)
+    for s in samples:  # the rows' three constraints: c0 lowercase, c1 the end phrase, c2 no "storm"
+        assert sorted(s["information"]) == ["c0", "c1", "c2"]  # each its span of the prompt
+        assert s["rewards"][3:] == [0.0] * 10  # the task's 13 slots, 10 unused
+        assert s["rewards"][2] == float("storm" not in s["response"].lower())
+        assert s["rewards"][1] == 0.0  # the tiny model's words do not end on "Any other questions?"
 
 
 def test_hir16k_from_a_datasets_folder(tmp_path, capsys):

@@ -10,9 +10,7 @@ import pytest
 from mrtpo.cli.main import main
 from mrtpo.data_prep.common import sha256
 from mrtpo.tasks.sql.data import load_bird, load_sql_dataset
-from tests.data_prep.fixtures import bird_dev_zip, spider_folder, zip_folder
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.data_prep.fixtures import bird_dev_zip, spider_folder, train_one_step, zip_folder
 
 
 def _prepare(*args: str) -> int:
@@ -59,22 +57,7 @@ def test_spider_archive_is_checked_written_and_trained_on(tmp_path, capsys):
     assert _prepare("spider", archive, "--out", out, "--accept-counts") == 2
     assert "exists and is not empty; pass --force" in _one_error_line(capsys)
 
-    run = tmp_path / "run"
-    rc = main(
-        [
-            "train",
-            str(ROOT / "recipes" / "tiny_cpu.yaml"),
-            "--task.name", "sql",
-            "--task.options", "{}",
-            "--data.source", str(out),
-            "--data.limit", "16",
-            "--trl.max_steps", "1",
-            "--trl.disable_tqdm", "true",
-            "--trl.output_dir", str(run),
-        ]
-    )  # fmt: skip
-    assert rc == 0
-    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    samples = train_one_step("sql", out, tmp_path / "run")
     assert samples and all("CREATE TABLE artists" in s["prompt"] for s in samples)  # music: the train db
 
 

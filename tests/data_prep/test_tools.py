@@ -10,6 +10,7 @@ import pytest
 
 from mrtpo.cli.main import main
 from mrtpo.tasks import load_task
+from tests.data_prep.fixtures import train_one_step
 from tests.tasks.tools.test_rewards import ROWS
 
 
@@ -66,6 +67,12 @@ def test_rlla_from_the_repository_archive(tmp_path, capsys):
     assert sorted(manifest["files"]) == ["test.parquet", "train.parquet"]
     examples = load_task("tools").load(str(out), split="train")  # the recipe's reader
     assert [e.id for e in examples] == [f"rlla-train-{i}" for i in range(4)]
+    samples = train_one_step("tools", out, tmp_path / "run")
+    assert samples and all("<user>" in s["prompt"] for s in samples)
+    for s in samples:
+        assert s["reward_names"] == ["format", "correctness"]
+        if "<think>" not in s["response"]:  # no format: each reward's minimum (format 0, correctness -3)
+            assert s["rewards"] == [0.0, -3.0], s
 
 
 def test_rlla_malformed_row(tmp_path, capsys):
