@@ -1,4 +1,4 @@
-"""The end of a process of a multi-process launch (``mrtpo.cli.main._exit_after_launch``)."""
+"""`mrtpo.cli.main`: the end of a process of a multi-process launch (`_exit_after_launch`)."""
 
 from __future__ import annotations
 
