@@ -729,23 +729,10 @@ def gradient_attribution(
     return GradientAttribution(out, done, skipped)
 
 
-def gradient_weights(
-    verifiers: Sequence[Sequence[Any]],
-    examples: Sequence[Any],
-    texts: Sequence[str],
-    ranges: Sequence[Sequence[tuple[int, int]]],
-    advantages: Tensor,
-    width: int,
-    options: P2TOptions | None = None,
-    *,
-    active_tol: float = 1e-8,
-    stats: AttributionStats | None = None,
-) -> tuple[Tensor, Tensor]:
-    """:func:`gradient_attribution`'s ``(weights [B, K, T], attributed [B, K])``; each attributed row has mean
-    1 over its ``T_j`` tokens and 0 beyond."""
-    res = gradient_attribution(
-        verifiers, examples, texts, ranges, advantages, width, options, active_tol=active_tol, stats=stats
-    )
+def gradient_weights(*args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    """:func:`gradient_attribution` (the same arguments)'s ``(weights [B, K, T], attributed [B, K])``; each
+    attributed row has mean 1 over its ``T_j`` tokens and 0 beyond."""
+    res = gradient_attribution(*args, **kwargs)
     return res.weights, res.attributed
 
 

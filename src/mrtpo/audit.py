@@ -271,17 +271,7 @@ def result_parts(
     return out
 
 
-def batch_audit(
-    advantages: Tensor,
-    weights: Tensor | None,
-    mask: Tensor,
-    names: Sequence[str],
-    *,
-    used: Tensor | None = None,
-    token_ids: Tensor | None = None,
-    local: Tensor | None = None,
-    rows: Sequence[str] | None = None,
-) -> dict[str, float]:
+def batch_audit(*args: Any, **kwargs: Any) -> dict[str, float]:
     """The audit metrics of one batch (one process), keyed ``credit/<reward>/<metric>``: the values of
     :func:`audit_parts` (same arguments), ``sum / count``.
 
@@ -290,9 +280,7 @@ def batch_audit(
         used response, ``gini``, ``effective_token_ratio`` (means over the used responses) and
         ``top_token_repeat``.
     """
-    parts = audit_parts(
-        advantages, weights, mask, names, used=used, token_ids=token_ids, local=local, rows=rows
-    )
+    parts = audit_parts(*args, **kwargs)
     return {key: s / c for key, (s, c) in parts.items() if c > 0}
 
 

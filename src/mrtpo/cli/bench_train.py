@@ -336,6 +336,16 @@ def _runs(args: argparse.Namespace, bench: _Bench, tmp: str, timed_mrtpo: type) 
         fn.__name__ = task.reward_names[k]
         return fn
 
+    def mrtpo_run(trainer_class: type, name: str, method: dict, **options) -> Callable:
+        """Make an MRTPOTrainer-like run ``name`` of the method block ``method`` (no run files)."""
+        return lambda: trainer_class(
+            bench.model(),
+            args=MRTPOConfig(output_dir=f"{tmp}/{name}", method=method, run_files=False, **options, **common),
+            task=task,
+            train_dataset=examples,
+            processing_class=tok,
+        )
+
     return [
         (
             "trl_gdpo",
@@ -349,33 +359,15 @@ def _runs(args: argparse.Namespace, bench: _Bench, tmp: str, timed_mrtpo: type) 
         ),
         (
             "gdpo",
-            lambda: MRTPOTrainer(
-                bench.model(),
-                args=MRTPOConfig(
-                    output_dir=f"{tmp}/gdpo",
-                    method={"method": "gdpo", "options": {"eps": 1e-4}, "credit": "none"},
-                    run_files=False,
-                    **common,
-                ),
-                task=task,
-                train_dataset=examples,
-                processing_class=tok,
-            ),
+            mrtpo_run(MRTPOTrainer, "gdpo", {"method": "gdpo", "options": {"eps": 1e-4}, "credit": "none"}),
         ),
         (
             "mrtpo",
-            lambda: timed_mrtpo(
-                bench.model(),
-                args=MRTPOConfig(
-                    output_dir=f"{tmp}/mrtpo",
-                    method={"method": args.method, "credit": args.credit},
-                    run_files=False,
-                    log_localization=False,  # analysis logging, not part of the method's cost
-                    **common,
-                ),
-                task=task,
-                train_dataset=examples,
-                processing_class=tok,
+            mrtpo_run(
+                timed_mrtpo,
+                "mrtpo",
+                {"method": args.method, "credit": args.credit},
+                log_localization=False,  # analysis logging, not part of the method's cost
             ),
         ),
     ]

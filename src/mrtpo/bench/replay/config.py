@@ -113,3 +113,19 @@ class BenchConfig:
     def skipped(self) -> set[tuple[int, int]]:
         """The (response, reward) pairs skipped: the first ``skip`` in row-major order."""
         return {divmod(i, self.k) for i in range(self.skip)}
+
+
+def runnable_kernels(cfg: BenchConfig) -> tuple[list[str], dict[str, str]]:
+    """The kernels of ``cfg.kernels`` that can run on ``cfg.device`` here, and why each other one cannot
+    (kernel -> the message of :func:`mrtpo.distance.resolve_kernel`), in ``cfg.kernels`` order."""
+    from mrtpo import distance
+
+    kernels: list[str] = []
+    errors: dict[str, str] = {}
+    for k in cfg.kernels:
+        try:
+            distance.resolve_kernel(k, cfg.device)
+            kernels.append(k)
+        except ValueError as e:
+            errors[k] = str(e)
+    return kernels, errors

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mrtpo.bench.replay.config import GEN_PROMPT_TOKENS, BenchConfig
+from mrtpo.bench.replay.config import GEN_PROMPT_TOKENS, BenchConfig, runnable_kernels
 from mrtpo.bench.replay.p2t import p2t_lines
 from mrtpo.bench.replay.variants import run_replay_variant
 
@@ -269,16 +269,8 @@ def run_bench(cfg: BenchConfig, *, progress: bool = True) -> BenchResult:
     left out with a note that gives the reason."""
     import torch
 
-    from mrtpo import distance
-
-    notes: list[str] = []
-    kernels = []
-    for k in cfg.kernels:
-        try:
-            distance.resolve_kernel(k, cfg.device)
-            kernels.append(k)
-        except ValueError as e:
-            notes.append(f"kernel {k} left out: {e}")
+    kernels, errors = runnable_kernels(cfg)
+    notes = [f"kernel {k} left out: {e}" for k, e in errors.items()]
     if not kernels:
         raise ValueError(f"none of the kernels {list(cfg.kernels)} can run here: {'; '.join(notes)}")
     if tuple(kernels) != cfg.kernels:

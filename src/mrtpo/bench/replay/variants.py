@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mrtpo.bench.replay.config import GEN_PROMPT_TOKENS, BenchConfig
+from mrtpo.bench.replay.config import GEN_PROMPT_TOKENS, BenchConfig, runnable_kernels
 
 
 def make_data(cfg: BenchConfig) -> tuple[list[int], list[list[int]], list[list[int]]]:
@@ -309,14 +309,8 @@ def vocab_work(cfg: BenchConfig, model, full, loo, responses, hidden_full) -> di
     head = head_of(model)
     w = head.weight.detach().float()
     ks = [k for k in range(len(loo)) if (0, k) not in cfg.skipped()]
-    out: dict[str, Any] = {}
-    kernels = []
-    for kernel in cfg.kernels:
-        try:
-            distance.resolve_kernel(kernel, cfg.device)
-            kernels.append(kernel)
-        except ValueError as e:
-            out[kernel] = {"error": str(e)}
+    kernels, errors = runnable_kernels(cfg)
+    out: dict[str, Any] = {k: {"error": e} for k, e in errors.items()}
     if not ks or not kernels:
         return out
     hp = hidden_full[0].float()  # [T, H]

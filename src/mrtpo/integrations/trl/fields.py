@@ -22,6 +22,25 @@ from typing import Any, Literal
 
 from mrtpo.method import MethodConfig
 
+DEPRECATED = {
+    "advantage_method": "method.method",
+    "advantage_options": "method.options",
+    "credit": "method.credit",
+    "credit_beta": "method.credit_beta",
+    "cort_ramp_steps": "method.ramp_steps",
+    "rlsd_eps": "method.credit_options.eps",
+    "rlsd_negative_only": "method.credit_options.negative_only",
+    "rlsd_warmup_steps": "method.credit_options.warmup_steps",
+    "rlsd_decay_steps": "method.credit_options.decay_steps",
+}
+"""The deprecated fields (the flat method fields of earlier versions) and their spelling now."""
+
+
+def _deprecated(name: str) -> dict[str, str]:
+    """The metadata of the deprecated alias ``name``: its help names the spelling now."""
+    return {"help": f"Deprecated: {DEPRECATED[name]}."}
+
+
 LOSSES = ("policy", "opsd")
 
 
@@ -126,40 +145,15 @@ class MRTPOFields:
         },
     )
     # ---- deprecated aliases of the method block (None: not given); removed in the next release
-    advantage_method: str | None = field(default=None, metadata={"help": "Deprecated: method.method."})
-    advantage_options: dict | str | None = field(
-        default=None, metadata={"help": "Deprecated: method.options."}
-    )
-    credit: str | None = field(default=None, metadata={"help": "Deprecated: method.credit."})
-    credit_beta: float | None = field(
-        default=None,
-        metadata={"help": "Deprecated: method.credit_beta."},
-    )
-    cort_ramp_steps: int | None = field(default=None, metadata={"help": "Deprecated: method.ramp_steps."})
-    rlsd_eps: float | None = field(
-        default=None,
-        metadata={
-            "help": "Deprecated: method.credit_options.eps.",
-        },
-    )
-    rlsd_negative_only: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Deprecated: method.credit_options.negative_only.",
-        },
-    )
-    rlsd_warmup_steps: int | None = field(
-        default=None,
-        metadata={
-            "help": "Deprecated: method.credit_options.warmup_steps.",
-        },
-    )
-    rlsd_decay_steps: int | None = field(
-        default=None,
-        metadata={
-            "help": "Deprecated: method.credit_options.decay_steps.",
-        },
-    )
+    advantage_method: str | None = field(default=None, metadata=_deprecated("advantage_method"))
+    advantage_options: dict | str | None = field(default=None, metadata=_deprecated("advantage_options"))
+    credit: str | None = field(default=None, metadata=_deprecated("credit"))
+    credit_beta: float | None = field(default=None, metadata=_deprecated("credit_beta"))
+    cort_ramp_steps: int | None = field(default=None, metadata=_deprecated("cort_ramp_steps"))
+    rlsd_eps: float | None = field(default=None, metadata=_deprecated("rlsd_eps"))
+    rlsd_negative_only: bool | None = field(default=None, metadata=_deprecated("rlsd_negative_only"))
+    rlsd_warmup_steps: int | None = field(default=None, metadata=_deprecated("rlsd_warmup_steps"))
+    rlsd_decay_steps: int | None = field(default=None, metadata=_deprecated("rlsd_decay_steps"))
 
 
 CONFIG_KEYS = {
@@ -180,19 +174,6 @@ CONFIG_KEYS = {
 }
 """Where a ``mrtpo train`` config writes each field (``section.key``). (Kept apart from the fields' metadata:
 transformers' ``HfArgumentParser`` passes a field's metadata to argparse.)"""
-
-DEPRECATED = {
-    "advantage_method": "method.method",
-    "advantage_options": "method.options",
-    "credit": "method.credit",
-    "credit_beta": "method.credit_beta",
-    "cort_ramp_steps": "method.ramp_steps",
-    "rlsd_eps": "method.credit_options.eps",
-    "rlsd_negative_only": "method.credit_options.negative_only",
-    "rlsd_warmup_steps": "method.credit_options.warmup_steps",
-    "rlsd_decay_steps": "method.credit_options.decay_steps",
-}
-"""The deprecated fields (the flat method fields of earlier versions) and their spelling now."""
 
 
 def option_fields() -> list[dataclasses.Field]:

@@ -298,26 +298,6 @@ def compact_progress_callback(disable_tqdm: bool):
     from transformers import ProgressCallback
 
     class CompactProgress(ProgressCallback):
-        def on_train_begin(self, args, state, control, **kwargs):
-            if not disable_tqdm:
-                super().on_train_begin(args, state, control, **kwargs)
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if not disable_tqdm:
-                super().on_step_end(args, state, control, **kwargs)
-
-        def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
-            if not disable_tqdm:
-                super().on_prediction_step(args, state, control, eval_dataloader, **kwargs)
-
-        def on_evaluate(self, args, state, control, **kwargs):
-            if not disable_tqdm:
-                super().on_evaluate(args, state, control, **kwargs)
-
-        def on_predict(self, args, state, control, **kwargs):
-            if not disable_tqdm:
-                super().on_predict(args, state, control, **kwargs)
-
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not state.is_world_process_zero or not logs:
                 return
@@ -327,10 +307,25 @@ def compact_progress_callback(disable_tqdm: bool):
             else:
                 print(line, flush=True)
 
-        def on_train_end(self, args, state, control, **kwargs):
-            if not disable_tqdm:
-                super().on_train_end(args, state, control, **kwargs)
+    def bars_only(name: str):
+        """ProgressCallback's event ``name`` (its tqdm bars), skipped with ``disable_tqdm``."""
 
+        def event(self, args, state, control, *rest, **kwargs):
+            if not disable_tqdm:
+                getattr(ProgressCallback, name)(self, args, state, control, *rest, **kwargs)
+
+        event.__name__ = event.__qualname__ = name
+        return event
+
+    for name in (
+        "on_train_begin",
+        "on_step_end",
+        "on_prediction_step",
+        "on_evaluate",
+        "on_predict",
+        "on_train_end",
+    ):
+        setattr(CompactProgress, name, bars_only(name))
     return CompactProgress()
 
 
