@@ -216,57 +216,21 @@ def imperfect_seed(config_seed: int, warm_start: int) -> int:
     return 1_000_003 * (warm_start + 1) + config_seed
 
 
-def _train_steps(config, model, opt, sched, batcher, rng, steps, *, progress, desc, probe_set, curve, losses):
-    """Optimizer steps ``steps`` (a range of global step indices), one fresh batch each."""
-
-    it = steps
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(steps, desc=desc, unit="step")
-    tok = batcher.tok
-    model.train()
-    for step in it:
-        batcher.p_meet = 1.0 if step < config.clean_steps else config.p_meet
-        ids, mask, labels = batcher.sample(rng, config.batch_size)
-        losses.append(sft_step(model, opt, sched, ids, mask, labels))
-        if progress and len(losses) % 50 == 0:
-            it.set_postfix(loss=f"{sum(losses[-50:]) / 50:.3f}")
-        if config.eval_every and (step + 1) % config.eval_every == 0:
-            probe, _ = evaluate_policy(model, tok, probe_set, temperature=1.0, seed=step)
-            curve.append({"step": step + 1, "loss": sum(losses[-50:]) / len(losses[-50:]), **probe})
-            model.train()
-
-
 def _phase(config, tok, state, *, p_meet, seed, steps, desc, progress):
     """One phase of a warm start, under the torch seed ``config.seed``: a new model and optimizer
-    (loaded from ``state``, a saved copy phase, unless None), then :func:`_train_steps` over ``steps``
-    on demonstrations drawn from ``random.Random(seed)``. Returns ``(model, opt, sched, curve, losses)``."""
+    (loaded from ``state``, a saved copy phase, unless None), then one optimizer step on a fresh batch
+    of demonstrations drawn from ``random.Random(seed)`` for each of ``steps`` (a range of global step
+    indices). Returns ``(model, opt, sched, curve, losses)``."""
     import torch
 
     from mrtpo.tasks.toy import generate_examples
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        model = new_model(
-            tok,
-            seed=config.seed,
-            hidden_size=config.hidden_size,
-            num_layers=config.num_layers,
-            num_heads=config.num_heads,
-            num_kv_heads=config.num_kv_heads,
-            max_positions=64,
-        )
+        model = new_model(tok, config, max_positions=64)
         if state is not None:
             model.load_state_dict(state["model"])
-        opt, sched = new_optimizer(
-            model,
-            lr=config.lr,
-            weight_decay=config.weight_decay,
-            warmup=config.warmup_steps,
-            total=config.steps,
-            decay_start=config.clean_steps,
-        )
+        opt, sched = new_optimizer(model, config, decay_start=config.clean_steps)
         if state is not None:
             opt.load_state_dict(state["optimizer"])
             sched.load_state_dict(state["scheduler"])
@@ -277,20 +241,22 @@ def _phase(config, tok, state, *, p_meet, seed, steps, desc, progress):
         probe_set = generate_examples(64, seed=30_000 + config.seed) if config.eval_every else []
         curve: list[dict] = [] if state is None else list(state["curve"])
         losses: list[float] = [] if state is None else list(state["losses"])
-        _train_steps(
-            config,
-            model,
-            opt,
-            sched,
-            batcher,
-            rng,
-            steps,
-            progress=progress,
-            desc=desc,
-            probe_set=probe_set,
-            curve=curve,
-            losses=losses,
-        )
+        it = steps
+        if progress:
+            from tqdm.auto import tqdm
+
+            it = tqdm(steps, desc=desc, unit="step")
+        model.train()
+        for step in it:
+            batcher.p_meet = 1.0 if step < config.clean_steps else config.p_meet
+            ids, mask, labels = batcher.sample(rng, config.batch_size)
+            losses.append(sft_step(model, opt, sched, ids, mask, labels))
+            if progress and len(losses) % 50 == 0:
+                it.set_postfix(loss=f"{sum(losses[-50:]) / 50:.3f}")
+            if config.eval_every and (step + 1) % config.eval_every == 0:
+                probe, _ = evaluate_policy(model, tok, probe_set, temperature=1.0, seed=step)
+                curve.append({"step": step + 1, "loss": sum(losses[-50:]) / len(losses[-50:]), **probe})
+                model.train()
     return model, opt, sched, curve, losses
 
 

@@ -43,28 +43,32 @@ def response_loss(model, ids, mask, labels):
     )
 
 
-def new_model(tok, *, seed: int, **sizes):
-    """A float32 tiny model (:func:`mrtpo.models.tiny.build_model` with ``sizes``) over ``tok``'s
-    vocabulary whose generation ends and pads with ``tok``'s tokens."""
+def new_model(tok, config, *, max_positions: int):
+    """A float32 tiny model (:func:`mrtpo.models.tiny.build_model`) over ``tok``'s vocabulary whose
+    generation ends and pads with ``tok``'s tokens. ``config``: a warm start's settings (``hidden_size``,
+    ``num_layers``, ``seed``; ``num_heads``, ``num_kv_heads`` where it has them, else the tiny model's)."""
     import torch
 
     from mrtpo.models.tiny import build_model
 
-    model = build_model(len(tok), **sizes, seed=seed, dtype=torch.float32)
+    shape = ("hidden_size", "num_layers", "num_heads", "num_kv_heads")
+    sizes = {k: getattr(config, k) for k in shape if hasattr(config, k)}
+    model = build_model(len(tok), **sizes, max_positions=max_positions, seed=config.seed, dtype=torch.float32)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     return model
 
 
-def new_optimizer(
-    model, *, lr: float, weight_decay: float, warmup: int, total: int, decay_start: int | None = None
-):
-    """``(AdamW, LambdaLR)`` of a warm start: betas (0.9, 0.98), the rate shaped by :func:`lr_factor`."""
+def new_optimizer(model, config, *, decay_start: int | None = None):
+    """``(AdamW, LambdaLR)`` of a warm start with settings ``config`` (``lr``, ``weight_decay``,
+    ``warmup_steps``, ``steps``): betas (0.9, 0.98), the rate shaped by :func:`lr_factor`."""
     import torch
 
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98)
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_factor(s, warmup, total, decay_start=decay_start)
+        opt, lambda s: lr_factor(s, config.warmup_steps, config.steps, decay_start=decay_start)
     )
     return opt, sched
 

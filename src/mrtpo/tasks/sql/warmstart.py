@@ -153,20 +153,8 @@ def train_sql_warm_start(config: SqlWarmStartConfig, out_dir: str | Path | None 
         rng = random.Random(config.seed)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
-            model = new_model(
-                tok,
-                seed=config.seed,
-                hidden_size=config.hidden_size,
-                num_layers=config.num_layers,
-                max_positions=512,
-            )
-            opt, sched = new_optimizer(
-                model,
-                lr=config.lr,
-                weight_decay=config.weight_decay,
-                warmup=config.warmup_steps,
-                total=config.steps,
-            )
+            model = new_model(tok, config, max_positions=512)
+            opt, sched = new_optimizer(model, config)
             model.train()
             losses = []
             for _ in range(config.steps):
