@@ -100,11 +100,19 @@ def _cat(name: str, plural: str, values: tuple[str, ...]) -> Col:
 
 
 def _table(
-    name: str, singular: str, label: str, labels: tuple[str, ...], cols: tuple[Col, ...], **links
+    names: str,
+    labels: tuple[str, ...],
+    cols: tuple[Col, ...],
+    link: tuple[str, str, str] | None = None,
+    childless: int = 0,
+    label_phrase: str | None = None,
 ) -> Table:
-    """A table named in questions by its own name (``name`` is the plural), its label column by its own
-    name; ``links``: the other :class:`Table` fields."""
-    return Table(name, singular, name, label, label, labels, cols, **links)
+    """A table from ``names`` = "name singular label" (``name`` is its plural in questions; ``label``
+    its label column's phrase unless ``label_phrase``) and ``link`` = ``(parent, fk, rel)`` (None: no
+    parent)."""
+    name, singular, label = names.split()
+    parent, fk, rel = link or (None, None, "")
+    return Table(name, singular, name, label, label_phrase or label, labels, cols, parent, fk, rel, childless)
 
 
 def specs(rng: random.Random) -> list[Database]:
@@ -113,9 +121,7 @@ def specs(rng: random.Random) -> list[Database]:
         "train",
         (
             _table(
-                "departments",
-                "department",
-                "name",
+                "departments department name",
                 (
                     "Mathematics",
                     "Physics",
@@ -136,24 +142,18 @@ def specs(rng: random.Random) -> list[Database]:
                 childless=1,
             ),
             _table(
-                "teachers",
-                "teacher",
-                "name",
+                "teachers teacher name",
                 _people(rng, 24),
                 (
                     Col("age", "num", "age", lo=28, hi=66, aggs=("avg", "max", "min")),
                     Col("salary", "num", "salary", lo=40000, hi=130000, step=250),
                     _cat("city", "cities", CITIES),
                 ),
-                parent="departments",
-                fk="department_id",
-                rel="in the {v} department",
+                link=("departments", "department_id", "in the {v} department"),
                 childless=2,
             ),
             _table(
-                "courses",
-                "course",
-                "title",
+                "courses course title",
                 tuple(
                     f"{s} {lvl}"
                     for s in (
@@ -175,9 +175,7 @@ def specs(rng: random.Random) -> list[Database]:
                     Col("capacity", "num", "capacity", lo=15, hi=300),
                     _cat("level", "levels", ("intro", "intermediate", "advanced")),
                 ),
-                parent="teachers",
-                fk="teacher_id",
-                rel="taught by {v}",
+                link=("teachers", "teacher_id", "taught by {v}"),
             ),
         ),
         chain=("courses", "teachers", "departments", "taught by teachers in the {v} department"),
@@ -188,9 +186,7 @@ def specs(rng: random.Random) -> list[Database]:
         "train",
         (
             _table(
-                "categories",
-                "category",
-                "name",
+                "categories category name",
                 tuple(STORE_PRODUCTS),
                 (
                     Col("floor", "num", "floor", lo=1, hi=4, aggs=("max", "min")),
@@ -199,33 +195,25 @@ def specs(rng: random.Random) -> list[Database]:
                 childless=1,
             ),
             _table(
-                "products",
-                "product",
-                "name",
+                "products product name",
                 product_labels,
                 (
                     Col("price", "num", "price", sql_type="REAL", lo=2, hi=900, step=0.01),
                     Col("stock", "num", "stock", lo=0, hi=500),
                     _cat("brand", "brands", ("Acme", "Globex", "Initech", "Umbrella")),
                 ),
-                parent="categories",
-                fk="category_id",
-                rel="in the {v} category",
+                link=("categories", "category_id", "in the {v} category"),
                 childless=3,
             ),
             _table(
-                "orders",
-                "order",
-                "code",
+                "orders order code",
                 tuple(f"ORD-{1001 + i}" for i in range(36)),
                 (
                     Col("quantity", "num", "quantity", "quantities", lo=1, hi=12),
                     Col("order_year", "num", "order year", lo=2019, hi=2024, aggs=("avg", "max", "min")),
                     _cat("status", "statuses", ("pending", "shipped", "delivered", "cancelled")),
                 ),
-                parent="products",
-                fk="product_id",
-                rel="for the product {v}",
+                link=("products", "product_id", "for the product {v}"),
             ),
         ),
         chain=("orders", "products", "categories", "for products in the {v} category"),
@@ -235,9 +223,7 @@ def specs(rng: random.Random) -> list[Database]:
         "train",
         (
             _table(
-                "authors",
-                "author",
-                "name",
+                "authors author name",
                 _people(rng, 12),
                 (
                     _cat("country", "countries", ("USA", "UK", "France", "Japan", "Brazil")),
@@ -246,9 +232,7 @@ def specs(rng: random.Random) -> list[Database]:
                 childless=2,
             ),
             _table(
-                "books",
-                "book",
-                "title",
+                "books book title",
                 _titles(rng, 30),
                 (
                     _cat("genre", "genres", ("fiction", "mystery", "science", "history", "poetry")),
@@ -263,9 +247,7 @@ def specs(rng: random.Random) -> list[Database]:
                     ),
                     Col("price", "num", "price", sql_type="REAL", lo=5, hi=60, step=0.01),
                 ),
-                parent="authors",
-                fk="author_id",
-                rel="written by {v}",
+                link=("authors", "author_id", "written by {v}"),
             ),
         ),
     )
@@ -274,9 +256,7 @@ def specs(rng: random.Random) -> list[Database]:
         "train",
         (
             _table(
-                "artists",
-                "artist",
-                "name",
+                "artists artist name",
                 (
                     "The Comets",
                     "Blue Orchid",
@@ -296,33 +276,25 @@ def specs(rng: random.Random) -> list[Database]:
                 childless=1,
             ),
             _table(
-                "albums",
-                "album",
-                "title",
+                "albums album title",
                 _titles(rng, 24, "{a} {b}"),
                 (
                     Col("release_year", "num", "release year", lo=1970, hi=2023, aggs=("avg", "max", "min")),
                     Col("sales", "num", "sales", lo=1000, hi=5000000, step=1000),
                     _cat("genre", "genres", ("rock", "pop", "jazz", "electronic", "folk")),
                 ),
-                parent="artists",
-                fk="artist_id",
-                rel="by {v}",
+                link=("artists", "artist_id", "by {v}"),
                 childless=2,
             ),
             _table(
-                "songs",
-                "song",
-                "title",
+                "songs song title",
                 _titles(rng, 40, "{b} of the {a}"),
                 (
                     Col("duration", "num", "duration in seconds", lo=120, hi=480),
                     Col("plays", "num", "number of plays", lo=0, hi=10000000),
                     _cat("mood", "moods", ("calm", "energetic", "sad", "happy")),
                 ),
-                parent="albums",
-                fk="album_id",
-                rel="on the album {v}",
+                link=("albums", "album_id", "on the album {v}"),
             ),
         ),
         chain=("songs", "albums", "artists", "on albums by {v}"),
@@ -332,9 +304,7 @@ def specs(rng: random.Random) -> list[Database]:
         "dev",
         (
             _table(
-                "airports",
-                "airport",
-                "name",
+                "airports airport name",
                 (
                     "Harbor Point International",
                     "Red Valley Airport",
@@ -354,21 +324,16 @@ def specs(rng: random.Random) -> list[Database]:
                 ),
                 childless=1,
             ),
-            Table(
-                "flights",
-                "flight",
-                "flights",
-                "flight_number",
-                "flight number",
+            _table(
+                "flights flight flight_number",
                 tuple(f"MR{100 + 7 * i}" for i in range(36)),
                 (
                     Col("distance", "num", "distance", lo=150, hi=9000),
                     Col("price", "num", "ticket price", sql_type="REAL", lo=49, hi=1500, step=0.01),
                     _cat("status", "statuses", ("on time", "delayed", "cancelled")),
                 ),
-                parent="airports",
-                fk="origin_airport_id",
-                rel="departing from {v}",
+                link=("airports", "origin_airport_id", "departing from {v}"),
+                label_phrase="flight number",
             ),
         ),
         cap=60,
@@ -378,9 +343,7 @@ def specs(rng: random.Random) -> list[Database]:
         "dev",
         (
             _table(
-                "doctors",
-                "doctor",
-                "name",
+                "doctors doctor name",
                 _people(rng, 9),
                 (
                     _cat(
@@ -400,9 +363,7 @@ def specs(rng: random.Random) -> list[Database]:
                 childless=1,
             ),
             _table(
-                "patients",
-                "patient",
-                "name",
+                "patients patient name",
                 _people(rng, 30),
                 (
                     Col("age", "num", "age", lo=1, hi=95, aggs=("avg", "max", "min")),
@@ -418,24 +379,18 @@ def specs(rng: random.Random) -> list[Database]:
                         aggs=("avg", "max", "min"),
                     ),
                 ),
-                parent="doctors",
-                fk="doctor_id",
-                rel="treated by {v}",
+                link=("doctors", "doctor_id", "treated by {v}"),
                 childless=4,
             ),
             _table(
-                "visits",
-                "visit",
-                "code",
+                "visits visit code",
                 tuple(f"V-{501 + 3 * i}" for i in range(45)),
                 (
                     Col("cost", "num", "cost", sql_type="REAL", lo=20, hi=2500, step=0.01),
                     Col("visit_year", "num", "visit year", lo=2015, hi=2024, aggs=("avg", "max", "min")),
                     _cat("reason", "reasons", ("checkup", "injury", "follow-up", "surgery")),
                 ),
-                parent="patients",
-                fk="patient_id",
-                rel="made by {v}",
+                link=("patients", "patient_id", "made by {v}"),
             ),
         ),
         chain=("visits", "patients", "doctors", "made by patients treated by {v}"),
