@@ -216,15 +216,23 @@ def imperfect_seed(config_seed: int, warm_start: int) -> int:
     return 1_000_003 * (warm_start + 1) + config_seed
 
 
-def _phase(config, tok, state, *, p_meet, seed, steps, desc, progress):
-    """One phase of a warm start, under the torch seed ``config.seed``: a new model and optimizer
-    (loaded from ``state``, a saved copy phase, unless None), then one optimizer step on a fresh batch
-    of demonstrations drawn from ``random.Random(seed)`` for each of ``steps`` (a range of global step
-    indices). Returns ``(model, opt, sched, curve, losses)``."""
+def _phase(config, tok, state=None, warm_start: int = 0, *, progress: bool):
+    """One phase of a warm start, under the torch seed ``config.seed``: the copy phase (``state`` None:
+    a new model and optimizer, demonstrations from ``random.Random(config.seed)`` that meet every
+    constraint) or warm start ``warm_start``'s imperfect phase (the model and optimizer loaded from
+    ``state``, a saved copy phase; demonstrations from :func:`imperfect_seed`), one optimizer step on a
+    fresh batch each. Returns ``(model, opt, sched, curve, losses)``."""
     import torch
 
     from mrtpo.tasks.toy import generate_examples
 
+    if state is None:
+        p_meet, seed, steps = 1.0, config.seed, range(config.clean_steps)
+        desc = "warm start: copy phase (SFT)"
+    else:
+        p_meet, seed = config.p_meet, imperfect_seed(config.seed, warm_start)
+        steps = range(config.clean_steps, config.steps)
+        desc = f"warm start {warm_start}: imperfect phase (SFT)"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         model = new_model(tok, config, max_positions=64)
@@ -275,16 +283,7 @@ def train_copy_phase(config: WarmStartConfig, out_dir: str | Path, *, progress: 
 
     tok = build_toy_tokenizer()
     t0 = time.perf_counter()
-    model, opt, sched, curve, losses = _phase(
-        config,
-        tok,
-        None,
-        p_meet=1.0,
-        seed=config.seed,
-        steps=range(config.clean_steps),
-        desc="warm start: copy phase (SFT)",
-        progress=progress,
-    )
+    model, opt, sched, curve, losses = _phase(config, tok, progress=progress)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "copy_phase.pt"
@@ -340,16 +339,7 @@ def train_imperfect_phase(
         raise ValueError(f"{copy_phase} was trained with other warm-start settings (differs in {changed})")
     tok = build_toy_tokenizer()
     t0 = time.perf_counter()
-    model, _, _, curve, losses = _phase(
-        config,
-        tok,
-        state,
-        p_meet=config.p_meet,
-        seed=imperfect_seed(config.seed, warm_start),
-        steps=range(config.clean_steps, config.steps),
-        desc=f"warm start {warm_start}: imperfect phase (SFT)",
-        progress=progress,
-    )
+    model, _, _, curve, losses = _phase(config, tok, state, warm_start, progress=progress)
     seconds = time.perf_counter() - t0
     model.eval()
     test = generate_examples(config.eval_examples, seed=10_000 + config.seed)
