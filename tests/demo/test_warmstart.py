@@ -9,14 +9,8 @@ import random
 import pytest
 import torch
 
-from mrtpo.demo.warmstart import (
-    DemoBatcher,
-    WarmStartConfig,
-    load_warm_start,
-    lr_factor,
-    response_loss,
-    train_warm_start,
-)
+from mrtpo.demo.warmstart import DemoBatcher, WarmStartConfig, load_warm_start, train_warm_start
+from mrtpo.models.sft import lr_factor, new_model, new_optimizer, response_loss, sft_step
 from mrtpo.tasks.toy import build_toy_tokenizer, generate_examples, make_example
 
 
@@ -84,6 +78,35 @@ def test_response_loss_matches_a_loop(tok):
         if labels[i, t] != -100
     ]
     assert got.item() == pytest.approx(sum(terms) / len(terms), rel=1e-5)
+
+
+def test_sft_helpers_build_and_step_as_the_warm_starts_train(tok):
+    """new_model: the config's sizes (heads: the tiny model's defaults when the config has none), eos and
+    pad of the tokenizer; new_optimizer: AdamW whose rate follows lr_factor; sft_step: one clipped step
+    that returns the loss before it."""
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(
+        hidden_size=32, num_layers=1, seed=1, lr=0.01, weight_decay=0.0, warmup_steps=2, steps=6
+    )
+    model = new_model(tok, config, max_positions=64)
+    assert (model.config.hidden_size, model.config.num_hidden_layers) == (32, 1)
+    assert (model.config.num_attention_heads, model.config.num_key_value_heads) == (4, 2)
+    assert model.generation_config.eos_token_id == tok.eos_token_id
+    assert model.generation_config.pad_token_id == tok.pad_token_id
+    assert next(model.parameters()).dtype == torch.float32
+    opt, sched = new_optimizer(model, config, decay_start=3)
+    assert opt.param_groups[0]["betas"] == (0.9, 0.98)
+    rates = []
+    ids, mask, labels = DemoBatcher(tok).sample(random.Random(3), 4)
+    for _ in range(5):
+        rates.append(opt.param_groups[0]["lr"])
+        with torch.no_grad():
+            before = response_loss(model, ids, mask, labels).item()
+        assert sft_step(model, opt, sched, ids, mask, labels) == pytest.approx(before, rel=1e-5)
+    assert rates == pytest.approx([0.01 * lr_factor(s, 2, 6, decay_start=3) for s in range(5)])
+    with torch.no_grad():
+        assert response_loss(model, ids, mask, labels).item() < before  # five steps on one batch
 
 
 def test_config_errors():

