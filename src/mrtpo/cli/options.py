@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 
 
-def recipe_arguments(parser: argparse.ArgumentParser, add_options, examples: list[str], rest_help: str) -> None:
+def recipe_arguments(
+    parser: argparse.ArgumentParser, add_options, examples: list[str], rest_help: str
+) -> None:
     """``RECIPE [options] [-- OVERRIDES]`` on ``parser``: the recipe, the command's options (``add_options``),
     the overrides after ``--`` (``rest_help``), and ``examples`` (one command a line) as its epilog."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
