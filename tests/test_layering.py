@@ -149,7 +149,7 @@ def test_a_command_builds_only_its_own_parser():
 ABOVE_TASKS = ("mrtpo.eval", "mrtpo.integrations", "mrtpo.cli", "mrtpo.analysis", "mrtpo.bench", "mrtpo.demo")
 ABOVE_TASKS += ("mrtpo.plan", "mrtpo.launch", "mrtpo.data_prep")
 # `mrtpo plan` and `mrtpo launch` are siblings over one recipe reader (mrtpo.recipes): neither imports the
-# other, and nothing below the commands (the core, the engines, the reader itself) imports either.
+# other, and neither the core, the engines nor the reader itself imports either.
 PLAN_AND_LAUNCH = ("mrtpo.plan", "mrtpo.launch")
 FORBIDDEN = {
     "mrtpo.tasks": ABOVE_TASKS,
@@ -213,5 +213,5 @@ def test_plan_and_launch_read_recipes_through_the_one_reader():
 
 def test_no_upward_arrow():
     """Tasks import no evaluation, engine or command (the judge client is mrtpo.clients.judge, below both);
-    plan and launch import neither each other nor are imported below the commands."""
+    plan and launch import neither each other, and neither the core, the engines nor mrtpo.recipes imports them."""
     assert _upward(_import_graph(SRC)) == []
