@@ -29,7 +29,7 @@ def main() -> int:
     a = p.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
-    from mrtpo.integrations import launch
+    from mrtpo import launch
     from mrtpo.integrations.ports import free_port
     from mrtpo.integrations.trl import serve
     from mrtpo.integrations.trl.checks import load_task_spec

@@ -147,11 +147,19 @@ def test_a_command_builds_only_its_own_parser():
 # Who may not import whom (the arrows point down): the tasks are plug-ins over the core, the clients and the
 # models; the evaluations, engines and commands sit above them and may use them, never the reverse.
 ABOVE_TASKS = ("mrtpo.eval", "mrtpo.integrations", "mrtpo.cli", "mrtpo.analysis", "mrtpo.bench", "mrtpo.demo")
-ABOVE_TASKS += ("mrtpo.plan", "mrtpo.data_prep")
+ABOVE_TASKS += ("mrtpo.plan", "mrtpo.launch", "mrtpo.data_prep")
+# `mrtpo plan` and `mrtpo launch` are siblings over one recipe reader (mrtpo.recipes): neither imports the
+# other, and neither the core, the engines nor the reader itself imports either.
+PLAN_AND_LAUNCH = ("mrtpo.plan", "mrtpo.launch")
 FORBIDDEN = {
     "mrtpo.tasks": ABOVE_TASKS,
     "mrtpo.clients": (*ABOVE_TASKS, "mrtpo.tasks"),
     "mrtpo.models": (*ABOVE_TASKS, "mrtpo.tasks", "mrtpo.clients"),
+    "mrtpo.plan": ("mrtpo.launch",),
+    "mrtpo.launch": ("mrtpo.plan",),
+    "mrtpo.recipes": (*PLAN_AND_LAUNCH, "mrtpo.cli"),
+    "mrtpo.integrations": PLAN_AND_LAUNCH,
+    **{core: (*PLAN_AND_LAUNCH, "mrtpo.recipes") for core in CORE},
 }
 
 
@@ -181,6 +189,29 @@ def test_the_arrow_finder_sees_a_lazy_upward_import(tmp_path):
     assert _upward(_import_graph(tmp_path)) == [("mrtpo.tasks.judged", "mrtpo.eval.judge")]
 
 
+def test_the_arrow_finder_sees_plan_and_launch_import_each_other(tmp_path):
+    for folder in ["mrtpo", "mrtpo/plan", "mrtpo/launch"]:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "mrtpo/recipes.py").write_text("")
+    (tmp_path / "mrtpo/step.py").write_text("def f():\n    from mrtpo import recipes\n")
+    (tmp_path / "mrtpo/plan/setup.py").write_text("from mrtpo.recipes import get\nfrom mrtpo.launch import build\n")
+    (tmp_path / "mrtpo/launch/trl.py").write_text("from mrtpo.recipes import get\n")
+    (tmp_path / "mrtpo/launch/cluster.py").write_text("def f():\n    from mrtpo.plan import setup\n")
+    assert _upward(_import_graph(tmp_path)) == [
+        ("mrtpo.launch.cluster", "mrtpo.plan.setup"),
+        ("mrtpo.plan.setup", "mrtpo.launch"),
+        ("mrtpo.step", "mrtpo.recipes"),
+    ]
+
+
+def test_plan_and_launch_read_recipes_through_the_one_reader():
+    graph = _import_graph(SRC)
+    assert "mrtpo.recipes" in graph["mrtpo.plan"] and "mrtpo.recipes" in graph["mrtpo.launch"]
+    assert {"mrtpo.launch.trl", "mrtpo.launch.verl"} <= graph["mrtpo.launch"]
+
+
 def test_no_upward_arrow():
-    """Tasks import no evaluation, engine or command (the judge client is mrtpo.clients.judge, below both)."""
+    """Tasks import no evaluation, engine or command (the judge client is mrtpo.clients.judge, below both);
+    plan and launch import neither each other, and neither the core, the engines nor mrtpo.recipes imports them."""
     assert _upward(_import_graph(SRC)) == []

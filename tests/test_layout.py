@@ -17,7 +17,7 @@ FEATURES = {  # tests of a feature that spans their folder, not of one module
     "test_layering.py": "the import plan of the whole package",
     "test_layout.py": "this rule",
     "test_public_api.py": "the names mrtpo/__init__.py exports",
-    "integrations/test_no_scheme_names.py": "no engine and not the audit names a credit scheme or replay kind",
+    "integrations/test_no_scheme_names.py": "no engine, plan, launch or audit names a credit scheme or replay kind",
     "integrations/trl/test_baselines.py": "the baseline methods trained through MRTPOTrainer",
     "integrations/trl/test_distributed.py": "multi-process training (DDP, FSDP2, ZeRO-3)",
     "integrations/trl/test_p2t.py": "P2T's gradient credit trained through MRTPOTrainer and mrtpo train",

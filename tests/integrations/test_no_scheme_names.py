@@ -1,4 +1,4 @@
-"""No engine, not the plan and not the audit names a credit scheme or a replay kind: what depends on one is
+"""No engine, not the plan, not the launch and not the audit names a credit scheme or a replay kind: what depends on one is
 the kind's own answer (its rows, their names, whether they hold weights, whether a task suits it), so a
 scheme or kind registered by a user works in every engine.
 
@@ -16,7 +16,13 @@ from pathlib import Path
 from mrtpo import credit, replay
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "mrtpo"
-FILES = [*sorted((SRC / "integrations").rglob("*.py")), *sorted((SRC / "plan").rglob("*.py")), SRC / "audit.py"]
+FILES = [
+    *sorted((SRC / "integrations").rglob("*.py")),
+    *sorted((SRC / "plan").rglob("*.py")),
+    *sorted((SRC / "launch").rglob("*.py")),
+    SRC / "recipes.py",
+    SRC / "audit.py",
+]
 
 ALLOWED = {
     "integrations/trl/matrix.py": "the configuration matrix: its cells by name, each kind's naive reference",
@@ -77,7 +83,7 @@ def literals(text: str, rel: str, names: set[str]) -> list[str]:
     ]
 
 
-def test_no_scheme_or_kind_name_in_the_engines_the_plan_and_the_audit():
+def test_no_scheme_or_kind_name_in_the_engines_the_plan_the_launch_and_the_audit():
     names = _names()
     assert {
         "reward",

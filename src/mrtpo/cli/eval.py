@@ -77,17 +77,6 @@ def benchmark_parser(cls) -> argparse.ArgumentParser:
     return p
 
 
-def _plugins_in(argv: list[str]) -> list[str]:
-    """``--plugin X`` / ``--plugin=X`` values in ``argv`` (read before the benchmark's parser exists)."""
-    out = []
-    for i, a in enumerate(argv):
-        if a == "--plugin" and i + 1 < len(argv):
-            out.append(argv[i + 1])
-        elif a.startswith("--plugin="):
-            out.append(a.split("=", 1)[1])
-    return out
-
-
 def _check_ids(bench, responses, all_items, items, allow_missing: bool) -> list:
     """Match saved responses to items: an unknown id is an error naming its line; missing ones too,
     unless ``allow_missing`` (then the unanswered items are dropped)."""
@@ -133,8 +122,9 @@ def _unknown_benchmark(name: str, known: list[str]) -> None:
 def run(args) -> int:
     from mrtpo.eval.benchmark import BENCHMARKS, check_unique_ids
     from mrtpo.eval.plugins import load_all
+    from mrtpo.recipes import plugin_args
 
-    load_all([*args.plugin, *_plugins_in(args.rest)])
+    load_all([*args.plugin, *plugin_args(args.rest)])  # read before the benchmark's parser exists
     if args.benchmark is None:
         raise ValueError(f"name a benchmark: {', '.join(BENCHMARKS.names())} (mrtpo eval --help)")
     args._words = ("eval", args.benchmark)  # error lines read "mrtpo eval NAME: error: ..."

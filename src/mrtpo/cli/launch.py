@@ -5,7 +5,7 @@ Prints the one command that starts RECIPE (TRL: ``accelerate launch ... -m mrtpo
 verl: its entry point with ``trainer.n_gpus_per_node`` / ``trainer.nnodes``; several nodes: the lines of
 this node) and runs it, unless ``--dry-run``. ``--gpus 0 --processes P`` (or ``--cpu``) starts P CPU
 processes. Overrides after ``--`` go to the recipe: ``--section.key VALUE`` for TRL recipes, Hydra's
-``key=value`` for verl recipes. :mod:`mrtpo.integrations.launch` has the rules (sharding, batch
+``key=value`` for verl recipes. :mod:`mrtpo.launch` has the rules (sharding, batch
 arithmetic, ports).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mrtpo.cli.options import late_options
+from mrtpo.cli.options import late_options, recipe_arguments
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
@@ -62,23 +62,19 @@ def _options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = (
-        "examples:\n"
-        "  mrtpo launch recipes/sql_qwen2.5-coder-7b.yaml --gpus 8 -- --data.source /data/spider\n"
-        "  mrtpo launch recipes/sql_qwen2.5-coder-7b.yaml --gpus 8 --nodes 2 --node-rank 0 --main-ip 10.0.0.1\n"
-        "  mrtpo launch recipes/verl_sql_mrtpo.yaml --gpus 8 --dry-run\n"
-        "  mrtpo launch recipes/tiny_cpu.yaml --cpu --processes 2 -- --trl.max_steps 4"
-    )
-    parser.add_argument("recipe", help="a mrtpo train recipe or a verl recipe (recipes/*.yaml)")
-    _options(parser)
-    parser.add_argument(
-        "rest", nargs=argparse.REMAINDER, metavar="-- OVERRIDES", help="overrides for the recipe, after --"
-    )
+    examples = [
+        "mrtpo launch recipes/sql_qwen2.5-coder-7b.yaml --gpus 8 -- --data.source /data/spider",
+        "mrtpo launch recipes/sql_qwen2.5-coder-7b.yaml --gpus 8 --nodes 2 --node-rank 0 --main-ip 10.0.0.1",
+        "mrtpo launch recipes/verl_sql_mrtpo.yaml --gpus 8 --dry-run",
+        "mrtpo launch recipes/tiny_cpu.yaml --cpu --processes 2 -- --trl.max_steps 4",
+    ]
+    recipe_arguments(parser, _options, examples, "overrides for the recipe, after --")
 
 
 def run(args: argparse.Namespace) -> int:
-    from mrtpo.integrations import launch
+    from mrtpo import launch
+    from mrtpo.launch.cluster import check_bounds
+    from mrtpo.recipes import recipe_engine
 
     overrides = late_options(args, _options, "launch")
     vllm_gpus = None
@@ -95,8 +91,8 @@ def run(args: argparse.Namespace) -> int:
         accelerate_config=args.accelerate_config, processes=args.processes, cpu=args.cpu, overrides=overrides,
         server_timeout=args.server_timeout,
     )  # fmt: skip
-    launch.check_bounds(req.gpus, req.nodes, req.processes)  # before anything is read
-    engine, _ = launch.recipe_engine(req.recipe)
+    check_bounds(req.gpus, req.nodes, req.processes)  # before anything is read
+    engine, _ = recipe_engine(req.recipe)
     launch.check_request(req, engine)  # the options' combinations, before the plan reads the recipe
     plan = launch.build(req)
     chosen = req.accelerate_config

@@ -5,6 +5,18 @@ from __future__ import annotations
 import argparse
 
 
+def recipe_arguments(
+    parser: argparse.ArgumentParser, add_options, examples: list[str], rest_help: str
+) -> None:
+    """``RECIPE [options] [-- OVERRIDES]`` on ``parser``: the recipe, the command's options (``add_options``),
+    the overrides after ``--`` (``rest_help``), and ``examples`` (one command a line) as its epilog."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = "\n".join(["examples:", *(f"  {e}" for e in examples)])
+    parser.add_argument("recipe", help="a mrtpo train recipe or a verl recipe (recipes/*.yaml)")
+    add_options(parser)
+    parser.add_argument("rest", nargs=argparse.REMAINDER, metavar="-- OVERRIDES", help=rest_help)
+
+
 def late_options(args: argparse.Namespace, add_options, command: str) -> list[str]:
     """Options given after the recipe (which ``args.rest`` swallowed) go into ``args``; the overrides
     (after ``--``, or options that name a config key) are returned."""

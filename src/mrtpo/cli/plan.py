@@ -45,25 +45,21 @@ def _options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = (
-        "examples:\n"
-        "  mrtpo plan recipes/sql_qwen2.5-coder-7b.yaml --gpus 8 --gpu-memory 80\n"
-        "  mrtpo plan recipes/instruct_qwen2.5-7b.yaml --gpus 8 --gpu a100 --json\n"
-        "  mrtpo plan recipes/tiny_cpu.yaml --device cpu --threads 1\n"
-        "  mrtpo plan recipes/sql_qwen2.5-coder-7b.yaml --gpus 8 --pass-rate execution=0.2 -- "
-        "--trl.max_completion_length 2048"
-    )
-    parser.add_argument("recipe", help="a mrtpo train recipe or a verl recipe (recipes/*.yaml)")
-    _options(parser)
-    parser.add_argument(
-        "rest", nargs=argparse.REMAINDER, metavar="-- OVERRIDES", help="recipe overrides, after --"
-    )
+    from mrtpo.cli.options import recipe_arguments
+
+    examples = [
+        "mrtpo plan recipes/sql_qwen2.5-coder-7b.yaml --gpus 8 --gpu-memory 80",
+        "mrtpo plan recipes/instruct_qwen2.5-7b.yaml --gpus 8 --gpu a100 --json",
+        "mrtpo plan recipes/tiny_cpu.yaml --device cpu --threads 1",
+        "mrtpo plan recipes/sql_qwen2.5-coder-7b.yaml --gpus 8 --pass-rate execution=0.2 -- "
+        "--trl.max_completion_length 2048",
+    ]
+    recipe_arguments(parser, _options, examples, "recipe overrides, after --")
 
 
 def run(args: argparse.Namespace) -> int:
     from mrtpo.cli.options import late_options
-    from mrtpo.integrations.cluster import check_bounds, check_lengths
+    from mrtpo.launch.cluster import check_bounds, check_lengths
     from mrtpo.plan import as_json, plan_recipe, table
 
     rest = late_options(args, _options, "plan")

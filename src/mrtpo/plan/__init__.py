@@ -25,7 +25,7 @@ def plan_recipe(recipe: str, args: Any, overrides: list[str] = ()) -> Plan:
     """The plan of ``recipe`` for ``args`` (gpus, nodes, gpu, gpu_memory, sharding, offload, mfu,
     pass_rate, rollout_tokens, response_tokens, prompt_max) with ``overrides`` (``--section.key VALUE``
     for TRL recipes, ``key=value`` for verl recipes)."""
-    from mrtpo.integrations.launch import hydra_pairs, recipe_engine, split_overrides
+    from mrtpo.recipes import hydra_pairs, recipe_engine, split_overrides
 
     if args.gpus is None or int(args.gpus) < 1:
         raise ValueError(f"--gpus must be >= 1 (GPUs per node), got {args.gpus}")

@@ -26,6 +26,7 @@ from typing import Any
 
 from mrtpo.method import MethodConfig
 from mrtpo.plan.shapes import GPUS, Gpu, Shape, model_shape
+from mrtpo.recipes import get
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,7 +247,7 @@ def trl_setup(recipe: str, pairs: list[tuple[str, Any]], args) -> Setup:
     notes = []
     processes = gpus * nodes
     if vllm == "server":  # the split mrtpo launch makes: the server's GPUs do not train
-        from mrtpo.integrations.cluster import server_split
+        from mrtpo.recipes import server_split
 
         served, trained = server_split(gpus, t) if nodes == 1 else ([gpus - 1], list(range(gpus - 1)))
         processes = len(trained) * nodes
@@ -369,15 +370,6 @@ def _trl_credit(method: Any) -> str:
     return str(MethodConfig.from_dict(dict(method or {}), prefix="method.").credit)
 
 
-def _get(raw: dict, dotted: str, default: Any = None) -> Any:
-    node: Any = raw
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return node
-
-
 def _merge(base: dict, top: dict) -> dict:
     out = dict(base)
     for k, v in top.items():
@@ -411,12 +403,12 @@ def verl_setup(recipe: str, raw: dict[str, Any], overrides: list[tuple[str, Any]
         for part in parents:
             node = node.setdefault(part, {})
         node[last] = value
-    path = _get(cfg, "actor_rollout_ref.model.path")
+    path = get(cfg, "actor_rollout_ref.model.path")
     shape = model_shape(str(path))
     gpus, nodes = int(args.gpus), int(args.nodes)
-    n = int(_get(cfg, "actor_rollout_ref.rollout.n", 1))
-    strategy = str(_get(cfg, "actor_rollout_ref.actor.strategy", "fsdp"))
-    mrtpo = _get(cfg, "algorithm.mrtpo", {}) or {}
+    n = int(get(cfg, "actor_rollout_ref.rollout.n", 1))
+    strategy = str(get(cfg, "actor_rollout_ref.actor.strategy", "fsdp"))
+    mrtpo = get(cfg, "algorithm.mrtpo", {}) or {}
     replay = mrtpo.get("replay") or {}
     task = "sql" if "sql" in Path(recipe).stem else "instruct" if "instruct" in Path(recipe).stem else (
         "tools" if "tools" in Path(recipe).stem else "generic")  # fmt: skip
@@ -424,25 +416,25 @@ def verl_setup(recipe: str, raw: dict[str, Any], overrides: list[tuple[str, Any]
     return Setup(
         recipe=recipe, engine="verl", shape=shape, processes=gpus * nodes, sharding=args.sharding or "fsdp2",
         weights_dtype_bytes=2, lora=None, group=n,
-        responses_per_step=int(_get(cfg, "data.train_batch_size", 32)) * n,
-        micro_batch=int(_get(cfg, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu") or 1),
-        checkpointing=bool(_get(cfg, "actor_rollout_ref.model.enable_gradient_checkpointing", True)),
-        vllm="colocate", vllm_share=float(_get(cfg, "actor_rollout_ref.rollout.gpu_memory_utilization", 0.5)),
-        vllm_sleeps=bool(_get(cfg, "actor_rollout_ref.rollout.free_cache_engine", True)), old_logprob_pass=True,
+        responses_per_step=int(get(cfg, "data.train_batch_size", 32)) * n,
+        micro_batch=int(get(cfg, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu") or 1),
+        checkpointing=bool(get(cfg, "actor_rollout_ref.model.enable_gradient_checkpointing", True)),
+        vllm="colocate", vllm_share=float(get(cfg, "actor_rollout_ref.rollout.gpu_memory_utilization", 0.5)),
+        vllm_sleeps=bool(get(cfg, "actor_rollout_ref.rollout.free_cache_engine", True)), old_logprob_pass=True,
         credit=str(mrtpo.get("credit", MethodConfig.credit) if mrtpo else "none"), replay_sharding=str(replay.get("sharding", "auto")),
         replay_chunk=int(replay.get("chunk_size", 256)), replay_token_budget=replay.get("token_budget", 16384),
         replay_kernel=str(replay.get("distance_kernel", "auto")),
         replay_prefix_sharing=bool(replay.get("prefix_sharing", True)),
         replay_projection=str(replay.get("projection_dtype", "float32")), notes=notes, beta=_verl_beta(cfg),
-        **{**_common(args, task, int(_get(cfg, "data.max_response_length", 1024))),
-           "prompt_max": int(_get(cfg, "data.max_prompt_length", 1024))},
+        **{**_common(args, task, int(get(cfg, "data.max_response_length", 1024))),
+           "prompt_max": int(get(cfg, "data.max_prompt_length", 1024))},
     )  # fmt: skip
 
 
 def _verl_beta(cfg: dict[str, Any]) -> float:
     """The KL coefficient that makes verl run its reference model (a KL loss or a KL penalty in the reward)."""
-    if _get(cfg, "actor_rollout_ref.actor.use_kl_loss", False):
-        return float(_get(cfg, "actor_rollout_ref.actor.kl_loss_coef", 0.001))
-    if _get(cfg, "algorithm.use_kl_in_reward", False):
-        return float(_get(cfg, "algorithm.kl_ctrl.kl_coef", 0.001))
+    if get(cfg, "actor_rollout_ref.actor.use_kl_loss", False):
+        return float(get(cfg, "actor_rollout_ref.actor.kl_loss_coef", 0.001))
+    if get(cfg, "algorithm.use_kl_in_reward", False):
+        return float(get(cfg, "algorithm.kl_ctrl.kl_coef", 0.001))
     return 0.0

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from mrtpo import launch
 from mrtpo.cli.main import main
-from mrtpo.integrations import launch
 from mrtpo.integrations.ports import free_port
 from mrtpo.integrations.trl import serve
+from mrtpo.launch import trl as launch_trl
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -112,7 +113,7 @@ def test_cpu_server_launch_lines(capsys, monkeypatch, tmp_path):
     assert rc == 2 and "--vllm server needs model.path" in out.err  # the tiny model has no folder to load
     req = launch.Request(recipe=str(recipe), cpu=True, vllm="server", processes=1, server_timeout=5,
                          overrides=["--trl.output_dir", str(tmp_path / "run")])  # fmt: skip
-    monkeypatch.setattr(launch, "_trainer_values", lambda *a, **k: (
+    monkeypatch.setattr(launch_trl, "_trainer_values", lambda *a, **k: (
         {"output_dir": str(tmp_path / "run"), "vllm_max_model_length": 128, "generation_batch_size": None},
         {"path": str(tmp_path / "m"), "dtype": "auto"}))  # fmt: skip
     plan = launch.build(req)

@@ -20,7 +20,7 @@ pytest.importorskip("vllm")
 
 import torch
 
-from mrtpo.integrations import launch
+from mrtpo import launch
 from mrtpo.integrations.ports import free_port
 from mrtpo.integrations.trl import serve
 

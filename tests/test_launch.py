@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from mrtpo.cli.main import main
-from mrtpo.integrations import launch
+from mrtpo.launch import trl as launch_trl
+from mrtpo.recipes import split_overrides
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 TRL = ["sql_qwen2.5-coder-7b", "instruct_qwen2.5-7b", "tools_qwen2.5-3b"]
 VERL = {"verl_sql_mrtpo": "mrtpo.integrations.verl.main", "verl_instruct_mrtpo": "mrtpo.integrations.verl.main",
         "verl_tools_mrtpo": "mrtpo.integrations.verl.main", "verl_sql_gdpo": "verl.trainer.main_ppo"}  # fmt: skip
@@ -61,7 +62,7 @@ def _trainer_values(recipe: str, args) -> dict:
 
     assert args.module and args.training_script == "mrtpo.cli.main"
     assert args.training_script_args[:2] == ["train", f"recipes/{recipe}.yaml"]
-    pairs, _ = launch.split_overrides(args.training_script_args[2:])
+    pairs, _ = split_overrides(args.training_script_args[2:])
     return load_config(ROOT / "recipes" / f"{recipe}.yaml", pairs).trainer
 
 
@@ -123,7 +124,7 @@ def test_batch_arithmetic_for_other_gpu_counts(capsys):
         "gradient_accumulation_steps": 16,
     }
     fix = ["--trl.per_device_train_batch_size", "8", "--trl.gradient_accumulation_steps", "1"]
-    assert launch.batch_fix(recipe, 256)[0] == fix
+    assert launch_trl.batch_fix(recipe, 256)[0] == fix
 
 
 def test_vllm_server_mode_names_its_gpus(capsys):
@@ -172,7 +173,7 @@ def test_verl_recipes_on_8_gpus_and_on_2_nodes(capsys, recipe):
 
 def test_wait_for_ray_nodes():
     counts = iter([1, 1, 2])
-    from mrtpo.integrations.ray_wait import wait_ray
+    from mrtpo.launch.ray_wait import wait_ray
 
     assert wait_ray(2, "10.0.0.1:6379", timeout=5, poll=0, count=lambda: next(counts)) == 0
     assert wait_ray(2, "10.0.0.1:6379", timeout=0, poll=0, count=lambda: 1) == 1
@@ -330,7 +331,7 @@ def test_default_server_split_divides_every_paper_recipe(capsys, recipe):
 
 
 def test_server_split_rules():
-    from mrtpo.integrations.cluster import batch_for, server_split
+    from mrtpo.recipes import batch_for, server_split
 
     sql = {"generation_batch_size": 256, "per_device_train_batch_size": 8, "num_generations": 8}
     assert server_split(8, sql) == ([4, 5, 6, 7], [0, 1, 2, 3])
@@ -503,7 +504,7 @@ def test_more_gpus_than_the_machine_has_is_one_line(capsys, monkeypatch):
 
 
 def test_sharded_checkpoints_into_a_folder_that_is_not_shared_get_a_note(tmp_path):
-    from mrtpo.integrations.cluster import file_system, shared_folder_note
+    from mrtpo.launch.cluster import file_system, shared_folder_note
 
     (tmp_path / "nfs").mkdir()
     mounts = tmp_path / "mounts"

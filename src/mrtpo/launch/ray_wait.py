@@ -1,4 +1,4 @@
-"""``python -m mrtpo.integrations.ray_wait --nodes N --address IP:PORT``: the step of a verl launch on several
+"""``python -m mrtpo.launch.ray_wait --nodes N --address IP:PORT``: the step of a verl launch on several
 nodes that waits, on the head node, until every node has joined the Ray cluster (``mrtpo launch`` prints it
 between ``ray start --head`` and verl's entry point)."""
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(
-        prog="python -m mrtpo.integrations.ray_wait",
+        prog="python -m mrtpo.launch.ray_wait",
         description="wait until every node of a Ray cluster is up",
     )
     p.add_argument("--nodes", type=int, required=True)

@@ -1,11 +1,10 @@
-"""The cluster facts of ``mrtpo launch`` (and ``mrtpo plan``'s bounds), without reading a recipe:
+"""The cluster facts of ``mrtpo launch`` (and ``mrtpo plan``'s bounds), without reading a recipe (the vLLM
+server split of a recipe's batch is :func:`mrtpo.recipes.server_split`, which ``mrtpo plan`` counts too):
 
 - :func:`check_bounds`: ``--gpus``, ``--nodes``, ``--processes`` within sane bounds, checked before anything
   is read, so that nothing is sized by an unchecked number;
 - :func:`visible_devices`: what GPU positions stand for inside a set ``CUDA_VISIBLE_DEVICES`` (a job's mask
   is narrowed, never replaced by absolute indices);
-- :func:`server_split`: the GPUs of ``--vllm server`` and of training, a split whose training processes
-  divide the generation batch; :func:`batch_for`: the generation batch a number of processes splits;
 - :func:`shared_folder_note`: whether several nodes would write sharded checkpoints into a folder that
   does not look shared (:func:`file_system` reads ``/proc/mounts``).
 
@@ -14,10 +13,8 @@ Standard library and PyYAML only.
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -64,72 +61,6 @@ def visible_devices(gpus: int, environ: dict[str, str] | None = None) -> list[st
             f"--gpus {gpus}: use --gpus {len(mask)}, or widen the mask"
         )
     return mask[:gpus]
-
-
-def server_split(
-    gpus: int, trainer: dict[str, Any], vllm_gpus: list[int] | None = None, user_batch: bool = False
-) -> tuple[list[int], list[int]]:
-    """``(server GPUs, training GPUs)`` (positions ``0 .. gpus-1``) of ``--vllm server``.
-
-    Named ``vllm_gpus`` are checked; by default the server takes the last 1, 2, 4, ... GPUs (tensor
-    parallel sizes that divide the attention heads of the usual models), the fewest that leave a number
-    of training processes dividing ``generation_batch_size`` (TRL splits the generation batch over them;
-    with ``user_batch``, the per-device batch is the user's and ``per_device_train_batch_size x
-    processes`` must divide it), while training keeps at least half of the GPUs. When no split does,
-    one line names the generation batch that makes the 1-GPU server split work.
-    """
-    gbs = trainer.get("generation_batch_size")
-    pdtbs = int(trainer.get("per_device_train_batch_size", 8))
-
-    def divides(train: int) -> bool:
-        return gbs is None or int(gbs) % (train * (pdtbs if user_batch else 1)) == 0
-
-    if gpus < 2:
-        raise ValueError(f"--vllm server needs at least 2 GPUs (one serves, the others train); --gpus {gpus}")
-    if vllm_gpus is not None:
-        bad = [g for g in vllm_gpus if not 0 <= g < gpus]
-        if bad or len(set(vllm_gpus)) != len(vllm_gpus):
-            raise ValueError(
-                f"--vllm-gpus {','.join(map(str, vllm_gpus))} must be distinct GPUs in [0, {gpus})"
-            )
-        train = [g for g in range(gpus) if g not in vllm_gpus]
-        if not train:
-            raise ValueError(f"--vllm-gpus takes all {gpus} GPUs: leave at least one for training")
-        if not divides(len(train)):
-            best = _server_default(gpus, divides)
-            hint = f"--vllm-gpus {','.join(map(str, best[0]))} divides it, or " if best else ""
-            raise ValueError(
-                f"generation_batch_size {gbs} cannot be split evenly over the {len(train)} training GPUs left "
-                f"by --vllm-gpus {','.join(map(str, vllm_gpus))}: {hint}-- --trl.generation_batch_size "
-                f"{batch_for(len(train), trainer, user_batch)} does"
-            )
-        return list(vllm_gpus), train
-    best = _server_default(gpus, divides)
-    if best is not None:
-        return best
-    raise ValueError(
-        f"--vllm server on {gpus} GPUs: no split leaves training GPUs that divide generation_batch_size {gbs}; "
-        f"-- --trl.generation_batch_size {batch_for(gpus - 1, trainer, user_batch)} trains on {gpus - 1} GPUs "
-        "beside a 1-GPU server"
-    )
-
-
-def batch_for(processes: int, trainer: dict[str, Any], user_batch: bool = False) -> int:
-    """The least generation batch at least the recipe's that ``processes`` training processes split evenly
-    (whole prompt groups of ``num_generations``; with ``user_batch``, whole per-device batches too)."""
-    step = processes * (int(trainer.get("per_device_train_batch_size", 8)) if user_batch else 1)
-    group = int(trainer.get("num_generations", 8))
-    step = step * group // math.gcd(step, group)
-    return -(-int(trainer.get("generation_batch_size") or step) // step) * step
-
-
-def _server_default(gpus: int, divides) -> tuple[list[int], list[int]] | None:
-    serve = 1
-    while serve <= gpus // 2:
-        if divides(gpus - serve):
-            return list(range(gpus - serve, gpus)), list(range(gpus - serve))
-        serve *= 2
-    return None
 
 
 SHARED_FILE_SYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "beegfs", "ceph", "glusterfs",
