@@ -12,6 +12,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
+LAUNCHER_PREFIXES = ("MASTER_", "TORCHELASTIC_", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE")
+
+
+def _launcher_variable(name: str) -> bool:
+    return name in LAUNCHER_NAMES or name.startswith(LAUNCHER_PREFIXES)
+
+
+@pytest.fixture(autouse=True)
+def _launcher_variables_restored():
+    """A trainer sets the launcher's variables in this process (accelerate's state: MASTER_ADDR, MASTER_PORT;
+    TRL's colocated vLLM: RANK, WORLD_SIZE, ...). Left behind, they reach the processes later tests start:
+    a `mrtpo launch` then checked its recipe as rank 0 of a process group on port 29500 and failed with
+    EADDRINUSE. Each test ends with them as they were before it."""
+    before = {k: v for k, v in os.environ.items() if _launcher_variable(k)}
+    yield
+    for k in [k for k in os.environ if _launcher_variable(k)]:
+        del os.environ[k]
+    os.environ.update(before)
+
 WORDS = [
     "the",
     "a",

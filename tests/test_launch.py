@@ -520,3 +520,24 @@ def test_sharded_checkpoints_into_a_folder_that_is_not_shared_get_a_note(tmp_pat
         shared_folder_note(fsdp2, local, "10.0.0.1", mounts) is None
     )  # FULL_STATE_DICT: rank 0 writes it all
     assert "type is not known" in shared_folder_note(zero3, local, "10.0.0.1", tmp_path / "no-mounts")
+
+
+def test_the_recipe_check_is_no_rank_whatever_the_shell_holds(monkeypatch):
+    """A shell holding a launcher's variables (LOCAL_RANK, MASTER_PORT: an earlier trainer in the same process
+    sets them) does not make the launch's recipe check join a process group; they are back afterwards."""
+    import socket
+
+    import torch.distributed as dist
+
+    from mrtpo.launch.trl import _check_trainer
+
+    with socket.socket() as s:  # the port the check would have bound: held, so joining would fail
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = str(s.getsockname()[1])
+        env = {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        _check_trainer(str(ROOT / "recipes" / "tiny_cpu.yaml"), [])
+    assert not dist.is_initialized()
+    assert {k: os.environ[k] for k in env} == env

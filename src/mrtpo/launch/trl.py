@@ -117,10 +117,21 @@ def _check_trainer(recipe: str, pairs: list[tuple[str, Any]], plugins: list[str]
 
     if not torch.cuda.is_available():
         pairs = [*pairs, ("trl.bf16", False), ("trl.fp16", False), ("trl.use_cpu", True)]
-    # TRL's and transformers' deprecation notes are not the user's concern here
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        load_config(recipe, pairs, plugins=plugins).trainer_config()
+    # TRL's and transformers' deprecation notes are not the user's concern here; this process is no rank, so
+    # the launcher variables of the shell it runs in (LOCAL_RANK, WORLD_SIZE, MASTER_PORT) are hidden from
+    # the check: with them, building the config joined a process group on MASTER_PORT (EADDRINUSE when two
+    # launches checked at once)
+    hidden = {k: os.environ.pop(k) for k in LAUNCHER_VARIABLES if k in os.environ}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            load_config(recipe, pairs, plugins=plugins).trainer_config()
+    finally:
+        os.environ.update(hidden)
+
+
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+"""What makes accelerate's state join a process group when TRL's config is built."""
 
 
 def build_trl(req: Request) -> Launch:
