@@ -61,7 +61,17 @@ def slim(summary: dict[str, Any]) -> dict[str, Any]:
         for m, c in summary["comparisons"].items()
     }
     cfg = summary.get("config", {})
+    key = "heldout/satisfaction"
+    curves = {
+        "median": {m: c[key] for m, c in (summary.get("curves") or {}).items() if key in c},
+        "difference": {
+            m: c["curves"][key]
+            for m, c in (summary.get("curve_comparisons") or {}).items()
+            if key in c["curves"]
+        },
+    }
     return {
+        "heldout_curve": curves,
         "config": {k: cfg.get(k) for k in ("methods", "seeds", "warm_starts", "rl") if k in cfg},
         "machine": summary.get("machine"),
         "warm_starts": [w["warm_start"] if isinstance(w, dict) else w for w in summary["warm_starts"]],
@@ -217,6 +227,23 @@ def _long_sentence(long: dict, sets: dict[str, dict]) -> str:
             f"after {short['config'].get('rl', {}).get('steps', short['steps_cap'])} steps on the same warm starts"
         )
     text += "."
+    curve = long.get("heldout_curve") or {}
+    med, diff = curve.get("median", {}), curve.get("difference", {}).get("mrtpo")
+    if diff and all(m in med for m in (BASELINE, "mrtpo")):
+        at = [i for i, x in enumerate(diff["steps"]) if x in (240, steps)]
+        if len(at) == 2:
+            i, j = at
+            g, m = med[BASELINE]["median"], med["mrtpo"]["median"]
+            d = {
+                k: {"estimate": diff["estimate"][k], "low": diff["low"][k], "high": diff["high"][k]}
+                for k in at
+            }
+            text += (
+                f" Along these runs' held-out curves (medians, 128 prompts a point) GDPO goes from {g[i]:.3f} at step "
+                f"{diff['steps'][i]} to {g[j]:.3f} at step {steps} and MRTPO from {m[i]:.3f} to {m[j]:.3f}; MRTPO − "
+                f"GDPO is {_interval(d[i], 'heldout')} at step {diff['steps'][i]} and {_interval(d[j], 'heldout')} "
+                f"at step {steps}."
+            )
     end, short_end = c["heldout"]["overall"], short and short["comparisons"]["mrtpo"]["heldout"]["overall"]
     if short_end and end["low"] <= 0 <= end["high"] and short_end["low"] <= 0 <= short_end["high"]:
         text += " The curves do not cross late: the end points are level at both lengths (H1 not supported)."
@@ -244,6 +271,8 @@ def table(res: dict[str, Any]) -> str:
         f"constraints, {base['steps']['localizable']['median']:g} on the localizable ones; held-out at the end "
         f"{base['heldout']['overall']['median']:.3f} on all constraints.",
     ]
+    if res.get("long"):
+        lines += ["", "H1, the length of the run: " + _long_sentence(res["long"], res["sets"])]
     return "\n".join(lines)
 
 
