@@ -52,14 +52,19 @@ def test_warm_start_then_train_then_explain(tmp_path, capsys):
 
     run = tmp_path / "run"
     argv = ["train", str(RECIPE), "--model.path", str(warm), "--trl.output_dir", str(run)]
-    argv += ["--trl.max_steps", "8", "--trl.per_device_train_batch_size", "16", "--trl.save_steps", "100"]
+    argv += ["--trl.max_steps", "40", "--trl.per_device_train_batch_size", "16", "--trl.save_steps", "100"]
     assert mrtpo(argv) == 0
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    fmt = [r["rewards/format/mean"] for r in rows if "rewards/format/mean" in r]
-    assert len(fmt) == 8
-    # the warm start's format survives RL (the random model scores 0): no collapse over the steps
-    assert sum(fmt) / 8 > 0.4 and sum(fmt[4:]) / 4 >= sum(fmt[:4]) / 4 - 0.15
-    assert any(r["rewards/executable/mean"] > 0 for r in rows if "rewards/executable/mean" in r)
+    curve = {
+        k: [r[f"rewards/{k}/mean"] for r in rows if f"rewards/{k}/mean" in r]
+        for k in ("format", "executable")
+    }
+    assert all(len(v) == 40 for v in curve.values())
+    # RL raises both (10-step windows; measured here: format 0.72 -> 0.86, executable 0.06 -> 0.58). Execution
+    # (the gold result) stays at 0 in a run this short; the documented laptop run raises it over 150 steps
+    first, last = ({k: sum(v[a:b]) / 10 for k, v in curve.items()} for a, b in ((0, 10), (30, 40)))
+    assert last["format"] > first["format"] + 0.05, (first, last)
+    assert last["executable"] > first["executable"] + 0.2, (first, last)
 
     # explain on the trained run, live, on a real query: train question 0's gold query in the format,
     # every reward's advantage 1 (the short run's own samples rarely execute, so their SQL rows are
