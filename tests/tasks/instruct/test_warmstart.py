@@ -90,10 +90,12 @@ def test_warm_start_then_train(tmp_path):
     from mrtpo.cli.main import main as mrtpo
 
     warm = tmp_path / "warm"
-    argv = ["--out", str(warm), "--steps", "80", "--train-size", "300", "--eval-limit", "32"]
-    assert main(argv) == 0
+    argv = ["--out", str(warm), "--steps", "150", "--batch-size", "16", "--train-size", "300"]
+    assert main([*argv, "--eval-limit", "32"]) == 0
     info = json.loads((warm / "warmstart.json").read_text())
-    # the random model's constraint accuracy is 0.08 (train) / 0.10 (held-out), measured with --steps 1
+    # measured: constraint accuracy 0.51 train / 0.49 held-out (sampled) at these settings; the model
+    # after one step (--steps 1) scores 0.26 / 0.23: what random words get from forbidden words,
+    # no comma and "less than" frequencies
     assert info["train_sampled"]["constraint_accuracy"] > 0.4
     assert info["heldout_sampled"]["constraint_accuracy"] > 0.4
 

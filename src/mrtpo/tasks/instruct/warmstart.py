@@ -27,6 +27,7 @@ as in the response (``bill``). The model, loss, step and schedule are the SQL wa
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -212,7 +213,8 @@ def build_instruct_tokenizer(texts):
 
 def evaluate(model, tok, task, examples, *, temperature: float, seed: int = 0, max_new_tokens: int = 64):
     """``constraint_accuracy`` (met constraints / all constraints) and ``prompt_accuracy`` of sampled
-    (``temperature > 0``) or greedy responses to ``examples`` (:meth:`InstructTask.metrics`)."""
+    (``temperature > 0``) or greedy responses to ``examples`` (:meth:`InstructTask.metrics`), and
+    ``by_type``: the share of each instruction type's constraints met."""
     from mrtpo.models.generation import SamplingConfig, TransformersGenerator
 
     cfg = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature, batch_size=64, seed=seed)
@@ -221,7 +223,13 @@ def evaluate(model, tok, task, examples, *, temperature: float, seed: int = 0, m
     responses = TransformersGenerator(model, tok, cfg).generate([e.messages() for e in examples], progress=False)
     model.train(was_training)
     rows = [[v.score(e, r) for v in task.verifiers(e)] for e, r in zip(examples, responses, strict=True)]
-    return task.metrics(examples, responses, rows)
+    by_type: dict[str, list[float]] = {}
+    for e, row in zip(examples, rows, strict=True):
+        for iid, v in zip(e.meta["instruction_ids"], row):
+            by_type.setdefault(iid, []).append(v)
+    out = dict(task.metrics(examples, responses, rows))
+    out["by_type"] = {iid: sum(v) / len(v) for iid, v in sorted(by_type.items())}
+    return out
 
 
 def train_instruct_warm_start(config: InstructWarmStartConfig, out_dir: str | Path | None = None):
@@ -287,29 +295,65 @@ def train_instruct_warm_start(config: InstructWarmStartConfig, out_dir: str | Pa
     return model, tok, info
 
 
+def evaluate_saved(path: str | Path, config: InstructWarmStartConfig) -> dict[str, dict[str, float]]:
+    """Sampled (temperature 1, seed ``config.seed``) metrics of the model saved in ``path`` (a warm start
+    or an ``mrtpo train`` output folder) on the first ``eval_limit`` train and held-out prompts."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not Path(path, "config.json").is_file():
+        raise ValueError(f"--evaluate: no saved model in {path}")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path)
+    n = config.eval_limit
+    train = laptop_task(config).load(limit=n)
+    heldout = laptop_task(config, seed=config.heldout_seed).load(limit=n)
+    task = laptop_task(config)
+    return {
+        "train_sampled": evaluate(model, tok, task, train, temperature=1.0, seed=config.seed),
+        "heldout_sampled": evaluate(model, tok, task, heldout, temperature=1.0, seed=config.seed),
+    }
+
+
+def _line(info: dict, n: int) -> str:
+    fmt = ", ".join
+    return (
+        f"sampled on {n} train prompts: "
+        + fmt(f"{k} {v:.3f}" for k, v in info["train_sampled"].items() if k != "by_type")
+        + "; held-out: "
+        + fmt(f"{k} {v:.3f}" for k, v in info["heldout_sampled"].items() if k != "by_type")
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m mrtpo.tasks.instruct.warmstart",
         description="Warm-start a tiny model for the instruct task on CPU "
         "(then: mrtpo train recipes/instruct_laptop.yaml).",
     )
-    p.add_argument("--out", required=True, help="folder for the model, tokenizer and warmstart.json")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--out", help="folder for the model, tokenizer and warmstart.json")
+    what.add_argument(
+        "--evaluate", metavar="MODEL", help="only evaluate a saved model (e.g. runs/instruct_laptop)"
+    )
+    p.add_argument("--json", metavar="FILE", help="with --evaluate: also write the metrics (by type too) here")
     defaults = InstructWarmStartConfig()
     for name, value in asdict(defaults).items():
         p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     args = p.parse_args(argv)
     try:
         config = InstructWarmStartConfig(**{k: getattr(args, k) for k in asdict(defaults)})
+        if args.evaluate:
+            metrics = evaluate_saved(args.evaluate, config)
+            if args.json:
+                Path(args.json).write_text(json.dumps(metrics, indent=2))
+            print(f"{args.evaluate}: " + _line(metrics, config.eval_limit))
+            return 0
         _, _, info = train_instruct_warm_start(config, args.out)
     except ValueError as e:
         p.exit(2, f"error: {e}\n")
-    fmt = ", ".join
     print(
         f"warm start saved to {args.out} in {info['seconds']:.0f} s ({info['parameters']:,} parameters); "
-        f"sampled on {config.eval_limit} train prompts: "
-        + fmt(f"{k} {v:.2f}" for k, v in info["train_sampled"].items())
-        + "; held-out: "
-        + fmt(f"{k} {v:.2f}" for k, v in info["heldout_sampled"].items())
+        + _line(info, config.eval_limit)
     )
     return 0
 
