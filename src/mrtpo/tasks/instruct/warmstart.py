@@ -220,7 +220,9 @@ def evaluate(model, tok, task, examples, *, temperature: float, seed: int = 0, m
     cfg = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature, batch_size=64, seed=seed)
     was_training = model.training
     model.eval()
-    responses = TransformersGenerator(model, tok, cfg).generate([e.messages() for e in examples], progress=False)
+    responses = TransformersGenerator(model, tok, cfg).generate(
+        [e.messages() for e in examples], progress=False
+    )
     model.train(was_training)
     rows = [[v.score(e, r) for v in task.verifiers(e)] for e, r in zip(examples, responses, strict=True)]
     by_type: dict[str, list[float]] = {}
@@ -335,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument(
         "--evaluate", metavar="MODEL", help="only evaluate a saved model (e.g. runs/instruct_laptop)"
     )
-    p.add_argument("--json", metavar="FILE", help="with --evaluate: also write the metrics (by type too) here")
+    p.add_argument(
+        "--json", metavar="FILE", help="with --evaluate: also write the metrics (by type too) here"
+    )
     defaults = InstructWarmStartConfig()
     for name, value in asdict(defaults).items():
         p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
