@@ -211,7 +211,7 @@ def build_instruct_tokenizer(texts):
     return tok
 
 
-def evaluate(model, tok, task, examples, *, temperature: float, seed: int = 0, max_new_tokens: int = 64):
+def evaluate(model, tok, task, examples, *, temperature: float, seed: int = 0, max_new_tokens: int = 96):
     """``constraint_accuracy`` (met constraints / all constraints) and ``prompt_accuracy`` of sampled
     (``temperature > 0``) or greedy responses to ``examples`` (:meth:`InstructTask.metrics`), and
     ``by_type``: the share of each instruction type's constraints met."""
