@@ -16,6 +16,7 @@ gives the same examples every time.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from mrtpo.tasks.base import Example
 from mrtpo.tasks.instruct import checkers
@@ -81,6 +82,27 @@ EXCLUDED: frozenset[str] = frozenset(
     {"detectable_format:constrained_response", "detectable_format:json_format"}
 )
 
+#: IFEval types whose responses a rule can write in one line of space-separated words, from the kwargs
+#: alone (:func:`mrtpo.tasks.instruct.warmstart.demonstration`): the laptop run's prompts
+#: (``types="laptop"``). Left out: types that need newlines (bullets, nth paragraph), long responses
+#: (word / sentence counts, letter and capital-word frequencies), another language, upper case, sections
+#: (their "Section" clashes with lower case), and repeat_prompt / two_responses (they conflict with
+#: almost every other type).
+LAPTOP_TYPES: tuple[str, ...] = (
+    "change_case:english_lowercase",
+    "detectable_content:number_placeholders",
+    "detectable_content:postscript",
+    "detectable_format:number_highlighted_sections",
+    "detectable_format:title",
+    "keywords:existence",
+    "keywords:forbidden_words",
+    "keywords:frequency",
+    "length_constraints:number_paragraphs",
+    "punctuation:no_comma",
+    "startend:end_checker",
+    "startend:quotation",
+)
+
 
 def _pick_ids(rng: random.Random, n: int, pool: list[str], example_id: str, tries: int = 200) -> list[str]:
     """``n`` mutually compatible ids, greedily from a shuffled pool; retried with new shuffles."""
@@ -126,12 +148,15 @@ def generate(
     max_constraints: int = 13,
     seed: int = 0,
     slots: int | None = None,
+    types: Sequence[str] | None = None,
 ) -> list[Example]:
     """``n`` synthetic examples (ids ``synthetic-0`` ...).
 
     Args:
         min_constraints, max_constraints: range of the number of constraints per prompt.
         slots: K, the reward slots of the task (default ``max_constraints``).
+        types: the instruction ids to draw from (default: every IFEval id but :data:`EXCLUDED`), or
+            "laptop" for :data:`LAPTOP_TYPES`.
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
@@ -142,7 +167,17 @@ def generate(
     slots = max_constraints if slots is None else slots
     if slots < max_constraints:
         raise ValueError(f"slots={slots} < max_constraints={max_constraints}")
-    pool = [i for i in checkers.instruction_ids("ifeval") if i not in EXCLUDED]
+    if types is None:
+        pool = [i for i in checkers.instruction_ids("ifeval") if i not in EXCLUDED]
+    else:
+        types = LAPTOP_TYPES if types == "laptop" else types
+        if isinstance(types, str):
+            raise ValueError(f"types must be a list of IFEval instruction ids or 'laptop', got {types!r}")
+        known = set(checkers.instruction_ids("ifeval"))
+        bad = [t for t in types if t not in known or t in EXCLUDED]
+        if bad or not types:
+            raise ValueError(f"types must be IFEval instruction ids the generator draws, got {list(types)!r}")
+        pool = sorted(set(types))
     rng = random.Random(seed)
     saved = random.getstate()
     random.seed(seed)

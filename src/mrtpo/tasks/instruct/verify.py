@@ -86,9 +86,10 @@ class InstructTask(Task):
         subsets: HIR-16K ``data_source`` subsets to load (the paper: the first two, 6,998 prompts).
         unknown: rows with an instruction id no checker knows: "error" or "drop" (see
             :func:`mrtpo.tasks.instruct.data.rows_to_examples`).
-        synthetic_size, min_constraints, seed: the synthetic set ``load()`` / ``load("synthetic")``
+        synthetic_size, min_constraints, seed, types: the synthetic set ``load()`` / ``load("synthetic")``
             generates (:func:`mrtpo.tasks.instruct.synth.generate`); ``min_constraints`` defaults to
-            min(5, max_constraints).
+            min(5, max_constraints); ``types`` (default all) the instruction ids it draws from, or "laptop"
+            (:data:`mrtpo.tasks.instruct.synth.LAPTOP_TYPES`).
     """
 
     name = "instruct"
@@ -101,6 +102,7 @@ class InstructTask(Task):
         synthetic_size: int = 6998,
         min_constraints: int | None = None,
         seed: int = 0,
+        types: Sequence[str] | None = None,
     ) -> None:
         if max_constraints < 1:
             raise ValueError(f"max_constraints must be >= 1, got {max_constraints}")
@@ -118,6 +120,7 @@ class InstructTask(Task):
         self.synthetic_size = int(synthetic_size)
         self.min_constraints = int(min_constraints)
         self.seed = int(seed)
+        self.types = types if types is None or isinstance(types, str) else tuple(types)
         self.reward_names = [slot_name(k) for k in range(self.max_constraints)]
 
     def verifiers(self, example: Example) -> list[Verifier]:
@@ -152,7 +155,11 @@ class InstructTask(Task):
 
             n = self.synthetic_size if limit is None else min(limit, self.synthetic_size)
             return generate(
-                n, min_constraints=self.min_constraints, max_constraints=self.max_constraints, seed=self.seed
+                n,
+                min_constraints=self.min_constraints,
+                max_constraints=self.max_constraints,
+                seed=self.seed,
+                types=self.types,
             )
         if source in ("ifeval", "ifbench"):
             from mrtpo.tasks.instruct.data import load_benchmark
