@@ -82,7 +82,9 @@ def gold_calls(ground_truth: Any, functions: Sequence[dict], where: str) -> list
     calls = []
     for j, call in enumerate(ground_truth):
         if not (isinstance(call, dict) and len(call) == 1 and isinstance(next(iter(call.values())), dict)):
-            raise ValueError(f"{where}: ground_truth call {j} is not {{name: {{param: [values]}}}}: {call!r:.80}")
+            raise ValueError(
+                f"{where}: ground_truth call {j} is not {{name: {{param: [values]}}}}: {call!r:.80}"
+            )
         ((name, params),) = call.items()
         required = set((docs.get(name) or {}).get("parameters", {}).get("required", []))
         args = {}
@@ -118,7 +120,11 @@ def bfcl_row(question: dict, answer: dict, where: str) -> dict[str, str]:
     if not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
         raise ValueError(f"{where}: every message needs a text 'content'")
     functions = question.get("function")
-    if not (isinstance(functions, list) and functions and all(isinstance(f, dict) and "name" in f for f in functions)):
+    if not (
+        isinstance(functions, list)
+        and functions
+        and all(isinstance(f, dict) and "name" in f for f in functions)
+    ):
         raise ValueError(f"{where}: 'function' must be a non-empty list of function docs with a 'name'")
     tools = [
         {"name": f["name"], "description": f.get("description", ""), "parameters": f.get("parameters", {})}
@@ -145,7 +151,7 @@ def load_bfcl_rows(category: str, *, data_dir: str | Path | None = None) -> list
     root = Path(data_dir) if data_dir is not None else bfcl_data_dir()
     name = f"{BFCL_PREFIX}_{category}.json"
     answers = {}
-    for where, a in iter_jsonl(root / "possible_answer" / name, what="BFCL answer file"):
+    for _, a in iter_jsonl(root / "possible_answer" / name, what="BFCL answer file"):
         answers[a.get("id")] = a
     rows = []
     for where, q in iter_jsonl(root / name, what="BFCL question file"):

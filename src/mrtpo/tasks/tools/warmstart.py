@@ -81,7 +81,9 @@ def spaced_json(value: Any) -> str:
     '{ "name" : "f" , "parameters" : { "x" : [ 1 , 2 ] , "s" : "New York" } }'
     """
     if isinstance(value, dict):
-        items = " , ".join(f"{json.dumps(k, ensure_ascii=False)} : {spaced_json(v)}" for k, v in value.items())
+        items = " , ".join(
+            f"{json.dumps(k, ensure_ascii=False)} : {spaced_json(v)}" for k, v in value.items()
+        )
         return f"{{ {items} }}" if items else "{ }"
     if isinstance(value, list):
         items = " , ".join(spaced_json(v) for v in value)
@@ -154,7 +156,9 @@ def evaluate(model, tok, task, examples, *, temperature: float, max_new_tokens: 
     cfg = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature, batch_size=16, seed=seed)
     was_training = model.training
     model.eval()
-    responses = TransformersGenerator(model, tok, cfg).generate([e.messages() for e in examples], progress=False)
+    responses = TransformersGenerator(model, tok, cfg).generate(
+        [e.messages() for e in examples], progress=False
+    )
     model.train(was_training)
     out = {}
     for k, name in enumerate(task.reward_names):
@@ -168,19 +172,25 @@ def spread(rows: Sequence, n: int) -> list:
     return list(rows[::step][:n])
 
 
-def train_tools_warm_start(config: ToolsWarmStartConfig, out_dir: str | Path, *, data_dir=None):
-    """Write the BFCL rows to ``out_dir/data``, train the warm start on the train split, evaluate its
-    sampled (temperature 1) and greedy rewards on ``eval_limit`` train and held-out rows, save model,
+def train_tools_warm_start(
+    config: ToolsWarmStartConfig,
+    out_dir: str | Path,
+    *,
+    data_dir=None,
+    categories: Sequence[str] | None = None,
+):
+    """Write the BFCL rows of ``categories`` (None: simple_python and multiple) to ``out_dir/data``, train
+    the warm start on the train split, evaluate its sampled (temperature 1) and greedy rewards on ``eval_limit`` train and held-out rows, save model,
     tokenizer and ``warmstart.json`` to ``out_dir``. Returns ``(model, tokenizer, info)``."""
     import torch
 
     from mrtpo.models.sft import labelled_response_loss, new_model, new_optimizer, save_warm_start, sft_step
     from mrtpo.tasks.sql.warmstart import encode_pairs
     from mrtpo.tasks.tools import ToolsTask
-    from mrtpo.tasks.tools.bfcl_rows import write_bfcl_splits
+    from mrtpo.tasks.tools.bfcl_rows import DEFAULT_CATEGORIES, write_bfcl_splits
 
     out = Path(out_dir)
-    counts = write_bfcl_splits(out / "data", data_dir=data_dir)
+    counts = write_bfcl_splits(out / "data", categories or DEFAULT_CATEGORIES, data_dir=data_dir)
     task = ToolsTask()
     train = task.load(str(out / "data"), split="train")
     held = task.load(str(out / "data"), split="held_out")
@@ -190,7 +200,10 @@ def train_tools_warm_start(config: ToolsWarmStartConfig, out_dir: str | Path, *,
     def encode(text: str) -> list[int]:
         return tok(text, add_special_tokens=False)["input_ids"]
 
-    prompts = [encode(tok.apply_chat_template(e.messages(), tokenize=False, add_generation_prompt=True)) for e in train]
+    prompts = [
+        encode(tok.apply_chat_template(e.messages(), tokenize=False, add_generation_prompt=True))
+        for e in train
+    ]
     t0 = time.perf_counter()
     rng = random.Random(config.seed)
     with torch.random.fork_rng(devices=[]):
@@ -218,9 +231,13 @@ def train_tools_warm_start(config: ToolsWarmStartConfig, out_dir: str | Path, *,
             "parameters": sum(p.numel() for p in model.parameters()),
             "vocabulary": len(tok),
             "final_loss": sum(losses[-20:]) / len(losses[-20:]),
-            "train_sampled": evaluate(model, tok, task, spread(train, n), temperature=1.0, max_new_tokens=m, seed=config.seed),
+            "train_sampled": evaluate(
+                model, tok, task, spread(train, n), temperature=1.0, max_new_tokens=m, seed=config.seed
+            ),
             "train_greedy": evaluate(model, tok, task, spread(train, n), temperature=0.0, max_new_tokens=m),
-            "held_out_sampled": evaluate(model, tok, task, spread(held, n), temperature=1.0, max_new_tokens=m, seed=config.seed),
+            "held_out_sampled": evaluate(
+                model, tok, task, spread(held, n), temperature=1.0, max_new_tokens=m, seed=config.seed
+            ),
             "held_out_greedy": evaluate(model, tok, task, spread(held, n), temperature=0.0, max_new_tokens=m),
         }
     model.eval()
@@ -235,14 +252,24 @@ def main(argv: list[str] | None = None) -> int:
         "(then: mrtpo train recipes/tools_laptop.yaml).",
     )
     p.add_argument("--out", required=True, help="folder for the model, tokenizer, warmstart.json and data/")
-    p.add_argument("--bfcl-data", default=None, help="a folder laid out like bfcl_eval/data (default: the wheel's)")
+    p.add_argument(
+        "--bfcl-data", default=None, help="a folder laid out like bfcl_eval/data (default: the wheel's)"
+    )
+    p.add_argument(
+        "--categories",
+        nargs="+",
+        default=None,
+        help="BFCL categories to convert (default: simple_python multiple)",
+    )
     defaults = ToolsWarmStartConfig()
     for name, value in asdict(defaults).items():
         p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     args = p.parse_args(argv)
     try:
         config = ToolsWarmStartConfig(**{k: getattr(args, k) for k in asdict(defaults)})
-        _, _, info = train_tools_warm_start(config, args.out, data_dir=args.bfcl_data)
+        _, _, info = train_tools_warm_start(
+            config, args.out, data_dir=args.bfcl_data, categories=args.categories
+        )
     except (ValueError, FileNotFoundError) as e:
         p.exit(2, f"error: {e}\n")
 
