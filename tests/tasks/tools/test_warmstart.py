@@ -25,7 +25,8 @@ from mrtpo.tasks.tools.warmstart import (
     build_tools_tokenizer,
     demonstration,
     main,
-    spaced_json,
+    call_words,
+    text_words,
 )
 
 pytest.importorskip("bfcl_eval")
@@ -76,6 +77,15 @@ def test_every_converted_gold_call_is_the_bfcl_evaluation_s_and_scores_full_mark
     train, held = split_rows(load_bfcl_rows("multiple"))
     assert (len(train), len(held)) == (160, 40)
     assert [r["id"] for r in held[:2]] == ["multiple_4", "multiple_9"]
+
+
+def _spaced(value) -> str:
+    """A naive reference of the decoded demonstration: JSON with a space around each ``{}[]:,``."""
+    if isinstance(value, dict):
+        return "{ " + " , ".join(f"{json.dumps(k)} : {_spaced(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[ " + " , ".join(_spaced(v) for v in value) + " ]"
+    return json.dumps(value)
 
 
 def _copy_bfcl(tmp_path: Path, edit) -> Path:
@@ -138,8 +148,11 @@ def test_tokenizer_keeps_newlines_and_demonstrations_score_as_intended():
     tok = build_tools_tokenizer(sorted({w for w in words if w != "\n"}))
     vocab = tok.get_vocab()
     text = tok.decode([vocab[w] for w in words])
-    assert text == "<think> </think>\n<tool_call>\n" + spaced_json(calls[0]) + "\n</tool_call>"
-    assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text  # round trip
+    (call,) = calls
+    assert text == "<think> </think>\n<tool_call>\n" + _spaced(call) + "\n</tool_call>"
+    # the names and values are the prompt's own words (the tokenizer splits the prompt's JSON the same way)
+    prompt = set(text_words(" ".join(seg.text for seg in ex.segments if not seg.privileged)))
+    assert set(call_words(call)) - prompt == {"«", "»"}
     assert _scores(ex, text) == (1.0, 3.0)
     (call,) = calls
     n = len(call["parameters"])

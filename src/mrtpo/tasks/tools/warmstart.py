@@ -1,4 +1,4 @@
-"""A supervised warm start for the tools task on CPU: a tiny model that writes ToolRL's format and, part of
+r"""A supervised warm start for the tools task on CPU: a tiny model that writes ToolRL's format and, part of
 the time, the right calls, on BFCL's own questions (the ``bfcl-eval`` wheel's data), so ``mrtpo train``
 has rewards to raise.
 
@@ -10,24 +10,24 @@ Data: :func:`mrtpo.tasks.tools.bfcl_rows.write_bfcl_splits` converts BFCL's ``si
 
 The model is the project's tiny Qwen2 (:func:`mrtpo.models.tiny.build_model`) on a word-level tokenizer
 (:func:`build_tools_tokenizer`) of every word of the rows plus the format tokens. ToolRL's format needs
-newlines (``</think>\\n<tool_call>\\n``), so the tokenizer splits text on spaces and keeps each newline
-as a token of its own, and decoding joins words with one space and newlines with none: a decoded text
-is the encoded one up to runs of spaces. A demonstration reads::
+newlines (``</think>\n<tool_call>\n``), so the tokenizer keeps each newline as a token of its own and
+decoding joins words with one space and newlines with none. A demonstration's words are::
 
-    <think> </think>
-    <tool_call>
-    { "name" : "math.factorial" , "parameters" : { "number" : 5 } }
-    </tool_call>
+    <think> </think> \n <tool_call> \n { « name » : « math.factorial » , « parameters » : { « number » : 5 } } \n </tool_call>
 
-(the call's JSON written with spaces around its punctuation, :func:`spaced_json`, so keys, values and
-punctuation are words shared across rows; JSON allows the spaces and the verifier reads the same call).
+which decodes to ``<think> </think>\n<tool_call>\n{ "name" : "math.factorial" , ... }\n</tool_call>``: the
+tokenizer splits quotes, braces, brackets, colons and commas off the words, so a function or parameter
+name and a value are the same token in the prompt (``Name: math.factorial``, ``{"number": ...``, "the
+factorial of 5") as in the call, and the call's strings are written between the quote tokens ``«`` and
+``»``, which decode to ``"`` without the spaces beside them (:func:`call_words`). JSON allows the spaces
+left around its punctuation; the verifier reads the same call.
 
 Demonstrations are the train split's gold calls, deliberately imperfect so RL has headroom: with
 probability ``p_break`` one of the seven format tokens (the four tags, the three newlines) is left out
 (format 0), and with probability ``p_wrong`` one parameter of one call is left out (correctness below
 3). Model, step and learning-rate schedule are the SQL warm start's (:mod:`mrtpo.models.sft`), the loss
-the same cross-entropy with the LM head on the response tokens only (:func:`~mrtpo.models.sft.labelled_response_loss`);
-everything is drawn from ``seed``.
+the same cross-entropy with the LM head on the response tokens only
+(:func:`~mrtpo.models.sft.labelled_response_loss`); everything is drawn from ``seed``.
 """
 
 from __future__ import annotations
@@ -74,21 +74,33 @@ class ToolsWarmStartConfig:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
 
 
-def spaced_json(value: Any) -> str:
-    """JSON of ``value`` with one space around every brace, bracket, colon and comma.
+OPEN, CLOSE = "«", "»"
+"""The response's quote tokens: a JSON string's opening and closing quote (both decode to ``"``)."""
 
-    >>> spaced_json({"name": "f", "parameters": {"x": [1, 2], "s": "New York"}})
-    '{ "name" : "f" , "parameters" : { "x" : [ 1 , 2 ] , "s" : "New York" } }'
+_PUNCT = r'[\n"{}\[\]:,]'
+"""What the tokenizer splits off as tokens of their own (besides splitting at spaces)."""
+
+
+def call_words(value: Any) -> list[str]:
+    """The words of ``value``'s JSON as a demonstration writes them: braces, brackets, colons and commas
+    as words, a string as :data:`OPEN`, its JSON-escaped text split at spaces, :data:`CLOSE`.
+
+    >>> call_words({"name": "f", "parameters": {"x": [1, 2], "s": "New York"}})[:8]
+    ['{', '«', 'name', '»', ':', '«', 'f', '»']
     """
     if isinstance(value, dict):
-        items = " , ".join(
-            f"{json.dumps(k, ensure_ascii=False)} : {spaced_json(v)}" for k, v in value.items()
-        )
-        return f"{{ {items} }}" if items else "{ }"
+        out = ["{"]
+        for i, (k, v) in enumerate(value.items()):
+            out += [","] * (i > 0) + call_words(k) + [":"] + call_words(v)
+        return [*out, "}"]
     if isinstance(value, list):
-        items = " , ".join(spaced_json(v) for v in value)
-        return f"[ {items} ]" if items else "[ ]"
-    return json.dumps(value, ensure_ascii=False)
+        out = ["["]
+        for i, v in enumerate(value):
+            out += [","] * (i > 0) + call_words(v)
+        return [*out, "]"]
+    if isinstance(value, str):
+        return [OPEN, *json.dumps(value, ensure_ascii=False)[1:-1].split(), CLOSE]
+    return [json.dumps(value)]
 
 
 def demonstration(calls: Sequence[dict], rng: random.Random, *, p_break: float, p_wrong: float) -> list[str]:
@@ -101,7 +113,7 @@ def demonstration(calls: Sequence[dict], rng: random.Random, *, p_break: float, 
         del c["parameters"][rng.choice(list(c["parameters"]))]
     body: list[str] = []
     for c in calls:
-        body += [*spaced_json(c).split(), NL]
+        body += [*call_words(c), NL]
     words = ["<think>", "</think>", NL, "<tool_call>", NL, *body, "</tool_call>"]
     if rng.random() < p_break:
         tags = [0, 1, 2, 3, 4, len(words) - 2, len(words) - 1]  # the seven format tokens
@@ -109,43 +121,65 @@ def demonstration(calls: Sequence[dict], rng: random.Random, *, p_break: float, 
     return words
 
 
+def _pre_tokenizer():
+    from tokenizers import Regex, pre_tokenizers
+
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"[^\S\n]+"), behavior="removed"),
+            pre_tokenizers.Split(Regex(_PUNCT), behavior="isolated"),
+        ]
+    )
+
+
+def text_words(text: str) -> list[str]:
+    r"""The words :func:`build_tools_tokenizer` splits ``text`` into.
+
+    >>> text_words('Name: f\nParameters: {"x": 1}')
+    ['Name', ':', 'f', '\n', 'Parameters', ':', '{', '"', 'x', '"', ':', '1', '}']
+    """
+    return [w for w, _ in _pre_tokenizer().pre_tokenize_str(text)]
+
+
 def build_tools_tokenizer(words: Sequence[str]):
-    """The tiny word-level tokenizer (:func:`mrtpo.models.tiny.build_tokenizer`) of ``words`` and a
-    newline token, splitting text on other whitespace and keeping each newline as a token; decoding
-    joins words with one space and drops the spaces beside a newline."""
-    from tokenizers import Regex, decoders, pre_tokenizers
+    """The tiny word-level tokenizer (:func:`mrtpo.models.tiny.build_tokenizer`) of ``words``, a newline and
+    the quote tokens, splitting text at spaces and splitting off newlines, quotes, braces, brackets,
+    colons and commas; decoding joins words with one space, drops the spaces beside a newline and turns
+    ``« x »`` into ``"x"``."""
+    from tokenizers import decoders
 
     from mrtpo.models.tiny import build_tokenizer
 
-    tok = build_tokenizer([NL, *words])
+    tok = build_tokenizer([NL, OPEN, CLOSE, *words])
     backend = tok.backend_tokenizer
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(r"[^\S\n]+"), behavior="removed"),
-            pre_tokenizers.Split(Regex(r"\n"), behavior="isolated"),
-        ]
-    )
+    backend.pre_tokenizer = _pre_tokenizer()
     backend.decoder = decoders.Sequence(
         [
             decoders.WordPiece(prefix="##", cleanup=False),  # joins words with spaces
             decoders.Fuse(),
             decoders.Replace(" \n", "\n"),
             decoders.Replace("\n ", "\n"),
+            decoders.Replace(OPEN + " ", '"'),
+            decoders.Replace(" " + CLOSE, '"'),
+            decoders.Replace(OPEN, '"'),
+            decoders.Replace(CLOSE, '"'),
         ]
     )
     return tok
 
 
 def rows_vocabulary(examples) -> list[str]:
-    """Every word of ``examples``' segments (the privileged reference included) and of their gold calls
-    as demonstrations write them, plus :data:`FORMAT_WORDS`, in first-seen order (newlines excluded)."""
+    """Every word of ``examples``' segments (the privileged reference included; split as the tokenizer
+    splits) and of their gold calls as demonstrations write them, plus :data:`FORMAT_WORDS`, in
+    first-seen order (newlines excluded)."""
     words: dict[str, None] = {}
     for ex in examples:
         for seg in ex.segments:
-            words.update(dict.fromkeys(seg.text.split()))
+            words.update(dict.fromkeys(text_words(seg.text)))
         for call in ex.meta["reference_calls"] or []:
-            words.update(dict.fromkeys(spaced_json(call).split()))
-    words.update(dict.fromkeys(w for w in FORMAT_WORDS if w != NL))
+            words.update(dict.fromkeys(call_words(call)))
+    words.update(dict.fromkeys(FORMAT_WORDS))
+    words.pop(NL, None)
     return list(words)
 
 
