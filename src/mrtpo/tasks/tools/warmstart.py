@@ -242,7 +242,7 @@ def train_tools_warm_start(
     rng = random.Random(config.seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        model = new_model(tok, config, max_positions=1024)
+        model = new_model(tok, config, max_positions=2048)
         opt, sched = new_optimizer(model, config)
         model.train()
         losses = []
