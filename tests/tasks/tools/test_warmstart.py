@@ -23,9 +23,9 @@ from mrtpo.tasks.tools.warmstart import (
     FORMAT_WORDS,
     ToolsWarmStartConfig,
     build_tools_tokenizer,
+    call_words,
     demonstration,
     main,
-    call_words,
     text_words,
 )
 
