@@ -209,3 +209,21 @@ def test_warm_start_then_train(tmp_path):
     assert sum(fmt) / 4 > 0.1  # the random model scores 0
     # both rewards logged every step; correctness stays in its bounds (measured: -3, no call parses yet)
     assert all(-3.0 <= c <= 3.0 for c in corr)
+
+
+def test_labelled_response_loss_is_response_loss():
+    """The warm start's loss (LM head on the labelled positions only) against the full-logits loss."""
+    import torch
+
+    from mrtpo.models.sft import labelled_response_loss, response_loss
+    from mrtpo.models.tiny import build_model
+
+    model = build_model(50, hidden_size=32, seed=0, dtype=torch.float32)
+    ids = torch.randint(3, 50, (3, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # a left-padded prompt
+    labels = torch.full_like(ids, -100)
+    labels[:, 8:] = ids[:, 8:]
+    labels[2, 11] = -100
+    full, part = response_loss(model, ids, mask, labels), labelled_response_loss(model, ids, mask, labels)
+    assert part.item() == pytest.approx(full.item(), rel=1e-5) and full.item() > 0
