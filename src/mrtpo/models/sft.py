@@ -1,6 +1,6 @@
 """Supervised warm starts: the model, optimizer, learning-rate shape, loss and step a warm start trains
 with, and how it is saved (the demo's toy task, :mod:`mrtpo.demo.warmstart`; the SQL task's,
-:mod:`mrtpo.tasks.sql.warmstart`)."""
+:mod:`mrtpo.tasks.sql.warmstart`; the tools task's, :mod:`mrtpo.tasks.tools.warmstart`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ import json
 import math
 from pathlib import Path
 
-__all__ = ["lr_factor", "new_model", "new_optimizer", "response_loss", "save_warm_start", "sft_step"]
+__all__ = [
+    "labelled_response_loss",
+    "lr_factor",
+    "new_model",
+    "new_optimizer",
+    "response_loss",
+    "save_warm_start",
+    "sft_step",
+]
 
 
 def lr_factor(
@@ -43,6 +51,21 @@ def response_loss(model, ids, mask, labels):
     )
 
 
+def labelled_response_loss(model, ids, mask, labels):
+    """:func:`response_loss` with the LM head applied to the labelled positions only (long prompts, large
+    vocabularies: the full ``[B, W, V]`` logits are never formed). Same value up to rounding.
+
+    ``loss = mean_{(b, t): labels[b, t] != -100} -log p(ids[b, t] | ids[b, < t])``.
+    """
+    import torch.nn.functional as F
+
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]  # [B, W-1, H]
+    target = labels[:, 1:]  # [B, W-1]
+    keep = target != -100
+    logits = model.get_output_embeddings()(hidden[keep])  # [N, V]
+    return F.cross_entropy(logits.float(), target[keep])
+
+
 def new_model(tok, config, *, max_positions: int):
     """A float32 tiny model (:func:`mrtpo.models.tiny.build_model`) over ``tok``'s vocabulary whose
     generation ends and pads with ``tok``'s tokens. ``config``: a warm start's settings (``hidden_size``,
@@ -73,11 +96,12 @@ def new_optimizer(model, config, *, decay_start: int | None = None):
     return opt, sched
 
 
-def sft_step(model, opt, sched, ids, mask, labels) -> float:
-    """One optimizer step on :func:`response_loss` (gradient norm clipped to 1); returns the loss."""
+def sft_step(model, opt, sched, ids, mask, labels, *, loss_fn=response_loss) -> float:
+    """One optimizer step on ``loss_fn`` (default :func:`response_loss`; gradient norm clipped to 1);
+    returns the loss."""
     import torch
 
-    loss = response_loss(model, ids, mask, labels)
+    loss = loss_fn(model, ids, mask, labels)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -8,7 +8,8 @@ Rewards (K = 2, ``reward_names = ["format", "correctness"]``):
 - ``correctness`` [-3, 3]: ToolRL's tool-call match score ``6 · S / S_max − 3`` (:func:`correctness_reward`);
   information: the reference tool calls, a privileged segment (replay only).
 
-Data: :func:`load_rlla` (verl parquet or raw JSON). Evaluation: BFCL-v4 single-turn AST accuracy
+Data: :func:`load_rlla` (verl parquet or raw JSON); BFCL's own questions as rows:
+:mod:`.bfcl_rows`; a CPU warm start on them: :mod:`.warmstart`. Evaluation: BFCL-v4 single-turn AST accuracy
 (:mod:`mrtpo.eval.bfcl`, command ``mrtpo eval bfcl``).
 """
 
