@@ -66,6 +66,25 @@ def labelled_response_loss(model, ids, mask, labels):
     return F.cross_entropy(logits.float(), target[keep])
 
 
+def encode_pairs(tok, prompts: list[list[int]], responses: list[list[int]]):
+    """``input_ids, attention_mask, labels`` of (prompt ids, response ids) pairs: prompts left-padded,
+    responses (plus ``<eos>``) right-padded, labels -100 except on response tokens and ``<eos>``."""
+    import torch
+
+    p_len = max(map(len, prompts))
+    r_len = max(map(len, responses)) + 1
+    ids = torch.full((len(prompts), p_len + r_len), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        r = [*r, tok.eos_token_id]
+        ids[i, p_len - len(p) : p_len] = torch.tensor(p)
+        ids[i, p_len : p_len + len(r)] = torch.tensor(r)
+        mask[i, p_len - len(p) : p_len + len(r)] = 1
+        labels[i, p_len : p_len + len(r)] = torch.tensor(r)
+    return ids, mask, labels
+
+
 def new_model(tok, config, *, max_positions: int):
     """A float32 tiny model (:func:`mrtpo.models.tiny.build_model`) over ``tok``'s vocabulary whose
     generation ends and pads with ``tok``'s tokens. ``config``: a warm start's settings (``hidden_size``,

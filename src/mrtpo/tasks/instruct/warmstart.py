@@ -240,8 +240,7 @@ def train_instruct_warm_start(config: InstructWarmStartConfig, out_dir: str | Pa
     ``warmstart.json`` to ``out_dir``. Returns ``(model, tokenizer, info)``."""
     import torch
 
-    from mrtpo.models.sft import new_model, new_optimizer, save_warm_start, sft_step
-    from mrtpo.tasks.sql.warmstart import encode_pairs
+    from mrtpo.models.sft import encode_pairs, new_model, new_optimizer, save_warm_start, sft_step
 
     task = laptop_task(config)
     train = task.load()

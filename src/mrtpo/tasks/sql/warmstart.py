@@ -89,25 +89,6 @@ def build_sql_tokenizer(examples):
     return build_tokenizer(list(words))
 
 
-def encode_pairs(tok, prompts: list[list[int]], responses: list[list[int]]):
-    """``input_ids, attention_mask, labels`` of (prompt ids, response ids) pairs: prompts left-padded,
-    responses (plus ``<eos>``) right-padded, labels -100 except on response tokens and ``<eos>``."""
-    import torch
-
-    p_len = max(map(len, prompts))
-    r_len = max(map(len, responses)) + 1
-    ids = torch.full((len(prompts), p_len + r_len), tok.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    labels = torch.full_like(ids, -100)
-    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
-        r = [*r, tok.eos_token_id]
-        ids[i, p_len - len(p) : p_len] = torch.tensor(p)
-        ids[i, p_len : p_len + len(r)] = torch.tensor(r)
-        mask[i, p_len - len(p) : p_len + len(r)] = 1
-        labels[i, p_len : p_len + len(r)] = torch.tensor(r)
-    return ids, mask, labels
-
-
 def evaluate(model, tok, task, examples, *, temperature: float, seed: int = 0) -> dict[str, float]:
     """Mean of each SQL reward over sampled (``temperature > 0``) or greedy responses to ``examples``."""
     from mrtpo.models.generation import SamplingConfig, TransformersGenerator
@@ -129,7 +110,7 @@ def train_sql_warm_start(config: SqlWarmStartConfig, out_dir: str | Path | None 
     save model, tokenizer and ``warmstart.json`` to ``out_dir``. Returns ``(model, tokenizer, info)``."""
     import torch
 
-    from mrtpo.models.sft import new_model, new_optimizer, save_warm_start, sft_step
+    from mrtpo.models.sft import encode_pairs, new_model, new_optimizer, save_warm_start, sft_step
     from mrtpo.tasks.sql import SqlTask
 
     task = SqlTask(workers=1)

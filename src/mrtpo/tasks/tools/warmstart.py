@@ -218,8 +218,14 @@ def train_tools_warm_start(
     tokenizer and ``warmstart.json`` to ``out_dir``. Returns ``(model, tokenizer, info)``."""
     import torch
 
-    from mrtpo.models.sft import labelled_response_loss, new_model, new_optimizer, save_warm_start, sft_step
-    from mrtpo.tasks.sql.warmstart import encode_pairs
+    from mrtpo.models.sft import (
+        encode_pairs,
+        labelled_response_loss,
+        new_model,
+        new_optimizer,
+        save_warm_start,
+        sft_step,
+    )
     from mrtpo.tasks.tools import ToolsTask
     from mrtpo.tasks.tools.bfcl_rows import DEFAULT_CATEGORIES, write_bfcl_splits
 
