@@ -117,6 +117,9 @@ def test_bird_nested_archive(tmp_path, capsys):
     assert len(examples) == n == 70
     assert {e.meta["db_id"] for e in examples} == {"clinic"}
     assert Path(examples[0].meta["db_path"]).is_relative_to(out.resolve())
+    samples = train_one_step("sql", out, tmp_path / "run", "--data.split", "dev")  # the fixture has dev only
+    assert samples and all("CREATE TABLE" in s["prompt"] for s in samples)
+    assert all(s["reward_names"] == ["format", "executable", "execution"] for s in samples)
 
 
 @pytest.mark.parametrize("flag", ["--check-gold", "--drop-failing-gold"])
