@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 __all__ = [
@@ -17,6 +18,39 @@ __all__ = [
     "save_warm_start",
     "sft_step",
 ]
+
+
+@dataclass
+class WarmStartSettings:
+    """The settings every task's laptop warm start shares (a task's config adds its own and may change the
+    defaults): model size, optimizer, schedule, seed, and how many examples its evaluation reads."""
+
+    steps: int = 300
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.01
+    hidden_size: int = 128
+    num_layers: int = 2
+    seed: int = 0
+    eval_limit: int = 64
+
+    def check_probabilities(self, *names: str) -> None:
+        """ValueError naming the first of ``names`` outside [0, 1]."""
+        for name in names:
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+def add_settings_arguments(parser, defaults) -> None:
+    """One ``--name`` option per field of the settings dataclass ``defaults`` (its value the default)."""
+    for name, value in asdict(defaults).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+
+
+def settings_from_args(cls, args):
+    """The settings of class ``cls`` from the options :func:`add_settings_arguments` added."""
+    return cls(**{k: getattr(args, k) for k in asdict(cls())})
 
 
 def lr_factor(

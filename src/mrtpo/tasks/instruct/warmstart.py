@@ -33,6 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mrtpo.models.sft import WarmStartSettings, add_settings_arguments, settings_from_args
 from mrtpo.tasks.instruct.synth import TOPICS
 
 SPLIT_CHARS = r"[\[\]',]"
@@ -50,23 +51,14 @@ POSTSCRIPT = ("thank", "you", "for", "reading", ".")
 
 
 @dataclass
-class InstructWarmStartConfig:
+class InstructWarmStartConfig(WarmStartSettings):
     """Settings of the instruct warm start (defaults: the documented laptop run)."""
 
-    steps: int = 300
-    batch_size: int = 32
-    lr: float = 3e-3
-    warmup_steps: int = 20
-    weight_decay: float = 0.01
     p_break: float = 0.3
-    hidden_size: int = 128
-    num_layers: int = 2
     train_size: int = 2000
     heldout_seed: int = 1
     min_constraints: int = 2
     max_constraints: int = 4
-    seed: int = 0
-    eval_limit: int = 64
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.train_size < 1:
@@ -74,8 +66,7 @@ class InstructWarmStartConfig:
                 f"steps, batch_size and train_size must be >= 1, got {self.steps}, {self.batch_size}, "
                 f"{self.train_size}"
             )
-        if not 0.0 <= self.p_break <= 1.0:
-            raise ValueError(f"p_break must be in [0, 1], got {self.p_break}")
+        self.check_probabilities("p_break")
         if not 1 <= self.min_constraints <= self.max_constraints:
             raise ValueError(
                 f"need 1 <= min_constraints ({self.min_constraints}) <= max_constraints ({self.max_constraints})"
@@ -339,12 +330,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--json", metavar="FILE", help="with --evaluate: also write the metrics (by type too) here"
     )
-    defaults = InstructWarmStartConfig()
-    for name, value in asdict(defaults).items():
-        p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    add_settings_arguments(p, InstructWarmStartConfig())
     args = p.parse_args(argv)
     try:
-        config = InstructWarmStartConfig(**{k: getattr(args, k) for k in asdict(defaults)})
+        config = settings_from_args(InstructWarmStartConfig, args)
         if args.evaluate:
             metrics = evaluate_saved(args.evaluate, config)
             if args.json:

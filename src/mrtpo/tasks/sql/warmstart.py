@@ -27,32 +27,24 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mrtpo.models.sft import WarmStartSettings, add_settings_arguments, settings_from_args
+
 FORMAT_WORDS = ("<think>", "</think>", "<answer>", "```sql", "```", "</answer>")
 """The response's format tokens, in order (the tokenizer keeps each as one word)."""
 
 
 @dataclass
-class SqlWarmStartConfig:
+class SqlWarmStartConfig(WarmStartSettings):
     """Settings of the SQL warm start (defaults: the documented laptop run)."""
 
     steps: int = 400
-    batch_size: int = 32
-    lr: float = 3e-3
-    warmup_steps: int = 20
-    weight_decay: float = 0.01
     p_break: float = 0.3
     p_wrong: float = 0.1
-    hidden_size: int = 128
-    num_layers: int = 2
-    seed: int = 0
-    eval_limit: int = 64
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError(f"steps and batch_size must be >= 1, got {self.steps}, {self.batch_size}")
-        for name in ("p_break", "p_wrong"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        self.check_probabilities("p_break", "p_wrong")
 
 
 def demonstration(example, rng: random.Random, *, p_break: float, p_wrong: float, others: list[str]) -> str:
@@ -177,12 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", required=True, help="folder for the model, tokenizer and warmstart.json")
     p.add_argument("--source", default=None, help="a Spider-format folder (default: the shipped sql_tiny)")
-    defaults = SqlWarmStartConfig()
-    for name, value in asdict(defaults).items():
-        p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    add_settings_arguments(p, SqlWarmStartConfig())
     args = p.parse_args(argv)
     try:
-        config = SqlWarmStartConfig(**{k: getattr(args, k) for k in asdict(defaults)})
+        config = settings_from_args(SqlWarmStartConfig, args)
         _, _, info = train_sql_warm_start(config, args.out, source=args.source)
     except (ValueError, FileNotFoundError) as e:
         p.exit(2, f"error: {e}\n")

@@ -41,26 +41,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mrtpo.models.sft import WarmStartSettings, add_settings_arguments, settings_from_args
+
 NL = "\n"
 FORMAT_WORDS = ("<think>", "</think>", NL, "<tool_call>", NL, NL, "</tool_call>")
 """The demonstration's format tokens, in order: the tags and the newlines the format reward needs."""
 
 
 @dataclass
-class ToolsWarmStartConfig:
+class ToolsWarmStartConfig(WarmStartSettings):
     """Settings of the tools warm start (defaults: the documented laptop run)."""
 
-    steps: int = 300
     batch_size: int = 16
-    lr: float = 3e-3
-    warmup_steps: int = 20
-    weight_decay: float = 0.01
+    eval_limit: int = 48
     p_break: float = 0.3
     p_wrong: float = 0.2
-    hidden_size: int = 128
-    num_layers: int = 2
-    seed: int = 0
-    eval_limit: int = 48
     max_new_tokens: int = 64
 
     def __post_init__(self) -> None:
@@ -69,9 +64,7 @@ class ToolsWarmStartConfig:
                 "steps, batch_size, eval_limit and max_new_tokens must be >= 1, got "
                 f"{self.steps}, {self.batch_size}, {self.eval_limit}, {self.max_new_tokens}"
             )
-        for name in ("p_break", "p_wrong"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        self.check_probabilities("p_break", "p_wrong")
 
 
 OPEN, CLOSE = "«", "»"
@@ -301,12 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="BFCL categories to convert (default: simple_python multiple)",
     )
-    defaults = ToolsWarmStartConfig()
-    for name, value in asdict(defaults).items():
-        p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    add_settings_arguments(p, ToolsWarmStartConfig())
     args = p.parse_args(argv)
     try:
-        config = ToolsWarmStartConfig(**{k: getattr(args, k) for k in asdict(defaults)})
+        config = settings_from_args(ToolsWarmStartConfig, args)
         _, _, info = train_tools_warm_start(
             config, args.out, data_dir=args.bfcl_data, categories=args.categories
         )
