@@ -17,6 +17,7 @@ __all__ = [
     "response_loss",
     "save_warm_start",
     "sft_step",
+    "train_on_demonstrations",
 ]
 
 
@@ -34,6 +35,12 @@ class WarmStartSettings:
     num_layers: int = 2
     seed: int = 0
     eval_limit: int = 64
+
+    def check_at_least_one(self, *names: str) -> None:
+        """ValueError naming every one of ``names`` (and its value) when any is below 1."""
+        if any(getattr(self, name) < 1 for name in names):
+            values = ", ".join(str(getattr(self, name)) for name in names)
+            raise ValueError(f"{', '.join(names)} must be >= 1, got {values}")
 
     def check_probabilities(self, *names: str) -> None:
         """ValueError naming the first of ``names`` outside [0, 1]."""
@@ -170,3 +177,56 @@ def save_warm_start(out_dir: str | Path, model, tok, info: dict) -> None:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     (out / "warmstart.json").write_text(json.dumps(info, indent=2))
+
+
+def train_on_demonstrations(
+    tok,
+    config,
+    prompts,
+    pick,
+    respond,
+    *,
+    max_positions: int,
+    loss_fn=response_loss,
+    evaluate=None,
+    extra: dict | None = None,
+):
+    """Train a new model (:func:`new_model`) on demonstrations with :func:`sft_step`, seeded by
+    ``config.seed`` (the torch generator forked, so the caller's is untouched).
+
+    Each of ``config.steps`` steps draws ``config.batch_size`` rows with ``pick(rng) -> j`` and then, in
+    that order, each row's response token ids with ``respond(j, rng)``; ``prompts[j]`` holds row ``j``'s
+    prompt token ids; ``rng`` is ``random.Random(config.seed)``. ``evaluate(model)`` (inside the fork)
+    returns the evaluations to record. Returns ``(model, info)``: the model in eval mode; ``info`` holds the
+    settings, seconds, parameter count, vocabulary size, the mean loss of the last 20 steps, ``extra`` and
+    the evaluations."""
+    import random
+    import time
+
+    import torch
+
+    t0 = time.perf_counter()
+    rng = random.Random(config.seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = new_model(tok, config, max_positions=max_positions)
+        opt, sched = new_optimizer(model, config)
+        model.train()
+        losses = []
+        for _ in range(config.steps):
+            rows = [pick(rng) for _ in range(config.batch_size)]
+            responses = [respond(j, rng) for j in rows]
+            ids, mask, labels = encode_pairs(tok, [prompts[j] for j in rows], responses)
+            losses.append(sft_step(model, opt, sched, ids, mask, labels, loss_fn=loss_fn))
+        info = {
+            "config": asdict(config),
+            "seconds": time.perf_counter() - t0,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "vocabulary": len(tok),
+            **(extra or {}),
+            "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        }
+        if evaluate is not None:
+            info.update(evaluate(model))
+    model.eval()
+    return model, info

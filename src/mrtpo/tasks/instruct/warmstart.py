@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from mrtpo.models.sft import WarmStartSettings, add_settings_arguments, settings_from_args
@@ -61,11 +59,7 @@ class InstructWarmStartConfig(WarmStartSettings):
     max_constraints: int = 4
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.train_size < 1:
-            raise ValueError(
-                f"steps, batch_size and train_size must be >= 1, got {self.steps}, {self.batch_size}, "
-                f"{self.train_size}"
-            )
+        self.check_at_least_one("steps", "batch_size", "train_size")
         self.check_probabilities("p_break")
         if not 1 <= self.min_constraints <= self.max_constraints:
             raise ValueError(
@@ -229,9 +223,8 @@ def train_instruct_warm_start(config: InstructWarmStartConfig, out_dir: str | Pa
     """Train the warm start on the laptop prompts (seed ``config.seed``), evaluate it on the first
     ``eval_limit`` of them and of held-out prompts (seed ``heldout_seed``), save model, tokenizer and
     ``warmstart.json`` to ``out_dir``. Returns ``(model, tokenizer, info)``."""
-    import torch
 
-    from mrtpo.models.sft import encode_pairs, new_model, new_optimizer, save_warm_start, sft_step
+    from mrtpo.models.sft import save_warm_start, train_on_demonstrations
 
     task = laptop_task(config)
     train = task.load()
@@ -251,37 +244,29 @@ def train_instruct_warm_start(config: InstructWarmStartConfig, out_dir: str | Pa
         j: ids_of(tok.apply_chat_template(train[j].messages(), tokenize=False, add_generation_prompt=True))
         for j in usable
     }
-    t0 = time.perf_counter()
-    rng = random.Random(config.seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        model = new_model(tok, config, max_positions=512)
-        opt, sched = new_optimizer(model, config)
-        model.train()
-        losses = []
-        for _ in range(config.steps):
-            rows = [rng.choice(usable) for _ in range(config.batch_size)]
-            resp = []
-            for j in rows:
-                clean, broken = demos[j]
-                text = rng.choice(broken)[1] if broken and rng.random() < config.p_break else clean
-                resp.append(ids_of(text))
-            ids, mask, labels = encode_pairs(tok, [prompts[j] for j in rows], resp)
-            losses.append(sft_step(model, opt, sched, ids, mask, labels))
-        seconds = time.perf_counter() - t0
+
+    def respond(j: int, rng) -> list[int]:
+        clean, broken = demos[j]
+        return ids_of(rng.choice(broken)[1] if broken and rng.random() < config.p_break else clean)
+
+    def evaluations(model) -> dict:
         n = config.eval_limit
-        info = {
-            "config": asdict(config),
-            "seconds": seconds,
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "vocabulary": len(tok),
-            "prompts_with_demonstration": len(usable),
-            "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        return {
             "train_sampled": evaluate(model, tok, task, train[:n], temperature=1.0, seed=config.seed),
             "train_greedy": evaluate(model, tok, task, train[:n], temperature=0.0),
             "heldout_sampled": evaluate(model, tok, task, heldout, temperature=1.0, seed=config.seed),
         }
-    model.eval()
+
+    model, info = train_on_demonstrations(
+        tok,
+        config,
+        prompts,
+        lambda rng: rng.choice(usable),
+        respond,
+        max_positions=512,
+        evaluate=evaluations,
+        extra={"prompts_with_demonstration": len(usable)},
+    )
     if out_dir is not None:
         save_warm_start(out_dir, model, tok, info)
     return model, tok, info

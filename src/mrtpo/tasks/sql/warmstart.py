@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import argparse
 import random
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from mrtpo.models.sft import WarmStartSettings, add_settings_arguments, settings_from_args
@@ -42,8 +41,7 @@ class SqlWarmStartConfig(WarmStartSettings):
     p_wrong: float = 0.1
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1:
-            raise ValueError(f"steps and batch_size must be >= 1, got {self.steps}, {self.batch_size}")
+        self.check_at_least_one("steps", "batch_size")
         self.check_probabilities("p_break", "p_wrong")
 
 
@@ -100,9 +98,8 @@ def train_sql_warm_start(config: SqlWarmStartConfig, out_dir: str | Path | None 
     """Train the warm start on ``source``'s train split (None: the shipped ``sql_tiny``); evaluate its
     sampled (temperature 1) and greedy rewards on the first ``eval_limit`` train and dev questions;
     save model, tokenizer and ``warmstart.json`` to ``out_dir``. Returns ``(model, tokenizer, info)``."""
-    import torch
 
-    from mrtpo.models.sft import encode_pairs, new_model, new_optimizer, save_warm_start, sft_step
+    from mrtpo.models.sft import save_warm_start, train_on_demonstrations
     from mrtpo.tasks.sql import SqlTask
 
     task = SqlTask(workers=1)
@@ -122,41 +119,33 @@ def train_sql_warm_start(config: SqlWarmStartConfig, out_dir: str | Path | None 
         by_db: dict[str, list[str]] = {}
         for e in train:
             by_db.setdefault(e.meta["db_id"], []).append(e.meta["gold_sql"])
-        t0 = time.perf_counter()
-        rng = random.Random(config.seed)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            model = new_model(tok, config, max_positions=512)
-            opt, sched = new_optimizer(model, config)
-            model.train()
-            losses = []
-            for _ in range(config.steps):
-                rows = [rng.randrange(len(train)) for _ in range(config.batch_size)]
-                resp = []
-                for j in rows:
-                    e = train[j]
-                    others = [q for q in by_db[e.meta["db_id"]] if q != e.meta["gold_sql"]]
-                    text = demonstration(
-                        e, rng, p_break=config.p_break, p_wrong=config.p_wrong, others=others
-                    )
-                    resp.append(word_ids(text))
-                ids, mask, labels = encode_pairs(tok, [prompts[j] for j in rows], resp)
-                losses.append(sft_step(model, opt, sched, ids, mask, labels))
-            seconds = time.perf_counter() - t0
+
+        def respond(j: int, rng) -> list[int]:
+            e = train[j]
+            others = [q for q in by_db[e.meta["db_id"]] if q != e.meta["gold_sql"]]
+            return word_ids(
+                demonstration(e, rng, p_break=config.p_break, p_wrong=config.p_wrong, others=others)
+            )
+
+        def evaluations(model) -> dict:
             n = config.eval_limit
-            info = {
-                "config": asdict(config),
-                "seconds": seconds,
-                "parameters": sum(p.numel() for p in model.parameters()),
-                "vocabulary": len(tok),
-                "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+            return {
                 "train_sampled": evaluate(model, tok, task, train[:n], temperature=1.0, seed=config.seed),
                 "train_greedy": evaluate(model, tok, task, train[:n], temperature=0.0),
                 "dev_sampled": evaluate(model, tok, task, dev[:n], temperature=1.0, seed=config.seed),
             }
+
+        model, info = train_on_demonstrations(
+            tok,
+            config,
+            prompts,
+            lambda rng: rng.randrange(len(train)),
+            respond,
+            max_positions=512,
+            evaluate=evaluations,
+        )
     finally:
         task.close()
-    model.eval()
     if out_dir is not None:
         save_warm_start(out_dir, model, tok, info)
     return model, tok, info

@@ -35,9 +35,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +58,7 @@ class ToolsWarmStartConfig(WarmStartSettings):
     max_new_tokens: int = 64
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.eval_limit < 1 or self.max_new_tokens < 1:
-            raise ValueError(
-                "steps, batch_size, eval_limit and max_new_tokens must be >= 1, got "
-                f"{self.steps}, {self.batch_size}, {self.eval_limit}, {self.max_new_tokens}"
-            )
+        self.check_at_least_one("steps", "batch_size", "eval_limit", "max_new_tokens")
         self.check_probabilities("p_break", "p_wrong")
 
 
@@ -209,16 +204,8 @@ def train_tools_warm_start(
     """Write the BFCL rows of ``categories`` (None: simple_python and multiple) to ``out_dir/data``, train
     the warm start on the train split, evaluate its sampled (temperature 1) and greedy rewards on ``eval_limit`` train and held-out rows, save model,
     tokenizer and ``warmstart.json`` to ``out_dir``. Returns ``(model, tokenizer, info)``."""
-    import torch
 
-    from mrtpo.models.sft import (
-        encode_pairs,
-        labelled_response_loss,
-        new_model,
-        new_optimizer,
-        save_warm_start,
-        sft_step,
-    )
+    from mrtpo.models.sft import labelled_response_loss, save_warm_start, train_on_demonstrations
     from mrtpo.tasks.tools import ToolsTask
     from mrtpo.tasks.tools.bfcl_rows import DEFAULT_CATEGORIES, write_bfcl_splits
 
@@ -237,43 +224,35 @@ def train_tools_warm_start(
         encode(tok.apply_chat_template(e.messages(), tokenize=False, add_generation_prompt=True))
         for e in train
     ]
-    t0 = time.perf_counter()
-    rng = random.Random(config.seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        model = new_model(tok, config, max_positions=2048)
-        opt, sched = new_optimizer(model, config)
-        model.train()
-        losses = []
-        for _ in range(config.steps):
-            rows = [rng.randrange(len(train)) for _ in range(config.batch_size)]
-            resp = []
-            for j in rows:
-                words = demonstration(
-                    train[j].meta["reference_calls"], rng, p_break=config.p_break, p_wrong=config.p_wrong
-                )
-                resp.append([vocab.get(w, tok.unk_token_id) for w in words])
-            ids, mask, labels = encode_pairs(tok, [prompts[j] for j in rows], resp)
-            losses.append(sft_step(model, opt, sched, ids, mask, labels, loss_fn=labelled_response_loss))
-        seconds = time.perf_counter() - t0
+
+    def respond(j: int, rng) -> list[int]:
+        words = demonstration(
+            train[j].meta["reference_calls"], rng, p_break=config.p_break, p_wrong=config.p_wrong
+        )
+        return [vocab.get(w, tok.unk_token_id) for w in words]
+
+    def evaluations(model) -> dict:
         n, m = config.eval_limit, config.max_new_tokens
-        info = {
-            "config": asdict(config),
-            "rows": counts,
-            "seconds": seconds,
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "vocabulary": len(tok),
-            "final_loss": sum(losses[-20:]) / len(losses[-20:]),
-            "train_sampled": evaluate(
-                model, tok, task, spread(train, n), temperature=1.0, max_new_tokens=m, seed=config.seed
-            ),
-            "train_greedy": evaluate(model, tok, task, spread(train, n), temperature=0.0, max_new_tokens=m),
-            "held_out_sampled": evaluate(
-                model, tok, task, spread(held, n), temperature=1.0, max_new_tokens=m, seed=config.seed
-            ),
-            "held_out_greedy": evaluate(model, tok, task, spread(held, n), temperature=0.0, max_new_tokens=m),
-        }
-    model.eval()
+        scores = {}
+        for name, rows in (("train", train), ("held_out", held)):
+            rows = spread(rows, n)
+            scores[f"{name}_sampled"] = evaluate(
+                model, tok, task, rows, temperature=1.0, max_new_tokens=m, seed=config.seed
+            )
+            scores[f"{name}_greedy"] = evaluate(model, tok, task, rows, temperature=0.0, max_new_tokens=m)
+        return scores
+
+    model, info = train_on_demonstrations(
+        tok,
+        config,
+        prompts,
+        lambda rng: rng.randrange(len(train)),
+        respond,
+        max_positions=2048,
+        loss_fn=labelled_response_loss,
+        evaluate=evaluations,
+        extra={"rows": counts},
+    )
     save_warm_start(out, model, tok, info)
     return model, tok, info
 
