@@ -185,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="runs of each configuration (the noise)")
     p.add_argument("--only", action="append", default=None, help="a configuration's name (repeatable)")
     p.add_argument("--json", default=None, help="also write the figures to this file")
+    p.add_argument("--cached-profile", action="store_true",
+                   help="reuse the cached CPU profile (by default it is measured again first, under the load the "
+                   "runs will see: CPU time per operation rises with the load of the other core)")  # fmt: skip
     a = p.parse_args(argv)
     if a.threads < 1 or a.steps < 1 or a.warmup < 0 or a.repeat < 1:
         p.error("--threads, --steps and --repeat must be >= 1, --warmup >= 0")
@@ -193,8 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown configuration {unknown[0]!r}; known: {', '.join(CONFIGS)}")
     results = []
+    from mrtpo.plan.device import cpu_profile
+
+    # measured once, now (the configurations' plans read it from the cache)
+    prof, _path, _fresh = cpu_profile(a.threads, refresh=not a.cached_profile)
+    load = os.getloadavg()[0]
     print(f"mrtpo plan --device cpu vs mrtpo train, {RECIPE} {' '.join(BASE[:4])}, {a.threads} thread(s), "
           f"median of {a.steps} steps after {a.warmup}; seconds (share of the step)")  # fmt: skip
+    print(f"CPU profile {'measured now' if not a.cached_profile else 'cached'} ({prof.measured_at}); "
+          f"load average {load:.2f} before the runs")  # fmt: skip
     head = f"{'configuration':16s} {'':9s} {'step':>6s}  " + "  ".join(f"{k:>17s}" for k in PHASES)
     print(head)
     for name in names:
@@ -219,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1) + "\n")
     within = sum(1 for r in results if abs(r["error"]) <= 0.25 and r["worst_share_points"] <= 10)
+    print(f"load average {os.getloadavg()[0]:.2f} after the runs")
     print(f"within 25 % and 10 points: {within} of {len(results)} runs")
     return 0
 
