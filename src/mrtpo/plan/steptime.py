@@ -12,8 +12,9 @@ advantages, decoding), which the plan does not model. The first ``--warmup`` ste
 of the others is compared with ``mrtpo plan RECIPE --device cpu --threads N -- OVERRIDES``.
 
 Times are the process's CPU time (``time.process_time``), as :mod:`mrtpo.plan.device` measures its rates:
-at one thread that is the step's wall time on an idle core, and it stays so on a machine shared with other
-jobs, where the wall time only says how much of a core the run got (both are printed).
+at one thread that is the step's wall time on an idle core; on a machine shared with other jobs it still
+rises with their load, so the profile is measured again first (``--cached-profile`` reuses the cached one),
+under the load the runs see, and the load average is printed before and after.
 
 The plan is given two facts about a random model's behaviour that it cannot know (stated in the table):
 the pass rate of its rewards (``--pass-rate``) and the mean completion length (``--response-tokens``);
