@@ -47,3 +47,12 @@ def test_the_plans_side_is_the_plans_phases(tmp_path, monkeypatch):
         assert p["generation"] > 0 and p["training"] > 0 and p["other"] == 0
     assert on["replay"] > 0 and off["replay"] == 0  # replay off: no replay phase
     assert (on["generation"], on["training"]) == (off["generation"], off["training"])
+
+
+def test_the_vllm_configurations_need_an_environment_with_vllm(capsys):
+    with pytest.raises(SystemExit) as e:
+        steptime.main(["--only", "vLLM T12 replay"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err[-1].endswith(
+        "error: the vLLM configurations need --vllm-python PYTHON (an environment with vLLM's CPU build)"
+    )
