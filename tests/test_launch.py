@@ -330,6 +330,20 @@ def test_default_server_split_divides_every_paper_recipe(capsys, recipe):
     assert t["per_device_train_batch_size"] * 4 * t["gradient_accumulation_steps"] == PAPER[recipe]
 
 
+def test_the_printed_server_line_is_followed_by_its_health_wait(capsys, monkeypatch):
+    # by hand as by mrtpo launch: the trainer's line comes after the server answers /health
+    monkeypatch.chdir(ROOT)
+    assert main(["launch", "recipes/sql_qwen2.5-coder-7b.yaml", "--gpus", "8", "--vllm", "server", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    i = next(i for i, x in enumerate(lines) if " trl vllm-serve " in x)
+    server = shlex.split(lines[i].rstrip(" &"))
+    port = server[server.index("--port") + 1]
+    assert lines[i + 1] == (
+        f"# then wait until it answers: until curl -sf http://127.0.0.1:{port}/health >/dev/null; do sleep 5; done"
+    )
+    assert lines[i + 2] == "# trainer:" and lines[i + 3].startswith("CUDA_VISIBLE_DEVICES=0,1,2,3 accelerate launch")
+
+
 def test_server_split_rules():
     from mrtpo.recipes import batch_for, server_split
 

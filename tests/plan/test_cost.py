@@ -197,6 +197,14 @@ def test_plan_device_cpu_reads_a_tiny_recipes_data_and_the_cached_profile(tmp_pa
     )
     # the toy task's 5 rewards read from its data (the profile names 4)
     assert len(out["assumptions"]["active_shares"]) == 5
+    # --refresh-profile measures this CPU again (a profile is of the load it was measured under) and caches it
+    calls = []
+    monkeypatch.setattr(device, "measure_cpu", lambda threads: calls.append(threads) or dataclasses.replace(
+        FAKE, measured_at="again"))  # fmt: skip
+    assert main([*argv[:6], "--refresh-profile", *argv[6:]]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert calls == [1] and out["step"]["rates"] == "this CPU at 1 thread(s), measured again"
+    assert any("measured now" in n for n in out["notes"]) and json.loads(path.read_text())["measured_at"] == "again"
 
 
 def test_knobs_in_todays_spellings_and_more_gpus_on_one_machine():

@@ -10,8 +10,9 @@ TRL recipes (``mrtpo train`` configs) start through ``accelerate launch`` with a
   in TRL's own code; FSDP2 (``recipes/accelerate_fsdp2.yaml``) works for full fine-tuning;
 - ``--num_processes`` is GPUs x nodes; several nodes add ``--num_machines --machine_rank
   --main_process_ip --main_process_port``;
-- ``--vllm server`` starts ``trl vllm-serve`` on the GPUs named by ``--vllm-gpus`` (default: the last
-  one), trains on the others (``CUDA_VISIBLE_DEVICES``) and adds ``--trl.vllm_mode server`` and the
+- ``--vllm server`` starts ``trl vllm-serve`` on the GPUs named by ``--vllm-gpus`` (default: the fewest
+  last GPUs that leave a training split dividing the recipe's batches, :func:`mrtpo.recipes.server_split`;
+  positions inside a set ``CUDA_VISIBLE_DEVICES``), trains on the others (``CUDA_VISIBLE_DEVICES``) and adds ``--trl.vllm_mode server`` and the
   server's ports to the overrides; the trainer starts once the server's ``/health`` answers
   (``--server-timeout``), and the server (its process session) is stopped when the trainer ends;
   ``--vllm colocate`` uses the recipe's colocated engine;

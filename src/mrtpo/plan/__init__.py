@@ -39,7 +39,8 @@ def plan_recipe(recipe: str, args: Any, overrides: list[str] = ()) -> Plan:
     if getattr(args, "device", "gpu") == "cpu":
         from mrtpo.plan.device import cpu_profile, ram_gib
 
-        prof, path, fresh = cpu_profile(int(args.threads))
+        refresh = bool(getattr(args, "refresh_profile", False))
+        prof, path, fresh = cpu_profile(int(args.threads), refresh=refresh)
         args.cpu_profile = prof
         args.sharding = args.sharding or "ddp"
         args.gpu_memory = args.gpu_memory or ram_gib()

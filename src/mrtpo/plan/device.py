@@ -16,9 +16,11 @@ dispatch: Python, kernel launches). :class:`Rates` carries those four figures.
   16 rows (hidden sizes 64, 256, 1024) the time of one decoder-layer call net of its FLOPs (the difference
   of the two, by hidden size) and the fixed time of one decode iteration (the rest). It takes about 20 s
   once; the figures are cached in ``~/.cache/mrtpo/device/`` (``$XDG_CACHE_HOME`` is honoured) by thread
-  count, CPU and torch version, and reused. Times are CPU time (``time.process_time``): on a machine shared
-  with other jobs they are still those of an idle core at one thread; with several threads the CPU time
-  is divided by their number (an assumption of perfect overlap).
+  count, CPU and torch version, and reused (``refresh`` measures again). Times are CPU time
+  (``time.process_time``), but on a machine shared with other jobs that still rises with their load (on
+  this 2-core machine a step's CPU time at a load average of 10-14 was 1.5-1.6 times that at 1), so a
+  profile times runs under the load it was measured under; with several threads the CPU time is divided
+  by their number (an assumption of perfect overlap).
 """
 
 from __future__ import annotations

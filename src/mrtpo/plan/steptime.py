@@ -2,9 +2,10 @@
 
 ``python -m mrtpo.plan.steptime [--threads 1] [--steps 12] [--repeat 1]`` runs each configuration of
 :data:`CONFIGS` (the tiny recipe at hidden size 256 and 4 layers: completions of 48 and 96 tokens, replay on
-and off, transformers' generate) in a fresh process with ``torch.set_num_threads(threads)``, through the
-same ``train()`` as ``mrtpo train``, and times every optimizer step (a trainer callback) and its phases:
-TRL's own profiling contexts (``transformers.generate``, ``_prepare_inputs``, the forwards of
+and off, transformers' generate; with ``--vllm-python PYTHON``, also :data:`VLLM_CONFIGS`: the real vLLM CPU
+engine colocated, ``recipes/tiny_vllm_cpu.yaml``, run by that interpreter) in a fresh process with
+``torch.set_num_threads(threads)``, through the same ``train()`` as ``mrtpo train``, and times every optimizer step (a trainer callback) and its phases:
+TRL's own profiling contexts (``transformers.generate``, or ``vLLM.generate`` and ``sync_weights``; ``_prepare_inputs``, the forwards of
 ``_get_per_token_logps_and_entropies`` run while preparing the inputs: the rollout and reference passes)
 and mrtpo's replay (``MRTPOTrainer._replay``, timed by a wrapper in the measuring process). ``training`` is the step less
 ``_prepare_inputs`` (loss, backward, optimizer); ``other`` is the rest of ``_prepare_inputs`` (rewards,
@@ -12,8 +13,9 @@ advantages, decoding), which the plan does not model. The first ``--warmup`` ste
 of the others is compared with ``mrtpo plan RECIPE --device cpu --threads N -- OVERRIDES``.
 
 Times are the process's CPU time (``time.process_time``), as :mod:`mrtpo.plan.device` measures its rates:
-at one thread that is the step's wall time on an idle core, and it stays so on a machine shared with other
-jobs, where the wall time only says how much of a core the run got (both are printed).
+at one thread that is the step's wall time on an idle core; on a machine shared with other jobs it still
+rises with their load, so the profile is measured again first (``--cached-profile`` reuses the cached one),
+under the load the runs see, and the load average is printed before and after.
 
 The plan is given two facts about a random model's behaviour that it cannot know (stated in the table):
 the pass rate of its rewards (``--pass-rate``) and the mean completion length (``--response-tokens``);
@@ -43,6 +45,12 @@ CONFIGS: dict[str, list[str]] = {
     "T96 replay": ["--trl.max_completion_length", "96", "--method.credit", "reward"],
     "T96 no replay": ["--trl.max_completion_length", "96", "--method.credit", "none"],
 }
+VLLM_RECIPE = "recipes/tiny_vllm_cpu.yaml"
+VLLM_CONFIGS: dict[str, list[str]] = {  # run with --vllm-python (an environment with vLLM's CPU build)
+    "vLLM T12 replay": ["--trl.save_steps", "100000", "--trl.report_to", "[]", "--trl.logging_steps", "1",
+                        "--trl.max_completion_length", "12"],
+}  # fmt: skip
+GENERATION_SPANS = ("transformers.generate", "vLLM.generate", "sync_weights")  # TRL's names; the plan's phase
 PASS_RATE = 0.05  # a random model's rewards: rarely met (observed: most replay pairs skipped)
 RESPONSE_SHARE = 0.8  # a random model's mean completion over max_completion_length (observed: 37-39 of 48)
 PHASES = ("generation", "rollout+reference", "replay", "training", "other")
@@ -104,7 +112,7 @@ def _child(recipe: str, overrides: list[str], threads: int, out: str) -> None:
     rows = []
     for i, (a, b) in enumerate(steps):
         inside = [(n, s, e) for n, s, e in spans if s >= a and e <= b]
-        gen = sum(e - s for n, s, e in inside if n.startswith("transformers.generate"))
+        gen = sum(e - s for n, s, e in inside if n.startswith(GENERATION_SPANS))
         prep = [(s, e) for n, s, e in inside if n == "_prepare_inputs"]
         prep_s = sum(e - s for s, e in prep)
         passes = sum(e - s for n, s, e in inside if n == "_get_per_token_logps_and_entropies"
@@ -119,7 +127,9 @@ def _child(recipe: str, overrides: list[str], threads: int, out: str) -> None:
     Path(out).write_text(json.dumps(rows))
 
 
-def measure(recipe: str, overrides: list[str], threads: int, steps: int, warmup: int) -> dict[str, Any]:
+def measure(
+    recipe: str, overrides: list[str], threads: int, steps: int, warmup: int, python: str | None = None
+) -> dict[str, Any]:
     """Median step and phases of ``mrtpo train recipe overrides`` (a fresh process), and the spread."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "steps.json"
@@ -130,9 +140,9 @@ def measure(recipe: str, overrides: list[str], threads: int, steps: int, warmup:
             "--trl.output_dir",
             str(Path(tmp) / "run"),
         ]
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "VLLM_CPU_KVCACHE_SPACE": "1"}
         cmd = [
-            sys.executable,
+            python or sys.executable,
             "-m",
             "mrtpo.plan.steptime",
             "--child",
@@ -185,24 +195,45 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="runs of each configuration (the noise)")
     p.add_argument("--only", action="append", default=None, help="a configuration's name (repeatable)")
     p.add_argument("--json", default=None, help="also write the figures to this file")
+    p.add_argument("--cached-profile", action="store_true",
+                   help="reuse the cached CPU profile (by default it is measured again first, under the load the "
+                   "runs will see: CPU time per operation rises with the load of the other core)")  # fmt: skip
+    p.add_argument("--vllm-python", default=None, metavar="PYTHON",
+                   help="the interpreter of an environment with vLLM's CPU build (scripts/cpu_vllm_env.sh: "
+                   ".venv-vllm/bin/python): also runs the configurations generating with the real vLLM engine")  # fmt: skip
     a = p.parse_args(argv)
     if a.threads < 1 or a.steps < 1 or a.warmup < 0 or a.repeat < 1:
         p.error("--threads, --steps and --repeat must be >= 1, --warmup >= 0")
-    names = a.only or list(CONFIGS)
-    unknown = [n for n in names if n not in CONFIGS]
+    known = {**{n: (RECIPE, [*BASE, *o]) for n, o in CONFIGS.items()},
+             **{n: (VLLM_RECIPE, o) for n, o in VLLM_CONFIGS.items()}}  # fmt: skip
+    names = a.only or [*CONFIGS, *(VLLM_CONFIGS if a.vllm_python else ())]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        p.error(f"unknown configuration {unknown[0]!r}; known: {', '.join(CONFIGS)}")
+        p.error(f"unknown configuration {unknown[0]!r}; known: {', '.join(known)}")
+    if any(n in VLLM_CONFIGS for n in names) and not a.vllm_python:
+        p.error("the vLLM configurations need --vllm-python PYTHON (an environment with vLLM's CPU build)")
     results = []
-    print(f"mrtpo plan --device cpu vs mrtpo train, {RECIPE} {' '.join(BASE[:4])}, {a.threads} thread(s), "
+    from mrtpo.plan.device import cpu_profile
+
+    # measured once, now (the configurations' plans read it from the cache)
+    prof, _path, _fresh = cpu_profile(a.threads, refresh=not a.cached_profile)
+    load = os.getloadavg()[0]
+    recipes = f"{RECIPE} {' '.join(BASE[:4])}" if any(n in CONFIGS for n in names) else ""
+    if any(n in VLLM_CONFIGS for n in names):
+        recipes += f"{'; vLLM: ' if recipes else ''}{VLLM_RECIPE} ({a.vllm_python})"
+    print(f"mrtpo plan --device cpu vs mrtpo train, {recipes}, {a.threads} thread(s), "
           f"median of {a.steps} steps after {a.warmup}; seconds (share of the step)")  # fmt: skip
+    print(f"CPU profile {'measured now' if not a.cached_profile else 'cached'} ({prof.measured_at}); "
+          f"load average {load:.2f} before the runs")  # fmt: skip
     head = f"{'configuration':16s} {'':9s} {'step':>6s}  " + "  ".join(f"{k:>17s}" for k in PHASES)
     print(head)
     for name in names:
-        over = [*BASE, *CONFIGS[name]]
+        recipe, over = known[name]
         t_max = int(over[over.index("--trl.max_completion_length") + 1])
-        pred = predict(RECIPE, over, a.threads, response_tokens=round(RESPONSE_SHARE * t_max))
+        pred = predict(recipe, over, a.threads, response_tokens=round(RESPONSE_SHARE * t_max))
+        python = a.vllm_python if name in VLLM_CONFIGS else None
         for rep in range(a.repeat):
-            got = measure(RECIPE, over, a.threads, a.steps, a.warmup)
+            got = measure(recipe, over, a.threads, a.steps, a.warmup, python=python)
             m, sh = got["median"], got["shares"]
             err = pred["total"] / m["total"] - 1
             worst = max(abs(100 * (pred[k] / pred["total"] - sh[k])) for k in PHASES)
@@ -219,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1) + "\n")
     within = sum(1 for r in results if abs(r["error"]) <= 0.25 and r["worst_share_points"] <= 10)
+    print(f"load average {os.getloadavg()[0]:.2f} after the runs")
     print(f"within 25 % and 10 points: {within} of {len(results)} runs")
     return 0
 

@@ -38,6 +38,10 @@ def test_the_platform_answers_for_the_cpu():
     a = torch.rand(2)
     torch.manual_seed(3)
     assert torch.equal(a, torch.rand(2))  # seeds torch's CPU generator
+    state = mod.get_rng_state()  # what verl's checkpoint saves and, on resume, sets back
+    b = torch.rand(2)
+    mod.set_rng_state(state)
+    assert torch.equal(b, torch.rand(2)) and not torch.equal(a, b)
     assert not hasattr(torch.cpu, "memory_allocated")  # torch.cpu itself is unchanged
 
 

@@ -377,3 +377,54 @@ def test_training_step_through_ray_with_mrtpo_credit(cluster, tok):
     after, _ = trainer._compute_old_log_prob(data)
     moved = (after.batch["old_log_probs"] - old.batch["old_log_probs"]) * mask
     assert moved.abs().max() > 1e-4  # the optimizer step changed the actor's weights on both ranks
+
+
+def test_the_last_steps_checkpoint_saves_and_restores_the_actor_on_the_cpu(cluster, tok, tmp_path):
+    """verl's own ``_save_checkpoint``, as ``fit`` calls it at the last step when ``trainer.save_freq > 0`` (every
+    recipe sets it: tests/integrations/verl/test_recipes.py), on the Ray actors (FSDP2 over gloo): each rank
+    writes its model and optimizer shard, the data loader's state and ``latest_checkpointed_iteration.txt``;
+    after a PPO update moves the policy, verl's ``_load_checkpoint`` (``resume_mode: auto``) finds the step
+    and brings back the saved log-probabilities exactly."""
+    from omegaconf import OmegaConf
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from mrtpo.integrations.verl.main import MRTPORayPPOTrainer
+
+    recipe = OmegaConf.load(ROOT / "recipes" / "verl_sql_mrtpo.yaml")
+    last, keep = int(recipe.trainer.total_training_steps), int(recipe.trainer.max_actor_ckpt_to_keep)
+    assert 0 < recipe.trainer.save_freq <= last and last % recipe.trainer.save_freq == 0
+    data, _ = _balanced(tok)
+    data.batch["token_level_rewards"] = torch.zeros(data.batch["response_mask"].shape)
+    data.meta_info["temperature"] = 1.0
+    data.meta_info["global_token_num"] = data.batch["attention_mask"].sum(-1).tolist()
+    config = copy.deepcopy(cluster.config)
+    config.trainer.default_local_dir = str(tmp_path)
+    config.trainer.max_actor_ckpt_to_keep = keep
+    config.trainer.resume_mode = "auto"
+    trainer = object.__new__(MRTPORayPPOTrainer)
+    trainer.config, trainer.actor_rollout_wg, trainer.global_steps = config, cluster.wg, last
+    trainer.use_critic = False
+    trainer.train_dataloader = StatefulDataLoader(list(range(8)), batch_size=2)
+    mask = data.batch["response_mask"]
+    saved, _ = trainer._compute_old_log_prob(data)
+    trainer._save_checkpoint()
+    folder = tmp_path / f"global_step_{last}"
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == str(last)
+    shards = {p.name for p in (folder / "actor").iterdir()}
+    for rank in range(WORLD):
+        assert {f"model_world_size_{WORLD}_rank_{rank}.pt", f"optim_world_size_{WORLD}_rank_{rank}.pt"} <= shards
+    assert (folder / "data.pt").is_file()
+    # a PPO update moves the policy ...
+    data = data.union(saved)
+    va.compute_advantage(data, "mrtpo_gdpo", config={"mrtpo": {"credit": "reward", "credit_beta": 0.5}},
+                         distances_for=vw.make_worker_distances_for(cluster.wg))  # fmt: skip
+    trainer._update_actor(data)
+    moved, _ = trainer._compute_old_log_prob(data)
+    assert ((moved.batch["old_log_probs"] - saved.batch["old_log_probs"]) * mask).abs().max() > 1e-4
+    # ... and verl's resume finds the last step and restores it
+    trainer.global_steps = 0
+    trainer._load_checkpoint()
+    assert trainer.global_steps == last
+    back, _ = trainer._compute_old_log_prob(data)
+    torch.testing.assert_close(back.batch["old_log_probs"] * mask, saved.batch["old_log_probs"] * mask,
+                               atol=1e-6, rtol=0)  # fmt: skip

@@ -48,14 +48,17 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
 
 
 def _device_module() -> types.ModuleType:
-    """``torch.cpu`` plus what verl calls on ``get_torch_device()`` that ``torch.cpu`` lacks (seeding, cache
-    and memory queries): a copy, so ``torch.cpu`` itself is unchanged."""
+    """``torch.cpu`` plus what verl calls on ``get_torch_device()`` that ``torch.cpu`` lacks (seeding, the RNG
+    state, cache and memory queries): a copy, so ``torch.cpu`` itself is unchanged."""
     mod = types.ModuleType("mrtpo_verl_cpu_device")
     for name in dir(torch.cpu):
         if not name.startswith("__"):
             setattr(mod, name, getattr(torch.cpu, name))
     mod.manual_seed = torch.manual_seed
     mod.manual_seed_all = torch.manual_seed
+    # the device's generator is the CPU's: verl's checkpoint loads its "cpu" RNG state through them on resume
+    mod.get_rng_state = torch.get_rng_state
+    mod.set_rng_state = torch.set_rng_state
     mod.empty_cache = _nothing
     mod.reset_peak_memory_stats = _nothing
     for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
