@@ -166,13 +166,14 @@ def test_the_policy_judges_itself_with_its_weights_of_each_generation(tmp_path):
     tr.train()
     assert len(tr.batches) == len(snapshots) == 2
     k = task.reward_names.index("self")
-    verdicts = []
+    verdicts, masses = [], []
     for b, weights in zip(tr.batches, snapshots):
         ref = ModelReward("ref", weights, kind="judge", tokenizer=tok, rubric="does it say the", device="cpu")
         want = torch.tensor(ref(b["texts"], b["examples"]))
         got = b["rewards"][slice(*b["process_rows"]), k].cpu().float()
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
         verdicts.append(want)
+        masses.append((sum(ref.last_answer_mass) / len(b["texts"]), min(ref.last_answer_mass)))
         # the judge's rows are P2T's weights (mean 1 over the response), the rule rows replayed distances
         active = b["advantages"].abs() > 1e-8
         mask = b["completion_mask"]
@@ -181,6 +182,11 @@ def test_the_policy_judges_itself_with_its_weights_of_each_generation(tmp_path):
         assert rows.any()
         d = b["distances"][rows, k]
         torch.testing.assert_close((d * mask[rows]).sum(1), mask[rows].sum(1).float(), atol=1e-4, rtol=0)
+    # each step logs the judge's P(yes or no) over its verdicts: their mean and min, as a direct forward gives
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    logged = [(x["judge/self/answer_mass"], x["judge/self/answer_mass_min"]) for x in lines if "loss" in x]
+    assert len(logged) == 2 and all(0 < low <= mean < 1 for mean, low in logged)
+    assert logged == [pytest.approx(m, rel=1e-4) for m in masses]
     # the second generation was judged by the updated policy: its first weights judge otherwise
     first = ModelReward(
         "first", snapshots[0], kind="judge", tokenizer=tok, rubric="does it say the", device="cpu"
