@@ -326,7 +326,7 @@ def test_the_judges_answer_mass_is_kept_once_per_verdict_for_the_step_log(lm_dir
         parts = answer_mass_parts([[j], [j]], [0])
         assert parts[0][:2] == pytest.approx([want[0] + want[1], 2.0], rel=1e-5)
         assert parts[0][2] == pytest.approx(min(want), rel=1e-5)
-        assert j.take_answer_mass() == []  # taken
+        assert j.take_answer_mass() == (0.0, 0, math.inf)  # taken
         assert answer_mass_metrics(parts, ["j"]) == {
             "judge/j/answer_mass": pytest.approx((want[0] + want[1]) / 2, rel=1e-5),
             "judge/j/answer_mass_min": pytest.approx(min(want), rel=1e-5),

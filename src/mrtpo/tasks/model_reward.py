@@ -107,7 +107,8 @@ class ModelReward(Verifier):
         self.name = name
         self.bounds = tuple(self.spec.bounds)
         self.scorer: Scorer = _scorer_class(self.spec.kind)(self.spec, self._rubric)
-        self._answer_masses: list[float] = []  # a judge's P(yes or no) of each verdict since take_answer_mass
+        # a judge's P(yes or no) since take_answer_mass: sum, count, min
+        self._answer_mass = (0.0, 0, math.inf)
 
     def __getattr__(self, name: str) -> Any:  # the declared fields, read-only (kind, rubric, device, ...)
         if name in _SPEC_FIELDS and "spec" in self.__dict__:
@@ -170,12 +171,16 @@ class ModelReward(Verifier):
     def log_odds(self, examples: Sequence[Example], responses: Sequence[str]) -> list[float]:
         """The verdict's log-odds d of each response, in batches, without gradient."""
         d = self.scorer.log_odds(examples, responses)
-        self._answer_masses += self.scorer.last_answer_mass
+        masses = self.scorer.last_answer_mass
+        if masses:  # a judge
+            total, count, low = self._answer_mass
+            self._answer_mass = (total + sum(masses), count + len(masses), min(low, *masses))
         return d
 
-    def take_answer_mass(self) -> list[float]:
-        """A judge's probability of answering yes or no of each verdict since the last call (emptied)."""
-        out, self._answer_masses = self._answer_masses, []
+    def take_answer_mass(self) -> tuple[float, int, float]:
+        """A judge's probability of answering yes or no over its verdicts since the last call: ``(sum, count,
+        min)`` (``min`` is ``inf`` without verdicts); kept as running totals (no memory grows), then reset."""
+        out, self._answer_mass = self._answer_mass, (0.0, 0, math.inf)
         return out
 
     def _value(self, d: float) -> Verdict:
@@ -198,12 +203,12 @@ class ModelReward(Verifier):
         """Score a batch: ``batch_size`` sequences per forward, on the scorer's device. A judge that does
         not answer one of them raises, so that the verdicts are redone one by one and that one fails
         (:mod:`mrtpo.tasks.faults`)."""
-        seen = len(self._answer_masses)
+        before = self._answer_mass
         d = self.log_odds(list(examples), [str(c) for c in completions])
         try:
             self.scorer.check_answers()
         except ValueError:
-            del self._answer_masses[seen:]  # the rows are redone one by one, each recording its own
+            self._answer_mass = before  # the rows are redone one by one, each counting its own
             raise
         return [float(self._value(x).value) for x in d]
 
@@ -247,11 +252,12 @@ def answer_mass_parts(verifiers: Sequence[Sequence[Any]], columns: Sequence[int]
     there were none); summed over processes (``min`` its minimum), :func:`answer_mass_metrics` logs them."""
     out = []
     for col in columns:
-        masses: list[float] = []
+        part = [0.0, 0.0, math.inf]
         for r in {id(vs[col]): vs[col] for vs in verifiers}.values():
             if isinstance(r, ModelReward):
-                masses += r.take_answer_mass()
-        out.append([sum(masses), float(len(masses)), min(masses, default=math.inf)])
+                total, count, low = r.take_answer_mass()
+                part = [part[0] + total, part[1] + count, min(part[2], low)]
+        out.append(part)
     return out
 
 
