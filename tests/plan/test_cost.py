@@ -257,3 +257,7 @@ def test_a_model_reward_scorer_and_its_attribution_are_counted():
     assert p2t.memory.parts["attribution"] == want and round(want / GIB, 2) == 0.72
     for phase, v in plain.memory.phases.items():  # the scorer's weights in every phase (with its overhead)
         assert reward.memory.phases[phase] > v + 2 * shape.params()
+    from mrtpo.plan.report import table
+
+    (line,) = [x for x in table(p2t).splitlines() if x.strip().startswith("attribution")]
+    assert "0.72" in line and "one attribution call of the largest scorer (replay)" in line  # printed whole

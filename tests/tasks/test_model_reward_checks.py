@@ -5,6 +5,7 @@ judge's answer mass, and the fields users set (revision, trust_remote_code, devi
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import pytest
@@ -302,6 +303,35 @@ def test_a_judge_that_does_not_answer_is_a_failed_verdict(tmp_path, lm_dir):
     assert loose.verdict(_ex(), "apple").value == pytest.approx(
         1 / (1 + torch.exp(-torch.tensor(d[0]))).item()
     )
+
+
+def test_the_judges_answer_mass_is_kept_once_per_verdict_for_the_step_log(lm_dir, rm_dir):
+    """Each verdict's P(yes or no) is kept until taken (the trainer logs their mean and min per step): a batch
+    call keeps one per response; a batch that fails the floor is redone row by row and still keeps one per
+    response (the batch's own are dropped), each equal to a direct forward's."""
+    from mrtpo.tasks.model_reward import answer_mass_metrics, answer_mass_parts, judge_columns
+
+    exs, texts = [_ex(), _ex(i=1)], ["apple", "good"]
+    ref = ModelReward("j", lm_dir, kind="judge", rubric="is it good", device="cpu", min_answer_mass=0.0)
+    want = []
+    for ex, t in zip(exs, texts):
+        ref.log_odds([ex], [t])
+        want += ref.last_answer_mass
+    assert len(want) == 2 and all(0 < m < 1 for m in want) and want[0] != want[1]
+    for floor, failed in ((0.0, 0), (0.999, 2)):
+        j = ModelReward("j", lm_dir, kind="judge", rubric="is it good", device="cpu", min_answer_mass=floor)
+        _, faults = score_batch([[j], [j]], exs, texts, ["j"])
+        assert len(faults) == failed
+        assert judge_columns([ModelReward("rm", rm_dir, device="cpu"), j]) == [1]  # a classifier is no judge
+        parts = answer_mass_parts([[j], [j]], [0])
+        assert parts[0][:2] == pytest.approx([want[0] + want[1], 2.0], rel=1e-5)
+        assert parts[0][2] == pytest.approx(min(want), rel=1e-5)
+        assert j.take_answer_mass() == (0.0, 0, math.inf)  # taken
+        assert answer_mass_metrics(parts, ["j"]) == {
+            "judge/j/answer_mass": pytest.approx((want[0] + want[1]) / 2, rel=1e-5),
+            "judge/j/answer_mass_min": pytest.approx(min(want), rel=1e-5),
+        }
+    assert answer_mass_metrics([[0.0, 0.0, math.inf]], ["j"]) == {}  # no verdict: nothing logged
 
 
 def test_the_fields_users_expect():

@@ -332,7 +332,7 @@ def memory(s: Setup, replay_sharding: str | None = None, micro_batch: int | None
         "overhead": "CUDA context, NCCL 1.5 GiB + 5 % fragmentation (assumed)",
         "reference": "none (beta = 0)" if not ref else f"beta {s.beta:g}: TRL's reference model, bf16, sharded",
         **({"scorers": f"{len(s.scorers)} model reward scorer(s), bf16, whole on each process",
-            "attribution": "one attribution call of the largest scorer (replay phase)" if attribution
+            "attribution": "one attribution call of the largest scorer (replay)" if attribution
             else "none (the credit does not attribute)"} if s.scorers else {}),
     }  # fmt: skip
     return Memory(parts, phases, formulas, ds, mode, kv_tokens, kv_needed)

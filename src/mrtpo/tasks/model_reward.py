@@ -70,6 +70,9 @@ __all__ = [
     "ModelReward",
     "ModelRewardSpec",
     "WithModelRewards",
+    "answer_mass_metrics",
+    "answer_mass_parts",
+    "judge_columns",
     "parse_model_rewards",
     "prepare_model_rewards",
     "with_model_rewards",
@@ -104,6 +107,8 @@ class ModelReward(Verifier):
         self.name = name
         self.bounds = tuple(self.spec.bounds)
         self.scorer: Scorer = _scorer_class(self.spec.kind)(self.spec, self._rubric)
+        # a judge's P(yes or no) since take_answer_mass: sum, count, min
+        self._answer_mass = (0.0, 0, math.inf)
 
     def __getattr__(self, name: str) -> Any:  # the declared fields, read-only (kind, rubric, device, ...)
         if name in _SPEC_FIELDS and "spec" in self.__dict__:
@@ -165,7 +170,18 @@ class ModelReward(Verifier):
 
     def log_odds(self, examples: Sequence[Example], responses: Sequence[str]) -> list[float]:
         """The verdict's log-odds d of each response, in batches, without gradient."""
-        return self.scorer.log_odds(examples, responses)
+        d = self.scorer.log_odds(examples, responses)
+        masses = self.scorer.last_answer_mass
+        if masses:  # a judge
+            total, count, low = self._answer_mass
+            self._answer_mass = (total + sum(masses), count + len(masses), min(low, *masses))
+        return d
+
+    def take_answer_mass(self) -> tuple[float, int, float]:
+        """A judge's probability of answering yes or no over its verdicts since the last call: ``(sum, count,
+        min)`` (``min`` is ``inf`` without verdicts); kept as running totals (no memory grows), then reset."""
+        out, self._answer_mass = self._answer_mass, (0.0, 0, math.inf)
+        return out
 
     def _value(self, d: float) -> Verdict:
         kind = self.spec.kind
@@ -187,8 +203,13 @@ class ModelReward(Verifier):
         """Score a batch: ``batch_size`` sequences per forward, on the scorer's device. A judge that does
         not answer one of them raises, so that the verdicts are redone one by one and that one fails
         (:mod:`mrtpo.tasks.faults`)."""
+        before = self._answer_mass
         d = self.log_odds(list(examples), [str(c) for c in completions])
-        self.scorer.check_answers()
+        try:
+            self.scorer.check_answers()
+        except ValueError:
+            self._answer_mass = before  # the rows are redone one by one, each counting its own
+            raise
         return [float(self._value(x).value) for x in d]
 
     # ------------------------------------------------------------------ P2T attribution
@@ -223,6 +244,37 @@ def prepare_model_rewards(verifiers: Sequence[Any], example: Example | None = No
     for v in verifiers:
         if isinstance(v, ModelReward):
             v.prepare(example)
+
+
+def answer_mass_parts(verifiers: Sequence[Sequence[Any]], columns: Sequence[int]) -> list[list[float]]:
+    """Per judge column of ``columns``: ``[sum, count, min]`` of its judges' probability of answering yes or
+    no over the verdicts since the last call (:meth:`ModelReward.take_answer_mass`; ``min`` is ``inf`` when
+    there were none); summed over processes (``min`` its minimum), :func:`answer_mass_metrics` logs them."""
+    out = []
+    for col in columns:
+        part = [0.0, 0.0, math.inf]
+        for r in {id(vs[col]): vs[col] for vs in verifiers}.values():
+            if isinstance(r, ModelReward):
+                total, count, low = r.take_answer_mass()
+                part = [part[0] + total, part[1] + count, min(part[2], low)]
+        out.append(part)
+    return out
+
+
+def answer_mass_metrics(parts: Sequence[Sequence[float]], names: Sequence[str]) -> dict[str, float]:
+    """``judge/<name>/answer_mass`` (the mean) and ``judge/<name>/answer_mass_min`` of each judge column with
+    verdicts, from :func:`answer_mass_parts` combined over processes."""
+    out: dict[str, float] = {}
+    for (total, count, low), name in zip(parts, names, strict=True):
+        if count:
+            out[f"judge/{name}/answer_mass"] = total / count
+            out[f"judge/{name}/answer_mass_min"] = low
+    return out
+
+
+def judge_columns(verifiers: Sequence[Any]) -> list[int]:
+    """The columns of ``verifiers`` (one example's) that are ``kind: judge`` model rewards."""
+    return [c for c, v in enumerate(verifiers) if isinstance(v, ModelReward) and v.spec.kind == "judge"]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -77,6 +77,53 @@ def test_p2t_trains_with_replay_for_rules_and_gradient_for_the_model_reward(tmp_
         assert "rm: w = " in render_html([view]) and "scorer&#x27;s gradient" in render_html([view])
 
 
+class OutOfMemoryOnce(ModelReward):
+    """A test double around the real ModelReward: its first attribution call raises CUDA's out-of-memory
+    error, as one long row's would on a GPU; every other call attributes."""
+
+    def attribute(self, examples, responses, **kw):
+        self.calls = getattr(self, "calls", 0) + 1
+        if self.calls == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return super().attribute(examples, responses, **kw)
+
+
+def test_an_out_of_memory_in_one_rows_attribution_is_one_line_and_training_goes_on(tmp_path, rm_dir, caplog):
+    """attribution_batch_size 1: the first row the scorer attributes runs out of memory; that row takes replay
+    credit (its weights are the replayed JS distances), one warning line says so, coverage/rm/skipped_failed
+    is its share of the step's rows due weights, and both steps train."""
+    import logging
+
+    from mrtpo import attribution
+
+    attribution._logged.discard("failed:rm")  # said once per process: reset for this test
+    rm = OutOfMemoryOnce("rm", rm_dir, device="cpu", rubric="say the word the")
+    tr = make_trainer(tmp_path / "run", task=WithModelRewards(TinyTask(), [rm]), credit="p2t")
+    with caplog.at_level(logging.WARNING, logger="mrtpo.attribution"):
+        tr.train()
+    assert len(tr.batches) == 2 and rm.calls > 2
+    said = [r.getMessage() for r in caplog.records if "raised" in r.getMessage()]
+    assert said == [
+        "p2t: the attribution of model reward 'rm' raised (OutOfMemoryError: CUDA out of memory. Tried to "
+        "allocate 20.00 GiB); such rows take replay credit (counted in p2t/rm/skipped_failed; said once)"
+    ]
+    first = tr.batches[0]
+    active = first["advantages"][:, 2].abs() > 1e-8
+    due = int(active.sum())
+    assert due >= 2
+    assert int(first["attributed"][:, 2].sum()) == due - 1  # all but the failed row
+    failed = int((active & ~first["attributed"][:, 2]).nonzero()[0, 0])
+    assert bool(first["replayed"][failed, 2])  # replay credit instead: JS distances in [0, 1], not weights
+    mask = first["completion_mask"][failed].bool()
+    assert (first["distances"][failed, 2][mask] <= 1 + 1e-6).all()
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [x for x in lines if "coverage/rm/skipped_failed" in x]
+    assert len(steps) == 2
+    assert steps[0]["coverage/rm/skipped_failed"] == pytest.approx(1 / due)
+    assert steps[0]["coverage/rm/attributed"] == pytest.approx((due - 1) / due)
+    assert steps[1]["coverage/rm/skipped_failed"] == 0 and steps[1]["coverage/rm/attributed"] == 1
+
+
 def test_p2t_on_a_task_without_a_differentiable_reward_is_refused(tmp_path):
     """credit p2t on a rule-only task would be credit reward under another name: the trainer refuses it before
     training, naming the task's rewards and the two ways out."""
@@ -166,13 +213,14 @@ def test_the_policy_judges_itself_with_its_weights_of_each_generation(tmp_path):
     tr.train()
     assert len(tr.batches) == len(snapshots) == 2
     k = task.reward_names.index("self")
-    verdicts = []
+    verdicts, masses = [], []
     for b, weights in zip(tr.batches, snapshots):
         ref = ModelReward("ref", weights, kind="judge", tokenizer=tok, rubric="does it say the", device="cpu")
         want = torch.tensor(ref(b["texts"], b["examples"]))
         got = b["rewards"][slice(*b["process_rows"]), k].cpu().float()
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
         verdicts.append(want)
+        masses.append((sum(ref.last_answer_mass) / len(b["texts"]), min(ref.last_answer_mass)))
         # the judge's rows are P2T's weights (mean 1 over the response), the rule rows replayed distances
         active = b["advantages"].abs() > 1e-8
         mask = b["completion_mask"]
@@ -181,6 +229,11 @@ def test_the_policy_judges_itself_with_its_weights_of_each_generation(tmp_path):
         assert rows.any()
         d = b["distances"][rows, k]
         torch.testing.assert_close((d * mask[rows]).sum(1), mask[rows].sum(1).float(), atol=1e-4, rtol=0)
+    # each step logs the judge's P(yes or no) over its verdicts: their mean and min, as a direct forward gives
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    logged = [(x["judge/self/answer_mass"], x["judge/self/answer_mass_min"]) for x in lines if "loss" in x]
+    assert len(logged) == 2 and all(0 < low <= mean < 1 for mean, low in logged)
+    assert logged == [pytest.approx(m, rel=1e-4) for m in masses]
     # the second generation was judged by the updated policy: its first weights judge otherwise
     first = ModelReward(
         "first", snapshots[0], kind="judge", tokenizer=tok, rubric="does it say the", device="cpu"

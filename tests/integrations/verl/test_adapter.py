@@ -19,7 +19,7 @@ def _defined(module) -> list[str]:
     """Public names a module defines at its top level (functions, classes, constants; not its logger)."""
     names = []
     for node in ast.parse(inspect.getsource(module)).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.append(node.name)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             target = node.targets[0] if isinstance(node, ast.Assign) else node.target

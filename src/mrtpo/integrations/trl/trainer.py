@@ -115,6 +115,7 @@ from mrtpo.step import credit_step
 from mrtpo.step_log import LocalResponse as StepResponse
 from mrtpo.step_log import StepLog
 from mrtpo.tasks import faults as faults_mod
+from mrtpo.tasks import model_reward as model_reward_mod
 from mrtpo.tasks.base import Example, Task
 from mrtpo.tasks.conditions import condition_metrics, task_conditions
 from mrtpo.tasks.model_reward import prepare_model_rewards
@@ -262,6 +263,7 @@ class MRTPOTrainer(GRPOTrainer):
             )
         self.reward_bounds = [tuple(float(b) for b in v.bounds) for v in vs]
         prepare_model_rewards(vs, first)  # model rewards loaded and checked now, before the first generation
+        self._judge_columns = model_reward_mod.judge_columns(vs)  # their P(yes or no) logged per step
         self.conditions = task_conditions(task)  # GDPO's conditioned rewards (mrtpo.tasks.conditions)
         if self.conditions:
             self.reward_bounds = task.bounds(self.reward_bounds)
@@ -403,6 +405,16 @@ class MRTPOTrainer(GRPOTrainer):
                     len(faults),
                     faults[0].line(),
                 )
+        if self._judge_columns:  # every process at every step: each judge's answer mass, over the whole batch
+            parts = torch.tensor(
+                model_reward_mod.answer_mass_parts(verifiers, self._judge_columns), device=device
+            )
+            parts = gather(parts[None]) if many else parts[None]  # [P, J, 3]: sum, count, min
+            parts = torch.cat([parts[..., :2].sum(0), parts[..., 2].amin(0)[:, None]], 1).tolist()
+            names = [self.reward_names[c] for c in self._judge_columns]
+            mode = "train" if self.model.training else "eval"
+            for key, value in model_reward_mod.answer_mass_metrics(parts, names).items():
+                self._metrics[mode][key].append(value)
         raw = None
         if self.conditions:  # GDPO Eq. 8, before any advantage; the raw values stay for logging
             raw = gather(local.to(device))  # [N, K]

@@ -8,8 +8,9 @@ Adapted to ``verl==0.9.1`` (:data:`VERL_VERSION`), its legacy Ray trainer (``tra
    travels as JSON in ``extra_info["mrtpo_example"]``, with the task name in ``extra_info["mrtpo_task"]``.
    verl's dataset hands ``extra_info`` on to ``non_tensor_batch["extra_info"]`` (one dict per response).
 2. **Rewards** (:func:`compute_score`): a verl reward function (``reward.custom_reward_function.path=
-   pkg://mrtpo.integrations.verl.adapter``, ``name=compute_score``). It scores a response with the task's
-   verifiers and returns ``{"score": Σ_k r_k, <reward name>: r_k, ...}``; verl's reward managers put
+   pkg://mrtpo.integrations.verl.adapter``, ``name=compute_score``; ``name=compute_score_async`` scores
+   the rows verl's reward loop runs together in batches, :func:`compute_score_batch`). It scores a
+   response with the task's verifiers and returns ``{"score": Σ_k r_k, <reward name>: r_k, ...}``; verl's reward managers put
    the total at the last response token of ``token_level_scores`` and every key into
    ``reward_extra_info``, which the trainer copies to ``non_tensor_batch[<reward name>]`` ([N] arrays)
    before computing advantages.
@@ -110,6 +111,8 @@ from mrtpo.integrations.verl.reward import (
     apply_verifier_policy,
     batch_faults,
     compute_score,
+    compute_score_async,
+    compute_score_batch,
     example_from_extra_info,
     refuse_policy_judges,
     task_from_extra_info,
@@ -141,6 +144,8 @@ __all__ = [
     "batch_temperature",
     "compute_advantage",
     "compute_score",
+    "compute_score_async",
+    "compute_score_batch",
     "estimator_names",
     "example_from_extra_info",
     "install",

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -117,6 +119,20 @@ def compute_score(
     """
     task = task_from_extra_info(extra_info)
     ex = example_from_extra_info(extra_info)
+    verifiers = _checked_verifiers(task, ex)
+    text = solution_str if isinstance(solution_str, str) else str(solution_str)
+    out: dict[str, float] = {}
+    failed: list[list[str]] = []
+    for v in verifiers:  # a failed verdict holds the reward's minimum; the hook applies the policy
+        value, cause = faults.safe_verdict(v, ex, text)
+        if cause is not None:
+            value = float(v.bounds[0])
+            failed.append([v.name, cause])
+        out[v.name] = value
+    return _result(task, out, failed)
+
+
+def _checked_verifiers(task: Task, ex: Example) -> list[Any]:
     verifiers = task.verifiers(ex)
     names = [v.name for v in verifiers]
     if names != list(task.reward_names):
@@ -128,15 +144,13 @@ def compute_score(
         raise ValueError(
             f"reward name(s) {clash} collide with the reward-info keys {sorted(RESERVED_KEYS | {ERRORS_KEY})}"
         )
-    text = solution_str if isinstance(solution_str, str) else str(solution_str)
-    out: dict[str, float] = {}
-    failed: list[list[str]] = []
-    for v in verifiers:  # a failed verdict holds the reward's minimum; the hook applies the policy
-        value, cause = faults.safe_verdict(v, ex, text)
-        if cause is not None:
-            value = float(v.bounds[0])
-            failed.append([v.name, cause])
-        out[v.name] = value
+    return verifiers
+
+
+def _result(task: Task, out: dict[str, float], failed: list[list[str]]) -> dict[str, float]:
+    """compute_score's answer from one response's verdicts ``out`` (by reward name, in column order) and
+    its failed verdicts ``[[reward, cause], ...]``."""
+    names = list(task.reward_names)
     errors = {ERRORS_KEY: json.dumps(failed) if failed else ""}
     conditions = task_conditions(task)
     if conditions:  # GDPO Eq. 8 before the advantages; the raw values stay as "<name>_raw"
@@ -146,6 +160,106 @@ def compute_score(
         out = {**dict(zip(names, cond)), **raws}
         return {"score": float(sum(out[n] for n in names)), **out, **errors}
     return {"score": float(sum(out.values())), **out, **errors}
+
+
+def compute_score_batch(
+    data_sources: Sequence[Any] | None = None,
+    solution_strs: Sequence[str] = (),
+    ground_truths: Sequence[Any] | None = None,
+    extra_infos: Sequence[Mapping[str, Any] | None] = (),
+    **kwargs: Any,
+) -> list[dict[str, float]]:
+    """:func:`compute_score` of many responses at once: the same answers (rewards as float32, as the TRL
+    trainer scores them), the rows of one task scored together, reward column by reward column
+    (:func:`mrtpo.tasks.faults.score_batch`): a model reward then runs ``batch_size`` responses per
+    forward on its ``device`` instead of one. The signature of the reward function of verl's legacy
+    ``BatchRewardManager``; :func:`compute_score_async` batches verl's reward loop with it."""
+    infos = list(extra_infos)
+    texts = [t if isinstance(t, str) else str(t) for t in solution_strs]
+    if len(texts) != len(infos):
+        raise ValueError(f"compute_score_batch: {len(texts)} solution_strs but {len(infos)} extra_infos")
+    groups: dict[int, tuple[Task, list[int]]] = {}
+    for j, info in enumerate(infos):  # the rows of each task (a mixed dataset holds several)
+        task = task_from_extra_info(info)
+        groups.setdefault(id(task), (task, []))[1].append(j)
+    results: list[dict[str, float]] = [{} for _ in infos]
+    for task, rows in groups.values():
+        exs = [example_from_extra_info(infos[j]) for j in rows]
+        verifiers = [_checked_verifiers(task, ex) for ex in exs]
+        names = list(task.reward_names)
+        values, found = faults.score_batch(verifiers, exs, [texts[j] for j in rows], names)
+        failed: list[list[list[str]]] = [[] for _ in rows]
+        for f in found:  # ordered by row, then column: as compute_score lists them
+            failed[f.row].append([f.reward, f.cause])
+        for i, j in enumerate(rows):
+            results[j] = _result(task, dict(zip(names, values[i].tolist())), failed[i])
+    return results
+
+
+class _Batcher:
+    """Gathers the concurrent :func:`compute_score_async` calls of one event loop into
+    :func:`compute_score_batch` calls: a call waits until no other has arrived for ``LINGER`` seconds, then
+    the calls waiting are scored together in a thread (one batch at a time, so a scorer is never run by
+    two threads at once)."""
+
+    LINGER = 0.005
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[Any, str, asyncio.Future]] = []
+        self.gathering = False
+        self.lock = asyncio.Lock()
+        self.flushes: set[asyncio.Task] = set()  # held until done (the loop keeps only weak references)
+
+    async def submit(self, extra_info: Any, text: str) -> dict[str, float]:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.pending.append((extra_info, text, future))
+        if not self.gathering:
+            self.gathering = True
+            task = loop.create_task(self._flush())
+            self.flushes.add(task)
+            task.add_done_callback(self.flushes.discard)
+        return await future
+
+    async def _flush(self) -> None:
+        seen = -1
+        while seen != len(self.pending):  # until a linger passes without a new call
+            seen = len(self.pending)
+            await asyncio.sleep(self.LINGER)
+        rows, self.pending, self.gathering = self.pending, [], False
+        infos, texts = [r[0] for r in rows], [r[1] for r in rows]
+        async with self.lock:
+            try:
+                out = await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: compute_score_batch(None, texts, None, infos)
+                )
+            except Exception as e:  # a batch that cannot be scored (extra_info without the example, ...)
+                for *_, future in rows:
+                    future.set_exception(e)
+                return
+        for (*_, future), result in zip(rows, out, strict=True):
+            future.set_result(result)
+
+
+_BATCHERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batcher] = weakref.WeakKeyDictionary()
+
+
+async def compute_score_async(
+    data_source: str | None = None,
+    solution_str: str = "",
+    ground_truth: Any = None,
+    extra_info: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, float]:
+    """:func:`compute_score` as a coroutine, for verl's reward loop, which awaits a coroutine reward function
+    and scores the rows of its chunk concurrently (``RewardLoopWorker.compute_score_batch``): the calls of
+    one event loop are scored together by :func:`compute_score_batch`, so a model reward scores
+    ``batch_size`` responses per forward. Config: ``reward.custom_reward_function.name=compute_score_async``."""
+    loop = asyncio.get_running_loop()
+    batcher = _BATCHERS.get(loop)
+    if batcher is None:
+        batcher = _BATCHERS[loop] = _Batcher()
+    return await batcher.submit(extra_info, solution_str)
 
 
 def batch_faults(non_tensor_batch: Mapping[str, Any], names: Sequence[str]) -> list[faults.Fault]:
