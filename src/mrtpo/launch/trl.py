@@ -270,6 +270,11 @@ def _cpu_server(trainer: dict[str, Any], model: dict[str, Any]) -> tuple[Step, l
     TRL's ``vllm-serve`` command on 127.0.0.1 in the training dtype, and the trainer's overrides."""
     if not model.get("path"):
         raise ValueError("--vllm server needs model.path (the server loads the model); model.tiny has none")
+    from mrtpo.integrations.trl.checks import cpu_attention_problem
+
+    problem = cpu_attention_problem(model)
+    if problem is not None:
+        raise ValueError(f"field '{problem[0]}': {problem[1]}")
     dtype = str(model.get("dtype") or "auto")
     vport, gport = free_port(), free_port()
     argv = ["python", "-m", "mrtpo.integrations.trl.serve", "--model", str(model["path"]),
