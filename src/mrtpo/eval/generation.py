@@ -22,6 +22,20 @@ def _vllm_on_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
+def _check_cpu_attention(model_path: str) -> None:
+    """On vLLM's CPU build: a model folder whose attention head size its CPU attention has no kernel for is one
+    ValueError before the engine starts (the engine itself fails at the first generation, deep in vLLM)."""
+    from mrtpo.integrations.trl.checks import CPU_ATTENTION_HEAD_SIZES, head_dim
+
+    shape = head_dim({"path": model_path})
+    if shape is not None and shape[1] not in CPU_ATTENTION_HEAD_SIZES:
+        sizes = ", ".join(map(str, CPU_ATTENTION_HEAD_SIZES))
+        raise ValueError(
+            f"--backend vllm: --model {model_path} has head_dim {shape[1]} ({shape[2]}), not a head size vLLM's "
+            f"CPU attention runs ({sizes}); --backend transformers generates with it"
+        )
+
+
 class VLLMGenerator:
     """vLLM offline generation (GPU, or vLLM's CPU build); same interface as :class:`TransformersGenerator`: each conversation
     through the model's chat template (``LLM.chat``, generation prompt added), special tokens left out of
@@ -39,6 +53,7 @@ class VLLMGenerator:
 
         self.config = config or SamplingConfig()
         if _vllm_on_cpu():  # vLLM's CPU build: eager (no Inductor compile at start-up)
+            _check_cpu_attention(model_path)
             llm_kwargs.setdefault("enforce_eager", True)
         self.llm = LLM(model=model_path, seed=self.config.seed, dtype=dtype, **llm_kwargs)
 

@@ -46,6 +46,35 @@ def accelerate_config(name: str, recipe: str | Path) -> Path:
     )
 
 
+def _cpu_launcher(config: Path, given: str | None, processes: int) -> str:
+    """How accelerate starts CPU processes under ``config``, for the launch's note; a ValueError where it would
+    not start ``processes`` processes of one job. DeepSpeed runs through torchrun (DeepSpeed's CPU accelerator),
+    and so does a ``MULTI_GPU`` config with ``use_cpu: true`` (DDP, recipes/accelerate_ddp_cpu.yaml). Any other
+    (``MULTI_CPU``, ``NO``) goes to accelerate's simple launcher, which starts one process per machine and
+    leaves the rest to ``mpirun`` (``--mpirun_hostfile``): two nodes trained as two separate runs of one process
+    each (one stopped by the other's run-folder lock)."""
+    import yaml
+
+    try:
+        cfg = yaml.safe_load(config.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"--accelerate-config {given}: cannot read {config}: {e}") from None
+    kind = str(cfg.get("distributed_type", "NO"))
+    if kind == "DEEPSPEED":
+        return "DeepSpeed's CPU accelerator (gloo)"
+    if kind == "MULTI_GPU" and cfg.get("use_cpu") is True:
+        return "DDP over torchrun (gloo)"
+    if processes > 1:
+        raise ValueError(
+            f"--accelerate-config {given}: distributed_type {kind}"
+            f"{' without use_cpu: true' if kind == 'MULTI_GPU' else ''} cannot start {processes} CPU processes of "
+            "one job (accelerate starts a CPU config that is not DeepSpeed as one process per machine; MULTI_CPU "
+            "needs mpirun); use DeepSpeed ZeRO-3 (the default) or DDP (recipes/accelerate_ddp_cpu.yaml: "
+            "distributed_type MULTI_GPU with use_cpu: true)"
+        )
+    return "no process group"
+
+
 def _shown(path: Path) -> str:
     """``path`` relative to the current folder when it is inside it (as a user would type it)."""
     try:
@@ -169,7 +198,8 @@ def build_trl(req: Request) -> Launch:
             )
         env["DS_ACCELERATOR"] = "cpu"
         per_node = f" ({processes // req.nodes} on each of {req.nodes} nodes)" if req.nodes > 1 else ""
-        notes.append(f"CPU: {processes} processes{per_node}, DeepSpeed's CPU accelerator (gloo)")
+        how = _cpu_launcher(accelerate_config(cfg_name, req.recipe), req.accelerate_config, processes)
+        notes.append(f"CPU: {processes} process{'es' if processes > 1 else ''}{per_node}, {how}")
     else:
         processes = gpus * req.nodes
         cfg_name = req.accelerate_config or "zero3"
@@ -270,6 +300,11 @@ def _cpu_server(trainer: dict[str, Any], model: dict[str, Any]) -> tuple[Step, l
     TRL's ``vllm-serve`` command on 127.0.0.1 in the training dtype, and the trainer's overrides."""
     if not model.get("path"):
         raise ValueError("--vllm server needs model.path (the server loads the model); model.tiny has none")
+    from mrtpo.integrations.trl.checks import cpu_attention_problem
+
+    problem = cpu_attention_problem(model)
+    if problem is not None:
+        raise ValueError(f"field '{problem[0]}': {problem[1]}")
     dtype = str(model.get("dtype") or "auto")
     vport, gport = free_port(), free_port()
     argv = ["python", "-m", "mrtpo.integrations.trl.serve", "--model", str(model["path"]),

@@ -249,3 +249,83 @@ def test_mrtpo_train_runs_the_tiny_vllm_recipe_through_real_colocate(tmp_path):
     assert replayed and all(r["replay/full_reused"] == 1.0 for r in replayed)
     assert any(v > 0 for r in steps for k, v in r.items() if k.endswith("/adv_share"))
     assert (out / "model.safetensors").is_file() and (out / "base" / "config.json").is_file()
+
+
+def test_a_head_size_the_cpu_attention_cannot_run_is_one_line_before_the_engine(tmp_path):
+    """vLLM's CPU attention runs a fixed list of head sizes (mrtpo's copy is vLLM's own list); recipes/tiny_cpu.yaml's
+    model (hidden 64 / 4 heads = 16) is refused by `mrtpo train --trl.use_vllm true` and a model folder of that
+    shape by `mrtpo launch --cpu --vllm server`, each in one line naming the field, before any engine starts
+    (without the check the engine started and the first generation failed with a traceback ending
+    `RuntimeError: Unsupported CPU attention configuration: head_dim=16`)."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    from mrtpo.integrations.trl import checks
+
+    assert list(checks.CPU_ATTENTION_HEAD_SIZES) == CPUAttentionBackend.get_supported_head_sizes()
+    assert 16 not in checks.CPU_ATTENTION_HEAD_SIZES and 64 in checks.CPU_ATTENTION_HEAD_SIZES
+    tiny = str(ROOT / "recipes" / "tiny_cpu.yaml")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mrtpo",
+            "train",
+            tiny,
+            "--trl.use_vllm",
+            "true",
+            "--trl.output_dir",
+            str(tmp_path / "r"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    err = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(err) == 1, run.stderr[-2000:]
+    assert (
+        "field 'model.tiny': head_dim 16 (hidden_size 64 / num_heads 4) is not a head size vLLM's CPU"
+        in err[0]
+    )
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        json.dumps({"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4})
+    )
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        Path(tiny)
+        .read_text()
+        .replace(
+            '  tiny: {hidden_size: 64, num_layers: 2, seed: 0, words: ["</b>", "</i>", "</q>"]}',
+            f"  path: {folder}",
+        )
+    )
+    accel = tmp_path / "accelerate_cpu.yaml"
+    accel.write_text(
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nnum_processes: 1\nuse_cpu: true\n"
+    )
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mrtpo",
+            "launch",
+            str(recipe),
+            "--cpu",
+            "--vllm",
+            "server",
+            "--processes",
+            "1",
+            "--accelerate-config",
+            str(accel),
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    err = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(err) == 1, run.stderr[-2000:]
+    assert err[0].startswith(
+        f"mrtpo launch: error: field 'model.path': head_dim 16 (hidden_size 64 / num_attention_heads 4 in {folder}"
+    )

