@@ -188,6 +188,29 @@ def test_resume_of_a_finished_run_trains_nothing_and_changes_no_file(tmp_path, c
         assert _snapshot(run) == before
     assert _train_steps(run) == [1, 2]
 
+    # a process still holds the folder (a run saving its final model): refused naming it, nothing changed
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        since = "2026-12-05T03:00:00Z"
+        lock = {"pid": holder.pid, "host": socket.gethostname(), "since": since, "launch": "x", "token": "x"}
+        (run / "run.lock").write_text(json.dumps(lock))
+        held = _snapshot(run)
+        assert main([*args, "--resume"]) == 2
+        lines = _err_lines(capsys)
+        assert len(lines) == 1 and lines[0].startswith(
+            f"mrtpo train: error: run folder '{run}' is in use by "
+        )
+        assert f"in use by pid {holder.pid} on host {socket.gethostname()} since {since}" in lines[0]
+        assert _snapshot(run) == held
+        assert main([*args, "--resume", "--break-lock"]) == 0  # asked to: the same "already complete"
+        assert _err_lines(capsys)[0].startswith("mrtpo train: already complete at step 2 ")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main([*args, "--resume"]) == 0  # the holder is gone: a lock left behind does not refuse
+    assert _err_lines(capsys)[0].startswith("mrtpo train: already complete at step 2 ")
+    assert _snapshot(run) == held  # the stale lock included: no file changed
+
 
 def test_a_kill_during_the_log_rewrite_leaves_the_previous_file_whole(tmp_path, monkeypatch):
     from mrtpo import io as io_mod
