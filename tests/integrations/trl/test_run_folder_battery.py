@@ -312,6 +312,52 @@ def test_a_negative_learning_rate_is_one_line_naming_the_field_before_anything_i
     assert not run.exists()  # nothing was written, no model was built
 
 
+@pytest.mark.parametrize(
+    ("flag", "error"),
+    [
+        (
+            "--trl.num_generations=0",  # was a ZeroDivisionError traceback after the model was built
+            "field 'trl.num_generations': 0 is not >= 2 (a group's advantages need at least 2 responses) "
+            "(from the command line)",
+        ),
+        (
+            "--model.tiny.num_heads=0",
+            "field 'model.tiny.num_heads': 0 is not a positive integer (from the command line)",
+        ),
+        (
+            "--model.tiny.hidden_size=36",  # 36 / 4 heads: 9 wide, odd: a traceback in the first forward
+            "field 'model.tiny.hidden_size' (36) with 'model.tiny.num_heads' (4): hidden_size must be a "
+            "multiple of 2 x num_heads (each attention head is hidden_size / num_heads wide, an even width "
+            "for the rotary embeddings) (from recipes/tiny_cpu.yaml and the command line)",
+        ),
+        (
+            "--model.tiny.num_heads=6",  # 64 / 6 is not whole; the recipe's num_kv_heads is build_model's 2
+            "field 'model.tiny.hidden_size' (64) with 'model.tiny.num_heads' (6): hidden_size must be a "
+            "multiple of 2 x num_heads (each attention head is hidden_size / num_heads wide, an even width "
+            "for the rotary embeddings) (from recipes/tiny_cpu.yaml and the command line)",
+        ),
+        (
+            "--model.tiny.num_kv_heads=3",  # 4 query heads in groups of 4 / 3
+            "field 'model.tiny.num_kv_heads' (3) with 'model.tiny.num_heads' (4): num_heads must be a "
+            "multiple of num_kv_heads (each key-value head serves a whole group of query heads) (from "
+            "recipes/tiny_cpu.yaml and the command line)",
+        ),
+    ],
+    ids=["num_generations", "num_heads", "odd-head-width", "heads-not-dividing", "kv-heads"],
+)
+def test_counts_that_break_the_model_are_one_line_before_anything_is_built(tmp_path, capsys, flag, error):
+    run = tmp_path / "run"
+    argv = ["train", "recipes/tiny_cpu.yaml", "--trl.max_steps=1", flag, f"--trl.output_dir={run}"]
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the recipe named as a user in the repository names it
+    try:
+        assert main(argv) == 2
+    finally:
+        os.chdir(cwd)
+    assert _err_lines(capsys) == [f"mrtpo train: error: invalid config: {error}"]
+    assert not run.exists()
+
+
 def test_every_bounded_trl_default_is_in_its_range_and_each_bound_refuses_a_value():
     from mrtpo.integrations.trl import trl_fields
     from mrtpo.integrations.trl.trl_bounds import BOUNDS, bound_errors
