@@ -239,6 +239,34 @@ def test_a_kill_during_the_log_rewrite_leaves_the_previous_file_whole(tmp_path, 
     assert truncate_after(path, 3) is False  # nothing to drop: not rewritten
 
 
+def test_a_sigkill_at_the_rename_leaves_the_log_whole_and_the_next_session_removes_its_temporary(tmp_path):
+    from mrtpo.integrations.trl.run_folder import clear
+    from mrtpo.integrations.trl.run_logging import resume_logs
+
+    path = tmp_path / "metrics.jsonl"
+    rows = [json.dumps({"step": s, "loss": s / 10}) + "\n" for s in range(1, 6)]
+    path.write_text("".join(rows))
+    killed_at_rename = (  # a real SIGKILL, after the temporary file is written, before the rename
+        "import os, signal, sys\n"
+        "from mrtpo import io\n"
+        "from mrtpo.integrations.trl.run_logging import truncate_after\n"
+        "io.os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "truncate_after(sys.argv[1], 2)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    child = subprocess.run([sys.executable, "-c", killed_at_rename, str(path)], env=env, timeout=60)
+    assert child.returncode == -9
+    assert path.read_text() == "".join(rows)  # whole
+    [tmp] = tmp_path.glob(".metrics.jsonl.*.tmp")  # what the kill left: the new content, never renamed
+    assert tmp.read_text() == "".join(rows[:2])
+    resume_logs(tmp_path, 3)  # the next session (its writer holds the lock): temporary gone, rows cut
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+    assert path.read_text() == "".join(rows[:3])
+    tmp.write_text("left")  # --overwrite deletes such a file with the run's others
+    clear(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
 # ----------------------------------------------------- 3. faults stop at the first failure
 
 
