@@ -349,6 +349,13 @@ def test_a_negative_learning_rate_is_one_line_naming_the_field_before_anything_i
             "(from the command line)",
         ),
         (
+            "--trl.num_generations=3",  # 16 prompts' responses a generation (the recipe): no whole groups
+            "field 'trl.num_generations': 3 does not divide the 16 responses a generation holds "
+            "(trl.per_device_train_batch_size x processes x trl.steps_per_generation, or "
+            "trl.generation_batch_size): every prompt's num_generations responses must be in one "
+            "generation (from the command line)",
+        ),
+        (
             "--model.tiny.num_heads=0",
             "field 'model.tiny.num_heads': 0 is not a positive integer (from the command line)",
         ),
@@ -371,7 +378,7 @@ def test_a_negative_learning_rate_is_one_line_naming_the_field_before_anything_i
             "recipes/tiny_cpu.yaml and the command line)",
         ),
     ],
-    ids=["num_generations", "num_heads", "odd-head-width", "heads-not-dividing", "kv-heads"],
+    ids=["num_generations", "groups", "num_heads", "odd-head-width", "heads-not-dividing", "kv-heads"],
 )
 def test_counts_that_break_the_model_are_one_line_before_anything_is_built(tmp_path, capsys, flag, error):
     run = tmp_path / "run"

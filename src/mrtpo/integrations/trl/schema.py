@@ -483,6 +483,7 @@ def import_config_plugins(value: Any) -> list[str]:
     return list(value)
 
 
+_GROUPS = re.compile(r"generation_batch_size \((\d+)\) must be divisible by num_generations \((\d+)\)")
 _FIELD_MESSAGE = re.compile(r"^(method\.[\w.]+?)(?:=|: | has )(.*)$")
 
 
@@ -660,6 +661,14 @@ class RunConfig:
                     f"field 'trl.bf16': true{self.origins.note('trl.bf16')} needs a GPU, or trl.use_cpu: true "
                     "to train on this machine's CPU (no GPU here); a GPU recipe is planned and started with "
                     "mrtpo plan / mrtpo launch"
+                )
+            elif group := _GROUPS.match(msg):  # TRL's words: the generation batch holds no whole groups
+                key = "trl.num_generations"
+                msg = (
+                    f"field '{key}': {group.group(2)} does not divide the {group.group(1)} responses a "
+                    "generation holds (trl.per_device_train_batch_size x processes x "
+                    "trl.steps_per_generation, or trl.generation_batch_size): every prompt's "
+                    f"num_generations responses must be in one generation{self.origins.note(key)}"
                 )
             elif m and m.group(1) in keys:
                 key = keys[m.group(1)]
