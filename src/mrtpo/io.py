@@ -84,6 +84,12 @@ def _lines(rows: Iterable[Any], default: Callable[[Any], Any] | None) -> str:
     return "".join(json.dumps(r, ensure_ascii=False, default=default) + "\n" for r in rows)
 
 
+TEMPORARY = ".{name}.{pid}.tmp"
+"""The temporary file :func:`replace_file` writes beside ``name`` (removed on an error; a SIGKILL leaves
+it, and the previous file whole: ``path.parent.glob(TEMPORARY.format(name=path.name, pid="*"))`` finds
+it)."""
+
+
 def replace_file(path: str | Path, chunks: Iterable[bytes | str], *, durable: bool = False) -> Path:
     """Replace ``path`` by the concatenated ``chunks`` (text is UTF-8) atomically: they are written to a
     temporary file beside it, which is then renamed over it, so that ``path`` holds the old content or
@@ -92,7 +98,7 @@ def replace_file(path: str | Path, chunks: Iterable[bytes | str], *, durable: bo
     a power loss, not only a kill). Creates the parent folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(TEMPORARY.format(name=path.name, pid=os.getpid()))
     try:
         with tmp.open("wb") as f:
             for chunk in chunks:

@@ -188,6 +188,29 @@ def test_resume_of_a_finished_run_trains_nothing_and_changes_no_file(tmp_path, c
         assert _snapshot(run) == before
     assert _train_steps(run) == [1, 2]
 
+    # a process still holds the folder (a run saving its final model): refused naming it, nothing changed
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        since = "2026-12-05T03:00:00Z"
+        lock = {"pid": holder.pid, "host": socket.gethostname(), "since": since, "launch": "x", "token": "x"}
+        (run / "run.lock").write_text(json.dumps(lock))
+        held = _snapshot(run)
+        assert main([*args, "--resume"]) == 2
+        lines = _err_lines(capsys)
+        assert len(lines) == 1 and lines[0].startswith(
+            f"mrtpo train: error: run folder '{run}' is in use by "
+        )
+        assert f"in use by pid {holder.pid} on host {socket.gethostname()} since {since}" in lines[0]
+        assert _snapshot(run) == held
+        assert main([*args, "--resume", "--break-lock"]) == 0  # asked to: the same "already complete"
+        assert _err_lines(capsys)[0].startswith("mrtpo train: already complete at step 2 ")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main([*args, "--resume"]) == 0  # the holder is gone: a lock left behind does not refuse
+    assert _err_lines(capsys)[0].startswith("mrtpo train: already complete at step 2 ")
+    assert _snapshot(run) == held  # the stale lock included: no file changed
+
 
 def test_a_kill_during_the_log_rewrite_leaves_the_previous_file_whole(tmp_path, monkeypatch):
     from mrtpo import io as io_mod
@@ -214,6 +237,34 @@ def test_a_kill_during_the_log_rewrite_leaves_the_previous_file_whole(tmp_path, 
     assert truncate_after(path, 3) is True
     assert path.read_text() == "".join(rows[:3])
     assert truncate_after(path, 3) is False  # nothing to drop: not rewritten
+
+
+def test_a_sigkill_at_the_rename_leaves_the_log_whole_and_the_next_session_removes_its_temporary(tmp_path):
+    from mrtpo.integrations.trl.run_folder import clear
+    from mrtpo.integrations.trl.run_logging import resume_logs
+
+    path = tmp_path / "metrics.jsonl"
+    rows = [json.dumps({"step": s, "loss": s / 10}) + "\n" for s in range(1, 6)]
+    path.write_text("".join(rows))
+    killed_at_rename = (  # a real SIGKILL, after the temporary file is written, before the rename
+        "import os, signal, sys\n"
+        "from mrtpo import io\n"
+        "from mrtpo.integrations.trl.run_logging import truncate_after\n"
+        "io.os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "truncate_after(sys.argv[1], 2)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    child = subprocess.run([sys.executable, "-c", killed_at_rename, str(path)], env=env, timeout=60)
+    assert child.returncode == -9
+    assert path.read_text() == "".join(rows)  # whole
+    [tmp] = tmp_path.glob(".metrics.jsonl.*.tmp")  # what the kill left: the new content, never renamed
+    assert tmp.read_text() == "".join(rows[:2])
+    resume_logs(tmp_path, 3)  # the next session (its writer holds the lock): temporary gone, rows cut
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+    assert path.read_text() == "".join(rows[:3])
+    tmp.write_text("left")  # --overwrite deletes such a file with the run's others
+    clear(tmp_path)
+    assert list(tmp_path.iterdir()) == []
 
 
 # ----------------------------------------------------- 3. faults stop at the first failure
@@ -287,6 +338,59 @@ def test_a_negative_learning_rate_is_one_line_naming_the_field_before_anything_i
         "refuses it) (from the command line)"
     ]
     assert not run.exists()  # nothing was written, no model was built
+
+
+@pytest.mark.parametrize(
+    ("flag", "error"),
+    [
+        (
+            "--trl.num_generations=0",  # was a ZeroDivisionError traceback after the model was built
+            "field 'trl.num_generations': 0 is not >= 2 (a group's advantages need at least 2 responses) "
+            "(from the command line)",
+        ),
+        (
+            "--trl.num_generations=3",  # 16 prompts' responses a generation (the recipe): no whole groups
+            "field 'trl.num_generations': 3 does not divide the 16 responses a generation holds "
+            "(trl.per_device_train_batch_size x processes x trl.steps_per_generation, or "
+            "trl.generation_batch_size): every prompt's num_generations responses must be in one "
+            "generation (from the command line)",
+        ),
+        (
+            "--model.tiny.num_heads=0",
+            "field 'model.tiny.num_heads': 0 is not a positive integer (from the command line)",
+        ),
+        (
+            "--model.tiny.hidden_size=36",  # 36 / 4 heads: 9 wide, odd: a traceback in the first forward
+            "field 'model.tiny.hidden_size' (36) with 'model.tiny.num_heads' (4): hidden_size must be a "
+            "multiple of 2 x num_heads (each attention head is hidden_size / num_heads wide, an even width "
+            "for the rotary embeddings) (from recipes/tiny_cpu.yaml and the command line)",
+        ),
+        (
+            "--model.tiny.num_heads=6",  # 64 / 6 is not whole; the recipe's num_kv_heads is build_model's 2
+            "field 'model.tiny.hidden_size' (64) with 'model.tiny.num_heads' (6): hidden_size must be a "
+            "multiple of 2 x num_heads (each attention head is hidden_size / num_heads wide, an even width "
+            "for the rotary embeddings) (from recipes/tiny_cpu.yaml and the command line)",
+        ),
+        (
+            "--model.tiny.num_kv_heads=3",  # 4 query heads in groups of 4 / 3
+            "field 'model.tiny.num_kv_heads' (3) with 'model.tiny.num_heads' (4): num_heads must be a "
+            "multiple of num_kv_heads (each key-value head serves a whole group of query heads) (from "
+            "recipes/tiny_cpu.yaml and the command line)",
+        ),
+    ],
+    ids=["num_generations", "groups", "num_heads", "odd-head-width", "heads-not-dividing", "kv-heads"],
+)
+def test_counts_that_break_the_model_are_one_line_before_anything_is_built(tmp_path, capsys, flag, error):
+    run = tmp_path / "run"
+    argv = ["train", "recipes/tiny_cpu.yaml", "--trl.max_steps=1", flag, f"--trl.output_dir={run}"]
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the recipe named as a user in the repository names it
+    try:
+        assert main(argv) == 2
+    finally:
+        os.chdir(cwd)
+    assert _err_lines(capsys) == [f"mrtpo train: error: invalid config: {error}"]
+    assert not run.exists()
 
 
 def test_every_bounded_trl_default_is_in_its_range_and_each_bound_refuses_a_value():

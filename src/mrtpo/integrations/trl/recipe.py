@@ -360,7 +360,9 @@ def train(
     args = cfg.trainer_config()
     if resume:
         done = run_folder.completed_step(out, resume, args)
-        if done is not None:  # a finished run: nothing is trained, no file is touched (no lock either)
+        if done is not None:  # a finished run: nothing is trained, no file is touched (no lock taken)
+            if not break_lock:  # but a live holder may be writing it still (its final model): refused
+                run_lock.check_launch(out)
             if int(os.environ.get("RANK", "0")) == 0:
                 log(done[1])
             return None

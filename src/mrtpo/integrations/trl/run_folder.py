@@ -31,6 +31,7 @@ RUN_FILES = (
     "samples.jsonl",
     "summary.jsonl",
     "eval.jsonl",
+    ".*.jsonl.*.tmp",  # a log rewrite a kill cut short (mrtpo.io.TEMPORARY)
     "runs",
     "checkpoint-*",
     "model*.safetensors*",

@@ -151,6 +151,18 @@ def log_file(logs: dict[str, Any]) -> str:
     return METRICS_JSONL
 
 
+def resume_logs(run_dir: str | Path, step: int) -> None:
+    """At the start of a session, in the process that writes the logs (it holds the run folder's lock:
+    no other process rewrites them): delete the temporary files of a log rewrite that a kill cut short
+    (``.metrics.jsonl.<pid>.tmp``; the log itself is whole), then drop each log's lines after ``step``
+    (:func:`truncate_after`)."""
+    run_dir = Path(run_dir)
+    for name in (METRICS_JSONL, SAMPLES_JSONL, SUMMARY_JSONL, EVAL_JSONL):
+        for tmp in run_dir.glob(io.TEMPORARY.format(name=name, pid="*")):
+            tmp.unlink(missing_ok=True)
+        truncate_after(run_dir / name, step)
+
+
 class JSONLMetricsCallback(TrainerCallback):
     """Appends ``{"step": global_step, **logs}`` to ``<output_dir>/metrics.jsonl`` on every log of a
     training step (the session's summary to summary.jsonl with ``"resumed_from"``, the step it started
@@ -165,8 +177,7 @@ class JSONLMetricsCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self.start_step = int(state.global_step)
         if state.is_world_process_zero:
-            for name in (METRICS_JSONL, SAMPLES_JSONL, SUMMARY_JSONL, EVAL_JSONL):
-                truncate_after(self.run_dir / name, state.global_step)
+            resume_logs(self.run_dir, state.global_step)
 
     def on_save(self, args, state, control, **kwargs):
         """The checkpoint just written keeps only the last entry of the log history (metrics.jsonl holds

@@ -195,14 +195,41 @@ class _Section(BaseModel):
 class TinySection(_Section):
     """``model.tiny``: a random tiny Qwen2 model (:mod:`mrtpo.models.tiny`) on a word-level tokenizer."""
 
-    hidden_size: Annotated[int, BeforeValidator(_non_negative)] | None = None
+    hidden_size: Annotated[int, BeforeValidator(_positive)] | None = None
     num_layers: Annotated[int, BeforeValidator(_non_negative)] | None = None
-    num_heads: Annotated[int, BeforeValidator(_non_negative)] | None = None
-    num_kv_heads: Annotated[int, BeforeValidator(_non_negative)] | None = None
+    num_heads: Annotated[int, BeforeValidator(_positive)] | None = None
+    num_kv_heads: Annotated[int, BeforeValidator(_positive)] | None = None
     intermediate_size: Annotated[int, BeforeValidator(_non_negative)] | None = None
     tie_embeddings: Annotated[bool, Field(strict=True)] | None = None
     seed: Annotated[int, BeforeValidator(_non_negative)] | None = None
     words: list[Annotated[str, _text(yes_no=True)]] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> TinySection:
+        """The attention's shape (the keys not given take build_model's defaults): each head as wide as
+        hidden_size / num_heads, an even width (rotary embeddings), whole groups of query heads per
+        key-value head; else the model fails in its first forward pass, in a traceback."""
+        import inspect
+
+        from mrtpo.models.tiny import build_model  # plain Python at import (no torch)
+
+        default = {k: p.default for k, p in inspect.signature(build_model).parameters.items()}
+        hidden, heads, kv = (
+            default[k] if getattr(self, k) is None else getattr(self, k)
+            for k in ("hidden_size", "num_heads", "num_kv_heads")
+        )
+        if hidden % (2 * heads):
+            raise ValueError(
+                f"field 'model.tiny.hidden_size' ({hidden}) with 'model.tiny.num_heads' ({heads}): "
+                "hidden_size must be a multiple of 2 x num_heads (each attention head is hidden_size / "
+                "num_heads wide, an even width for the rotary embeddings)"
+            )
+        if heads % kv:
+            raise ValueError(
+                f"field 'model.tiny.num_kv_heads' ({kv}) with 'model.tiny.num_heads' ({heads}): num_heads "
+                "must be a multiple of num_kv_heads (each key-value head serves a whole group of query heads)"
+            )
+        return self
 
 
 class ModelSection(_Section):
@@ -456,6 +483,7 @@ def import_config_plugins(value: Any) -> list[str]:
     return list(value)
 
 
+_GROUPS = re.compile(r"generation_batch_size \((\d+)\) must be divisible by num_generations \((\d+)\)")
 _FIELD_MESSAGE = re.compile(r"^(method\.[\w.]+?)(?:=|: | has )(.*)$")
 
 
@@ -633,6 +661,14 @@ class RunConfig:
                     f"field 'trl.bf16': true{self.origins.note('trl.bf16')} needs a GPU, or trl.use_cpu: true "
                     "to train on this machine's CPU (no GPU here); a GPU recipe is planned and started with "
                     "mrtpo plan / mrtpo launch"
+                )
+            elif group := _GROUPS.match(msg):  # TRL's words: the generation batch holds no whole groups
+                key = "trl.num_generations"
+                msg = (
+                    f"field '{key}': {group.group(2)} does not divide the {group.group(1)} responses a "
+                    "generation holds (trl.per_device_train_batch_size x processes x "
+                    "trl.steps_per_generation, or trl.generation_batch_size): every prompt's "
+                    f"num_generations responses must be in one generation{self.origins.note(key)}"
                 )
             elif m and m.group(1) in keys:
                 key = keys[m.group(1)]

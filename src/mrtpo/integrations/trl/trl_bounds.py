@@ -33,6 +33,7 @@ BOUNDS: dict[str, tuple[float, bool, float, bool, str]] = {
     "top_k": (-1, True, INF, False, "0 (or -1 with vLLM) keeps every token"),
     "min_p": (0, True, 1, True, "a share of the top token's probability"),
     "repetition_penalty": (0, False, INF, False, "logits are divided or multiplied by it"),
+    "num_generations": (2, True, INF, False, "a group's advantages need at least 2 responses"),
     "num_iterations": (1, True, INF, False, "each batch is trained on at least once"),
     "epsilon": (0, True, INF, False, "the clipping range"),
     "epsilon_high": (0, True, INF, False, "the clipping range"),
