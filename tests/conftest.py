@@ -32,6 +32,7 @@ def _launcher_variables_restored():
         del os.environ[k]
     os.environ.update(before)
 
+
 WORDS = [
     "the",
     "a",

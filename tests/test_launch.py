@@ -333,7 +333,10 @@ def test_default_server_split_divides_every_paper_recipe(capsys, recipe):
 def test_the_printed_server_line_is_followed_by_its_health_wait(capsys, monkeypatch):
     # by hand as by mrtpo launch: the trainer's line comes after the server answers /health
     monkeypatch.chdir(ROOT)
-    assert main(["launch", "recipes/sql_qwen2.5-coder-7b.yaml", "--gpus", "8", "--vllm", "server", "--dry-run"]) == 0
+    assert (
+        main(["launch", "recipes/sql_qwen2.5-coder-7b.yaml", "--gpus", "8", "--vllm", "server", "--dry-run"])
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     i = next(i for i, x in enumerate(lines) if " trl vllm-serve " in x)
     server = shlex.split(lines[i].rstrip(" &"))
@@ -341,7 +344,9 @@ def test_the_printed_server_line_is_followed_by_its_health_wait(capsys, monkeypa
     assert lines[i + 1] == (
         f"# then wait until it answers: until curl -sf http://127.0.0.1:{port}/health >/dev/null; do sleep 5; done"
     )
-    assert lines[i + 2] == "# trainer:" and lines[i + 3].startswith("CUDA_VISIBLE_DEVICES=0,1,2,3 accelerate launch")
+    assert lines[i + 2] == "# trainer:" and lines[i + 3].startswith(
+        "CUDA_VISIBLE_DEVICES=0,1,2,3 accelerate launch"
+    )
 
 
 def test_server_split_rules():
@@ -549,7 +554,13 @@ def test_the_recipe_check_is_no_rank_whatever_the_shell_holds(monkeypatch):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = str(s.getsockname()[1])
-        env = {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+        env = {
+            "LOCAL_RANK": "0",
+            "RANK": "0",
+            "WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+        }
         for k, v in env.items():
             monkeypatch.setenv(k, v)
         _check_trainer(str(ROOT / "recipes" / "tiny_cpu.yaml"), [])

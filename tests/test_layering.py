@@ -195,7 +195,9 @@ def test_the_arrow_finder_sees_plan_and_launch_import_each_other(tmp_path):
         (tmp_path / folder / "__init__.py").write_text("")
     (tmp_path / "mrtpo/recipes.py").write_text("")
     (tmp_path / "mrtpo/step.py").write_text("def f():\n    from mrtpo import recipes\n")
-    (tmp_path / "mrtpo/plan/setup.py").write_text("from mrtpo.recipes import get\nfrom mrtpo.launch import build\n")
+    (tmp_path / "mrtpo/plan/setup.py").write_text(
+        "from mrtpo.recipes import get\nfrom mrtpo.launch import build\n"
+    )
     (tmp_path / "mrtpo/launch/trl.py").write_text("from mrtpo.recipes import get\n")
     (tmp_path / "mrtpo/launch/cluster.py").write_text("def f():\n    from mrtpo.plan import setup\n")
     assert _upward(_import_graph(tmp_path)) == [

@@ -110,7 +110,9 @@ def _put(out: dict[str, tuple[float, float]], key: str, total: Any, count: Any) 
     out[key] = (float(total), float(count))
 
 
-def coverage_parts(attributed: Tensor, skipped: Tensor, rows: Sequence[str]) -> dict[str, tuple[float, float]]:
+def coverage_parts(
+    attributed: Tensor, skipped: Tensor, rows: Sequence[str]
+) -> dict[str, tuple[float, float]]:
     """The gradient kind's coverage per row (docs/run-format.md): ``coverage/<row>/attributed`` and
     ``coverage/<row>/skipped_<reason>`` (:data:`mrtpo.attribution.SKIP_REASONS`), each a share of the rows
     that should hold token weights (attributed or skipped). A row without a differentiable scorer has no

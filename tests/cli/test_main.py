@@ -21,7 +21,11 @@ sys.exit(0)
 def _run(ended: bool, world: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "WORLD_SIZE": world}
     return subprocess.run(
-        [sys.executable, "-c", SCRIPT.format(ended=ended)], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", SCRIPT.format(ended=ended)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
 
 

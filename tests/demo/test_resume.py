@@ -13,7 +13,11 @@ from mrtpo.demo.resume import DEMO_FILE, RESULT_FILE, claim_folder, settings
 
 
 def _mtimes(root):
-    return {p.relative_to(root): p.stat().st_mtime_ns for p in root.rglob("*") if p.suffix in (".safetensors", ".pt", ".jsonl")}
+    return {
+        p.relative_to(root): p.stat().st_mtime_ns
+        for p in root.rglob("*")
+        if p.suffix in (".safetensors", ".pt", ".jsonl")
+    }
 
 
 def test_the_same_command_resumes_without_training_again(quick, tmp_path, capsys):
@@ -66,7 +70,9 @@ def test_claim_folder(tmp_path):
     # what changes speed, not results, does not make another command
     import dataclasses
 
-    assert claim_folder(tmp_path / "d", dataclasses.replace(cfg, workers=2, threads=2, progress=False)) is True
+    assert (
+        claim_folder(tmp_path / "d", dataclasses.replace(cfg, workers=2, threads=2, progress=False)) is True
+    )
     other = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, steps=8))
     with pytest.raises(FileExistsError, match=r"rl\.steps: 6 there, 8 now"):
         claim_folder(tmp_path / "d", other)

@@ -204,7 +204,10 @@ def test_plan_device_cpu_reads_a_tiny_recipes_data_and_the_cached_profile(tmp_pa
     assert main([*argv[:6], "--refresh-profile", *argv[6:]]) == 0
     out = json.loads(capsys.readouterr().out)
     assert calls == [1] and out["step"]["rates"] == "this CPU at 1 thread(s), measured again"
-    assert any("measured now" in n for n in out["notes"]) and json.loads(path.read_text())["measured_at"] == "again"
+    assert (
+        any("measured now" in n for n in out["notes"])
+        and json.loads(path.read_text())["measured_at"] == "again"
+    )
 
 
 def test_knobs_in_todays_spellings_and_more_gpus_on_one_machine():

@@ -92,8 +92,13 @@ def test_a_colocated_engine_and_the_auto_replay_rule():
     # vLLM's profile terms: the weights, 4096 tokens of a layer's activations (3 I + 2 (q + 2 kv) + 4 H, bf16),
     # the sampler's fp32 logits and log-probs of the 4 rows, 0.5 GiB of CUDA graphs, 0.25 GiB outside torch
     terms = vllm_non_kv(s)
-    assert terms == {"weights": 2 * 138304, "profile activations": 4096 * (384 + 2 * (64 + 64) + 256) * 2,
-                     "sampler": 2 * 4 * 1000 * 4, "CUDA graphs (assumed)": GIB // 2, "non-torch (assumed)": GIB // 4}
+    assert terms == {
+        "weights": 2 * 138304,
+        "profile activations": 4096 * (384 + 2 * (64 + 64) + 256) * 2,
+        "sampler": 2 * 4 * 1000 * 4,
+        "CUDA graphs (assumed)": GIB // 2,
+        "non-torch (assumed)": GIB // 4,
+    }
     assert share < sum(terms.values()) and m.kv_tokens == 0  # 0.75 GiB of assumed terms exceed 0.25 GiB
     b = 1500736 + share + activations(s)
     assert m.phases["training"] == b + OVERHEAD + int(0.05 * b)  # the engine stays resident
@@ -150,5 +155,7 @@ def test_fpe_and_flops_by_hand():
     # + the iteration's 4 calls
     prefill = 4 * forward_flops(hand(), 10, 5, 0)
     per_iter = max(4 * 2 * (74240 + 64000) / rate, (2 * 138304 + 4 * 13 * 256) / (3.35e12 * 0.6))
-    assert st.phases["generation"]["seconds"] == pytest.approx(prefill / rate + 2 * call + 6 * (per_iter + 6 * call))
+    assert st.phases["generation"]["seconds"] == pytest.approx(
+        prefill / rate + 2 * call + 6 * (per_iter + 6 * call)
+    )
     assert st.seconds == pytest.approx(sum(p["seconds"] for p in st.phases.values()))

@@ -110,7 +110,9 @@ def test_assumptions_change_the_step_as_stated():
     assert hard.step.active_pairs > base.step.active_pairs
     assert hard.step.phases["replay"]["seconds"] > base.step.phases["replay"]["seconds"]
     slow = plan_recipe(recipe, args(mfu=0.2))
-    flops = base.step.phases["training"]["tflop"] * 1e12  # the MFU scales the FLOPs' time, not the fixed terms
+    flops = (
+        base.step.phases["training"]["tflop"] * 1e12
+    )  # the MFU scales the FLOPs' time, not the fixed terms
     assert slow.step.phases["training"]["seconds"] - base.step.phases["training"]["seconds"] == pytest.approx(
         flops / (989.4e12 * 0.2) - flops / (989.4e12 * 0.4)
     )

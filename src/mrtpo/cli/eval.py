@@ -101,7 +101,13 @@ def _check_ids(bench, responses, all_items, items, allow_missing: bool) -> list:
     return [it for it in items if it.id in responses]
 
 
-DATASETS = {"spider": "sql", "bird": "sql", "spider-syn": "sql", "spider-dk": "sql", "spider-realistic": "sql"}
+DATASETS = {
+    "spider": "sql",
+    "bird": "sql",
+    "spider-syn": "sql",
+    "spider-dk": "sql",
+    "spider-realistic": "sql",
+}
 """Datasets a user may name instead of the benchmark that reads them."""
 
 
@@ -113,7 +119,9 @@ def _unknown_benchmark(name: str, known: list[str]) -> None:
     near = difflib.get_close_matches(name.lower(), [*known, *DATASETS], n=1, cutoff=0.6)
     hint = ""
     if near and near[0] in DATASETS:
-        hint = f" ({near[0]} is scored by {DATASETS[near[0]]!r}: mrtpo eval {DATASETS[near[0]]} --data FOLDER)"
+        hint = (
+            f" ({near[0]} is scored by {DATASETS[near[0]]!r}: mrtpo eval {DATASETS[near[0]]} --data FOLDER)"
+        )
     elif near:
         hint = f" (did you mean {near[0]!r}?)"
     raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(sorted(known))}{hint}")

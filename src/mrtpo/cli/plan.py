@@ -41,7 +41,9 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "--device", default="gpu", choices=["gpu", "cpu"],
         help="gpu: the --gpu's stated figures (default); cpu: this machine's CPU, measured once and cached",
     )  # fmt: skip
-    parser.add_argument("--threads", type=int, default=1, help="--device cpu: the run's thread count (default 1)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="--device cpu: the run's thread count (default 1)"
+    )
     parser.add_argument(
         "--refresh-profile", action="store_true",
         help="--device cpu: measure this CPU again (about 20 s) rather than reuse the cached profile; the "

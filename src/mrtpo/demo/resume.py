@@ -124,7 +124,9 @@ def load_result(folder: str | Path, job: dict[str, Any], name: str = RESULT_FILE
     return {**saved["result"], "resumed": True}
 
 
-def save_result(folder: str | Path, job: dict[str, Any], result: dict[str, Any], name: str = RESULT_FILE) -> None:
+def save_result(
+    folder: str | Path, job: dict[str, Any], result: dict[str, Any], name: str = RESULT_FILE
+) -> None:
     """Record that the unit in ``folder`` finished with ``result`` (in ``folder/name``)."""
     Path(folder).mkdir(parents=True, exist_ok=True)
     write_json(Path(folder) / name, {"settings": unit_settings(job), "result": _plain(result)})

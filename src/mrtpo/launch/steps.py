@@ -66,5 +66,7 @@ class Launch:
             lines.append(f"# {s.role}:")
             lines.append(s.line())
             if s.health:  # by hand, as mrtpo launch does (up to --server-timeout)
-                lines.append(f"# then wait until it answers: until curl -sf {s.health} >/dev/null; do sleep 5; done")
+                lines.append(
+                    f"# then wait until it answers: until curl -sf {s.health} >/dev/null; do sleep 5; done"
+                )
         return "\n".join(lines)

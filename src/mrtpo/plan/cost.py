@@ -256,10 +256,14 @@ def elementwise_seconds(s: Setup, r: Rates, tokens: float) -> float:
     from mrtpo.plan.memory import layer_activation_bytes
 
     dtype = 2.0 if s.weights_dtype_bytes == 4 else 1.0  # the formula counts bf16 tensors
-    return ELEMENTWISE_PASSES * tokens * s.shape.layers * layer_activation_bytes(s.shape) * dtype / r.bandwidth
+    return (
+        ELEMENTWISE_PASSES * tokens * s.shape.layers * layer_activation_bytes(s.shape) * dtype / r.bandwidth
+    )
 
 
-def _passes(s: Setup, r: Rates, rows: int, seq: float, head: float, fwd_passes: int, bwd_passes: int) -> tuple[float, float]:
+def _passes(
+    s: Setup, r: Rates, rows: int, seq: float, head: float, fwd_passes: int, bwd_passes: int
+) -> tuple[float, float]:
     """(FLOPs, seconds) of ``fwd_passes`` forwards (+ ``bwd_passes`` backward-equivalents of 2 forwards)
     of ``rows`` padded rows in micro-batches."""
     micro = max(1, math.ceil(rows / max(1, s.micro_batch)))
@@ -293,7 +297,11 @@ def weight_sync_seconds(s: Setup) -> float:
     sh = s.shape
     tensors = sh.layers * (12 if sh.qkv_bias else 9) + 2 + (0 if sh.tied else 1)
     bw = INTER_NODE_BPS if s.nodes > 1 else INTRA_NODE_BPS
-    one = 2 * sh.params() / bw + tensors * GATHER_LATENCY_S if s.sharding == "zero3" and s.processes > 1 else 0.0
+    one = (
+        2 * sh.params() / bw + tensors * GATHER_LATENCY_S
+        if s.sharding == "zero3" and s.processes > 1
+        else 0.0
+    )
     if s.vllm == "server":
         one += 2 * sh.params() / bw + tensors * GATHER_LATENCY_S
     return one
@@ -304,7 +312,9 @@ def step(s: Setup, mem: Memory) -> Step:
     rows = s.rows_per_process
     p_pad, t_pad = padded(s)
     seq = p_pad + t_pad
-    mean_p = float(sum(s.prompt_lengths) / len(s.prompt_lengths)) if s.prompt_lengths else float(s.rollout_tokens)
+    mean_p = (
+        float(sum(s.prompt_lengths) / len(s.prompt_lengths)) if s.prompt_lengths else float(s.rollout_tokens)
+    )
     phases: dict[str, dict[str, float]] = {}
     # generation
     if s.vllm is None:

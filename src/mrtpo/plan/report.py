@@ -27,7 +27,7 @@ ERRORS = {
     "attribution": "formula; 1.1-1.5x under on CPU (scripts/attribution_memory.py)",
     "time": "GPU terms assumed (MFU, bandwidths, per-call times); not measured on a GPU",
     "time_cpu": "CPU: measured rates; 14-21 % under mrtpo train's median step, 4 configurations, with a profile "
-                "measured under the run's load (docs/scale.md)",
+    "measured under the run's load (docs/scale.md)",
 }
 """The error of each estimate and where it was measured (``python -m mrtpo.plan.validate``; docs/scale.md):
 ZeRO-3 model states -10 % between steps and +11 % in the optimizer step against DeepSpeed's estimate

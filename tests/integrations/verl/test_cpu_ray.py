@@ -282,7 +282,9 @@ def test_mrtpo_replay_through_ray_equals_replay_in_process(cluster, tok, kind):
     data, perm = _balanced(tok)
     adv = gdpo_advantages(data)
     # the registered method itself: one chunk per DP rank, dispatched and collected by Ray
-    out = cluster.wg.mrtpo_replay(vw.worker_batch(data, adv, kind, vw.ReplayConfig.from_mapping({"token_budget": 64}), KEYS))
+    out = cluster.wg.mrtpo_replay(
+        vw.worker_batch(data, adv, kind, vw.ReplayConfig.from_mapping({"token_budget": 64}), KEYS)
+    )
     shards = out.meta_info["metrics"][vw.METRIC_PREFIX + "responses"]
     assert shards == [len(data) // WORLD] * WORLD  # each actor replayed its own half
     # the driver's side, as the compute_advantage hook calls it
@@ -412,7 +414,10 @@ def test_the_last_steps_checkpoint_saves_and_restores_the_actor_on_the_cpu(clust
     assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == str(last)
     shards = {p.name for p in (folder / "actor").iterdir()}
     for rank in range(WORLD):
-        assert {f"model_world_size_{WORLD}_rank_{rank}.pt", f"optim_world_size_{WORLD}_rank_{rank}.pt"} <= shards
+        assert {
+            f"model_world_size_{WORLD}_rank_{rank}.pt",
+            f"optim_world_size_{WORLD}_rank_{rank}.pt",
+        } <= shards
     assert (folder / "data.pt").is_file()
     # a PPO update moves the policy ...
     data = data.union(saved)
