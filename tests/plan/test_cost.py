@@ -153,6 +153,44 @@ def test_a_cpu_step_uses_the_measured_rates():
     assert st.rates.startswith("this CPU at 1 thread(s)")
 
 
+def test_attention_and_a_decode_layer_calls_positions_at_their_measured_rates():
+    # the same profile with causal attention at 25 GFLOP/s at 16 positions and 50 at 64 (log-linear
+    # between), and 1 us more per decode layer call per position attended
+    prof = dataclasses.replace(
+        FAKE, attention_gflops={16: 25.0, 64: 50.0}, layer_position_s={64: 1e-6, 1024: 1e-6}
+    )
+    s = hand(
+        cpu=prof, sharding="ddp", processes=1, gpus=1, responses_per_step=4, vllm=None, weights_dtype_bytes=4
+    )
+    base = dataclasses.replace(s, cpu=FAKE)
+    r = prof.rates(s.shape.hidden)
+    assert r.attention_rate(16) == pytest.approx(25e9) and r.attention_rate(32) == pytest.approx(37.5e9)
+    assert r.attention_rate(1000) == pytest.approx(50e9)  # clamped at the longest length measured
+    assert FAKE.rates(s.shape.hidden).attention_rate(16) == 100e9  # no table: the matmul rate
+    from mrtpo.plan.cost import forward_flops, forward_seconds
+
+    # a forward of 16 tokens attending to 8 positions on average: attention 16 x 4 x layers x q_dim x 8 FLOPs
+    attention = 16 * 4 * s.shape.layers * s.shape.q_dim * 8
+    rest = forward_flops(s, 16, 8, 6) - attention
+    assert forward_seconds(s, r, 16, 8, 6) == pytest.approx(rest / 100e9 + attention / 25e9)
+    # the rollout pass: 4 rows, one forward each; the rest of the pass as with the profile without them
+    gap = (
+        step(s, memory(s)).phases["rollout pass"]["seconds"]
+        - step(base, memory(base)).phases["rollout pass"]["seconds"]
+    )
+    assert gap == pytest.approx(4 * attention * (1 / 25e9 - 1 / 100e9))
+    # generation: each decode iteration's layer calls pay for the padded prompt and half the padded completion
+    from mrtpo.plan.cost import padded
+
+    p_pad, t_pad = padded(s)
+    st, sb = step(s, memory(s)), step(base, memory(base))
+    prefill_attention = 4 * p_pad * 4 * s.shape.layers * s.shape.q_dim * p_pad / 2
+    gen_gap = st.phases["generation"]["seconds"] - sb.phases["generation"]["seconds"]
+    want = prefill_attention * (1 / r.attention_rate(p_pad) - 1 / 100e9)
+    want += t_pad * s.shape.layers * 1e-6 * (p_pad + t_pad / 2)
+    assert gen_gap == pytest.approx(want)
+
+
 def test_plan_device_cpu_reads_a_tiny_recipes_data_and_the_cached_profile(tmp_path, monkeypatch, capsys):
     from pathlib import Path
 

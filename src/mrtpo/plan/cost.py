@@ -38,7 +38,8 @@ x processes x gradient_accumulation_steps``); figures are per training process.
   memory traffic per trainable parameter, fp32).
 
 Each pass also pays the device's fixed time per layer call: one per layer and micro-batch for a forward,
-two more for its backward. On a measured device (``--device cpu``) a pass adds its element-wise work: the
+two more for its backward. On a measured device attention's FLOPs run at its own measured rate (below the
+matmul rate on a CPU) and a decode iteration's layer call grows with the positions it attends to. On a measured device (``--device cpu``) a pass adds its element-wise work: the
 bytes autograd would keep per token and layer, written and read twice (``ELEMENTWISE_PASSES = 4``, an
 assumption about how often the norms, activations and residuals touch them), over the bandwidth, and a
 forward under autograd writes its saved tensors once more; on a GPU the MFU covers it. On a GPU the rates, MFU, bandwidths and per-call times are assumptions; on the CPU they
@@ -224,6 +225,16 @@ def forward_flops(s: Setup, tokens: float, context: float, head_tokens: float) -
     )
 
 
+def forward_seconds(s: Setup, r: Rates, tokens: float, context: float, head_tokens: float) -> float:
+    """Seconds of :func:`forward_flops`' matmuls at the matmul rate and its attention at the device's
+    attention rate for sequences of ``2 context`` positions (measured on the CPU; the matmul rate on a GPU)."""
+    sh = s.shape
+    attention = tokens * 4 * sh.layers * sh.q_dim * context
+    return (
+        forward_flops(s, tokens, context, head_tokens) - attention
+    ) / r.matmul + attention / r.attention_rate(2 * context)
+
+
 def rates(s: Setup, eager: bool) -> Rates:
     """The device's rates for a pass (``eager``: a transformers pass; else vLLM's engine)."""
     if s.cpu is not None:
@@ -272,7 +283,7 @@ def _passes(
     calls = micro * s.shape.layers * n
     elem = elementwise_seconds(s, r, rows * seq)
     saved = elem / ELEMENTWISE_PASSES * bwd_passes  # a forward under autograd also writes its saved tensors
-    return n * f, n * (f / r.matmul + elem) + saved + calls * r.layer_call
+    return n * f, n * (rows * forward_seconds(s, r, seq, seq / 2, head) + elem) + saved + calls * r.layer_call
 
 
 def _decode(s: Setup, r: Rates, rows: int, prompt: float, completion: float, mean_p: float, mean_t: float,
@@ -280,12 +291,19 @@ def _decode(s: Setup, r: Rates, rows: int, prompt: float, completion: float, mea
     """(FLOPs, seconds) of prefill and decode of ``rows`` rows."""
     sh = s.shape
     prefill = rows * forward_flops(s, prompt, prompt / 2, 0)
-    prefill_s = prefill / r.matmul + elementwise_seconds(s, r, rows * prompt) + sh.layers * r.layer_call
+    prefill_s = (
+        rows * forward_seconds(s, r, prompt, prompt / 2, 0)
+        + elementwise_seconds(s, r, rows * prompt)
+        + sh.layers * r.layer_call
+    )
     per_tok = 2 * (sh.body_params() + sh.head_params())
     kv_read = rows * (mean_p + mean_t / 2) * sh.kv_bytes_per_token(2)
     compute = rows * per_tok / (r.decode_matmul or r.matmul)
     memory = (s.weights_dtype_bytes * sh.params() + kv_read) / r.bandwidth
-    per_iter = max(compute, memory) + sh.layers * r.layer_call + r.decode_step
+    # a layer call also grows with the positions it attends to (measured on the CPU: the padded prompt and,
+    # on average, half the completion)
+    per_call = r.layer_call + r.layer_position * (prompt + completion / 2)
+    per_iter = max(compute, memory) + sh.layers * per_call + r.decode_step
     flops = prefill + rows * mean_t * per_tok
     return flops, prefill_s + waves * completion * per_iter
 
@@ -338,7 +356,8 @@ def step(s: Setup, mem: Memory) -> Step:
     w = replay_work(s)
     if s.replays:
         ctx_mean = w.tokens / max(w.rows, 1e-9)  # tokens of one context's forward
-        body = rows * w.tokens * (2 * sh.body_params() + 4 * sh.layers * sh.q_dim * ctx_mean / 2)
+        attention = rows * w.tokens * 4 * sh.layers * sh.q_dim * ctx_mean / 2
+        body = rows * w.tokens * 2 * sh.body_params() + attention
         proj = rows * w.rows * s.response_tokens * 2 * sh.head_params()
         scorer = rows * w.scorer_fpe * forward_flops(s, s.rollout_tokens + s.response_tokens,
                                                      (s.rollout_tokens + s.response_tokens) / 2, 0)  # fmt: skip
@@ -346,7 +365,8 @@ def step(s: Setup, mem: Memory) -> Step:
         budget = s.replay_token_budget or max(1.0, rows * w.tokens)
         calls = math.ceil(rows * w.tokens / budget) * sh.layers if w.tokens else 0
         phases["replay"] = {"tflop": (body + proj + scorer) / 1e12,
-                            "seconds": (body + scorer) / r.matmul + proj / proj_rate + calls * r.layer_call
+                            "seconds": (body - attention + scorer) / r.matmul + attention / r.attention_rate(ctx_mean)
+                                       + proj / proj_rate + calls * r.layer_call
                                        + elementwise_seconds(s, r, rows * (w.tokens + w.scorer_fpe * (s.rollout_tokens + s.response_tokens)))}  # fmt: skip
     passes = 2 if s.checkpointing else 1
     f, sec = _passes(s, r, rows, seq, 0, passes, 1)

@@ -11,10 +11,13 @@ dispatch: Python, kernel launches). :class:`Rates` carries those four figures.
   passes' micro-batches (assumed). None of these is measured here.
 - **CPU** (``--device cpu``): :func:`cpu_profile` measures, at the thread count of the run (``--threads``),
   the float32 matmul rate of batched passes (``[1024, n] @ [n, 2n]``) and of a decode iteration's rows
-  (``[16, n] @ [n, 2n]``) for n = 128 .. 2048 (a model's rate is read at its hidden size), the memory
-  bandwidth (a 256 MiB copy), and from transformers' ``generate`` of tiny 1- and 2-layer Qwen2 models at
-  16 rows (hidden sizes 64, 256, 1024) the time of one decoder-layer call net of its FLOPs (the difference
-  of the two, by hidden size) and the fixed time of one decode iteration (the rest). It takes about 20 s
+  (``[16, n] @ [n, 2n]``) for n = 128 .. 2048 (a model's rate is read at its hidden size), the rate of
+  causal attention (torch's ``scaled_dot_product_attention``, 16 rows x 4 heads x 64, at 32 .. 512
+  positions: 2-4 times below the matmul rate here), the memory bandwidth (a 256 MiB copy), and from
+  transformers' ``generate`` of tiny 1- and 2-layer Qwen2 models at 16 rows (hidden sizes 64, 256, 1024;
+  24 and 72 new tokens) the time of one decoder-layer call net of its FLOPs (the difference of the two, by
+  hidden size), how much it grows per position attended (the difference of the two lengths), and the
+  fixed time of one decode iteration (the rest). It takes about 20 s
   once; the figures are cached in ``~/.cache/mrtpo/device/`` (``$XDG_CACHE_HOME`` is honoured) by thread
   count, CPU and torch version, and reused (``refresh`` measures again). Times are CPU time
   (``time.process_time``), but on a machine shared with other jobs that still rises with their load (on
@@ -36,7 +39,8 @@ from pathlib import Path
 
 SIZES = (128, 256, 512, 1024, 2048)
 LAYER_SIZES = (64, 256, 1024)
-PROFILE_VERSION = 3  # the cache's layout
+ATTENTION_LENGTHS = (32, 64, 128, 256, 512)
+PROFILE_VERSION = 4  # the cache's layout
 GPU_DECODE_BANDWIDTH = 0.6  # share of the HBM bandwidth a decode iteration reaches (assumed)
 GPU_LAYER_CALL_S = 2.5e-4  # per decoder-layer call of an eager (transformers) pass on a GPU (assumed)
 
@@ -56,6 +60,15 @@ class Rates:
     source: str
     measured: bool
     decode_matmul: float = 0.0  # FLOP/s of a decode iteration's few-row matmuls (0: ``matmul``)
+    attention: tuple[tuple[int, float], ...] = ()  # (sequence length, FLOP/s of causal attention); (): matmul
+    layer_position: float = 0.0  # seconds per decoder-layer call of a decode iteration per cached position
+
+    def attention_rate(self, seq: float) -> float:
+        """FLOP/s of causal attention over sequences of ``seq`` positions (the matmul rate without a
+        measured table)."""
+        if not self.attention:
+            return self.matmul
+        return _interp(dict(self.attention), max(1, round(seq)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,12 +84,18 @@ class CpuProfile:
     cpu: str
     torch: str
     measured_at: str
+    # float32 causal scaled_dot_product_attention, forward, 16 rows x 4 heads x 64, at sequence length T
+    attention_gflops: dict[int, float] = dataclasses.field(default_factory=dict)
+    # a decode iteration's decoder-layer call: seconds more per cached position, at hidden size n
+    layer_position_s: dict[int, float] = dataclasses.field(default_factory=dict)
 
     def rates(self, hidden: int) -> Rates:
         m = 1e9 * _interp(self.matmul_gflops, hidden)
+        attention = tuple((t, 1e9 * g) for t, g in sorted(self.attention_gflops.items()))
+        position = _interp(self.layer_position_s, hidden) if self.layer_position_s else 0.0
         return Rates(m, self.bandwidth_gbs * 1e9, _interp(self.layer_call_s, hidden), self.decode_step_s, m,
                      f"this CPU at {self.threads} thread(s), measured {self.measured_at}", True,
-                     1e9 * _interp(self.decode_gflops, hidden))  # fmt: skip
+                     1e9 * _interp(self.decode_gflops, hidden), attention, position)  # fmt: skip
 
 
 def _interp(table: dict[int, float], x: int) -> float:
@@ -163,27 +182,40 @@ def measure_cpu(threads: int) -> CpuProfile:
         y = torch.empty_like(x)
         bw = 2 * x.numel() * 4 / _best(lambda x=x, y=y: y.copy_(x), threads=threads) / 1e9
         del x, y
-        rows, new = 16, 24
-        layer, steps = {}, []
+        attention = {}
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        for t in ATTENTION_LENGTHS:
+            q, k, v = (torch.randn(16, 4, t, 64) for _ in range(3))
+            flops = 16 * 4 * 4 * 64 * t * t / 2  # Q K^T and A V over the causal half
+            attention[t] = (
+                flops / _best(lambda q=q, k=k, v=v: sdpa(q, k, v, is_causal=True), 5, threads) / 1e9
+            )
+        rows, prompt, short, long = 16, 8, 24, 72
+        layer, position, steps = {}, {}, []
         for h in LAYER_SIZES:
             gen = {}
-            for layers in (1, 2):
+            for layers, new in itertools.product((1, 2), (short, long)):
                 m = build_model(64, hidden_size=h, num_layers=layers, seed=0)
-                ids = torch.randint(3, 64, (rows, 8))
+                ids = torch.randint(3, 64, (rows, prompt))
                 kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=True, pad_token_id=0,
                           attention_mask=torch.ones_like(ids))  # fmt: skip
                 with torch.no_grad():
-                    gen[layers] = _best(lambda m=m, ids=ids, kw=kw: m.generate(ids, **kw), 3, threads) / new
+                    gen[layers, new] = (
+                        _best(lambda m=m, ids=ids, kw=kw: m.generate(ids, **kw), 3, threads) / new
+                    )
             flops = (
                 rows * 2 * 9 * h * h
             )  # one layer's matmuls at 16 rows (q, k, v, o: 3 h^2; MLP of 2 h: 6 h^2)
-            layer[h] = max(gen[2] - gen[1] - flops / (1e9 * _interp(decode, h)), 1e-6)
-            steps.append(max(gen[1] - (gen[2] - gen[1]), 0.0))
+            call = {n: gen[2, n] - gen[1, n] - flops / (1e9 * _interp(decode, h)) for n in (short, long)}
+            # one layer call's time grows with the positions it attends to (prompt + half the new tokens)
+            position[h] = max((call[long] - call[short]) / ((long - short) / 2), 0.0)
+            layer[h] = max(call[short] - position[h] * (prompt + short / 2), 1e-6)
+            steps.append(max(gen[1, short] - (gen[2, short] - gen[1, short]), 0.0))
         step = min(steps)
     finally:
         torch.set_num_threads(before)
     return CpuProfile(threads, gflops, decode, bw, layer, step, _cpu_name(), torch.__version__,
-                      time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))  # fmt: skip
+                      time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), attention, position)  # fmt: skip
 
 
 def cpu_profile(threads: int, refresh: bool = False) -> tuple[CpuProfile, Path, bool]:
@@ -195,7 +227,13 @@ def cpu_profile(threads: int, refresh: bool = False) -> tuple[CpuProfile, Path, 
     if path.is_file() and not refresh:
         try:
             raw = json.loads(path.read_text())
-            for key in ("matmul_gflops", "decode_gflops", "layer_call_s"):
+            for key in (
+                "matmul_gflops",
+                "decode_gflops",
+                "layer_call_s",
+                "attention_gflops",
+                "layer_position_s",
+            ):
                 raw[key] = {int(k): float(v) for k, v in raw[key].items()}
             return CpuProfile(**raw), path, False
         except (ValueError, TypeError, KeyError):
