@@ -26,7 +26,7 @@ ERRORS = {
     "scorers": "formula (bf16 weights); not measured",
     "attribution": "formula; 1.1-1.5x under on CPU (scripts/attribution_memory.py)",
     "time": "GPU terms assumed (MFU, bandwidths, per-call times); not measured on a GPU",
-    "time_cpu": "CPU: measured rates; 14-21 % under mrtpo train's median step, 4 configurations, with a profile "
+    "time_cpu": "CPU: measured rates; 6-15 % under mrtpo train's median step, 4 configurations, with a profile "
     "measured under the run's load (docs/scale.md)",
 }
 """The error of each estimate and where it was measured (``python -m mrtpo.plan.validate``; docs/scale.md):
