@@ -25,14 +25,12 @@ def _vllm_on_cpu() -> bool:
 def _check_cpu_attention(model_path: str) -> None:
     """On vLLM's CPU build: a model folder whose attention head size its CPU attention has no kernel for is one
     ValueError before the engine starts (the engine itself fails at the first generation, deep in vLLM)."""
-    from mrtpo.integrations.trl.checks import CPU_ATTENTION_HEAD_SIZES, head_dim
+    from mrtpo.integrations.trl.checks import cpu_attention_problem
 
-    shape = head_dim({"path": model_path})
-    if shape is not None and shape[1] not in CPU_ATTENTION_HEAD_SIZES:
-        sizes = ", ".join(map(str, CPU_ATTENTION_HEAD_SIZES))
+    problem = cpu_attention_problem({"path": model_path})
+    if problem is not None:
         raise ValueError(
-            f"--backend vllm: --model {model_path} has head_dim {shape[1]} ({shape[2]}), not a head size vLLM's "
-            f"CPU attention runs ({sizes}); --backend transformers generates with it"
+            f"--backend vllm: --model {model_path}: {problem[1]}; --backend transformers generates with it"
         )
 
 

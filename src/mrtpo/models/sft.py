@@ -183,9 +183,9 @@ def train_on_demonstrations(
     tok,
     config,
     prompts,
-    pick,
     respond,
     *,
+    pick=None,
     max_positions: int,
     loss_fn=response_loss,
     evaluate=None,
@@ -194,12 +194,12 @@ def train_on_demonstrations(
     """Train a new model (:func:`new_model`) on demonstrations with :func:`sft_step`, seeded by
     ``config.seed`` (the torch generator forked, so the caller's is untouched).
 
-    Each of ``config.steps`` steps draws ``config.batch_size`` rows with ``pick(rng) -> j`` and then, in
-    that order, each row's response token ids with ``respond(j, rng)``; ``prompts[j]`` holds row ``j``'s
-    prompt token ids; ``rng`` is ``random.Random(config.seed)``. ``evaluate(model)`` (inside the fork)
-    returns the evaluations to record. Returns ``(model, info)``: the model in eval mode; ``info`` holds the
-    settings, seconds, parameter count, vocabulary size, the mean loss of the last 20 steps, ``extra`` and
-    the evaluations."""
+    Each of ``config.steps`` steps draws ``config.batch_size`` rows with ``pick(rng) -> j`` (None: uniformly
+    over the ``len(prompts)`` rows) and then, in that order, each row's response token ids with
+    ``respond(j, rng)``; ``prompts[j]`` holds row ``j``'s prompt token ids; ``rng`` is
+    ``random.Random(config.seed)``. ``evaluate(model)`` (inside the fork) returns the evaluations to record.
+    Returns ``(model, info)``: the model in eval mode; ``info`` holds the settings, seconds, parameter count,
+    vocabulary size, the mean loss of the last 20 steps, ``extra`` and the evaluations."""
     import random
     import time
 
@@ -214,7 +214,7 @@ def train_on_demonstrations(
         model.train()
         losses = []
         for _ in range(config.steps):
-            rows = [pick(rng) for _ in range(config.batch_size)]
+            rows = [pick(rng) if pick else rng.randrange(len(prompts)) for _ in range(config.batch_size)]
             responses = [respond(j, rng) for j in rows]
             ids, mask, labels = encode_pairs(tok, [prompts[j] for j in rows], responses)
             losses.append(sft_step(model, opt, sched, ids, mask, labels, loss_fn=loss_fn))

@@ -95,6 +95,16 @@ def build_model(
     return model.eval()
 
 
+def attention_shape(tiny: dict[str, Any]) -> tuple[int, int, int]:
+    """``(hidden_size, num_heads, num_kv_heads)`` of a ``model.tiny`` section: its values, and
+    :func:`build_model`'s defaults for the keys it does not give (or gives as None)."""
+    import inspect
+
+    defaults = inspect.signature(build_model).parameters
+    keys = ("hidden_size", "num_heads", "num_kv_heads")
+    return tuple(defaults[k].default if tiny.get(k) is None else tiny[k] for k in keys)  # type: ignore[return-value]
+
+
 def build_bpe_tokenizer(texts: Sequence[str], *, merges: int = 16, chat_template: str | None = None):
     """A byte-level BPE fast tokenizer trained locally on ``texts`` with at most ``merges`` merges.
 

@@ -239,7 +239,10 @@ def explain_figure(views: Sequence[CreditView], *, tokens_per_line: int = 32, ma
             scale = f"scale ±{sc:.2g}" if sc > 0 else "zero"
             a_labels += [f"{n}  {method} (Â={signed_label(a)}; {scale})", f"{n}  MRTPO"]
         total = f"scale ±{scales[-1]:.2g}" if scales[-1] > 0 else "zero"
-        a_labels += [f"total  {method} (ΣÂ={signed_label(v.advantage_sum)}; {total})", "total  MRTPO S (same scale)"]
+        a_labels += [
+            f"total  {method} (ΣÂ={signed_label(v.advantage_sum)}; {total})",
+            "total  MRTPO S (same scale)",
+        ]
         ax_a.set_yticks(range(len(a_labels)), a_labels, fontsize=8)
         for r, tick in enumerate(ax_a.get_yticklabels()[: 2 * len(v.reward_names)]):
             tick.set_color(colors[v.reward_names[r // 2]])

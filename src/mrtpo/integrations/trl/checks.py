@@ -157,16 +157,13 @@ def head_dim(model: dict[str, Any]) -> tuple[str, int, str] | None:
     how)``. ``model.tiny``: ``hidden_size / num_heads`` (:func:`mrtpo.models.tiny.build_model`'s defaults
     where unset); ``model.path``, a local folder: its ``config.json`` (``head_dim``, or ``hidden_size /
     num_attention_heads``). None where it cannot be read so (a hub id, a folder without a config)."""
-    import inspect
     import json
 
     tiny = model.get("tiny")
     if isinstance(tiny, dict):
-        from mrtpo.models.tiny import build_model
+        from mrtpo.models.tiny import attention_shape
 
-        defaults = inspect.signature(build_model).parameters
-        hidden = tiny.get("hidden_size") or defaults["hidden_size"].default
-        heads = tiny.get("num_heads") or defaults["num_heads"].default
+        hidden, heads, _ = attention_shape(tiny)
         if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
             return "model.tiny", hidden // heads, f"hidden_size {hidden} / num_heads {heads}"
         return None

@@ -209,15 +209,9 @@ class TinySection(_Section):
         """The attention's shape (the keys not given take build_model's defaults): each head as wide as
         hidden_size / num_heads, an even width (rotary embeddings), whole groups of query heads per
         key-value head; else the model fails in its first forward pass, in a traceback."""
-        import inspect
+        from mrtpo.models.tiny import attention_shape  # plain Python at import (no torch)
 
-        from mrtpo.models.tiny import build_model  # plain Python at import (no torch)
-
-        default = {k: p.default for k, p in inspect.signature(build_model).parameters.items()}
-        hidden, heads, kv = (
-            default[k] if getattr(self, k) is None else getattr(self, k)
-            for k in ("hidden_size", "num_heads", "num_kv_heads")
-        )
+        hidden, heads, kv = attention_shape(self.model_dump())
         if hidden % (2 * heads):
             raise ValueError(
                 f"field 'model.tiny.hidden_size' ({hidden}) with 'model.tiny.num_heads' ({heads}): "

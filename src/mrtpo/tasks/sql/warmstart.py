@@ -139,7 +139,6 @@ def train_sql_warm_start(config: SqlWarmStartConfig, out_dir: str | Path | None 
             tok,
             config,
             prompts,
-            lambda rng: rng.randrange(len(train)),
             respond,
             max_positions=512,
             evaluate=evaluations,

@@ -246,7 +246,6 @@ def train_tools_warm_start(
         tok,
         config,
         prompts,
-        lambda rng: rng.randrange(len(train)),
         respond,
         max_positions=2048,
         loss_fn=labelled_response_loss,

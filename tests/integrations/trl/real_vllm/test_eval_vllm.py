@@ -81,8 +81,9 @@ def test_a_head_size_the_cpu_attention_cannot_run_is_one_error_line(tmp_path, ca
     assert main(argv) == 2
     err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("mrtpo ")]
     assert err == [
-        f"mrtpo eval ifeval: error: --backend vllm: --model {folder} has head_dim 16 (hidden_size 64 / "
-        f"num_attention_heads 4 in {folder / 'config.json'}), not a head size vLLM's CPU attention runs (32, 64, 80, "
-        "96, 112, 128, 160, 192, 224, 256, 512); --backend transformers generates with it"
+        f"mrtpo eval ifeval: error: --backend vllm: --model {folder}: head_dim 16 (hidden_size 64 / "
+        f"num_attention_heads 4 in {folder / 'config.json'}) is not a head size vLLM's CPU attention runs (32, 64, "
+        "80, 96, 112, 128, 160, 192, 224, 256, 512); this model runs on vLLM's GPU builds only; --backend "
+        "transformers generates with it"
     ]
     assert not (tmp_path / "out.json").exists()
